@@ -1,0 +1,103 @@
+package obs
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
+	"go.opentelemetry.io/otel/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+)
+
+// Telemetry is one service's tracing setup. The zero value is not usable; build it with NewTelemetry (or
+// NoTelemetry in tests).
+type Telemetry struct {
+	Tracers    trace.TracerProvider
+	Propagator propagation.TextMapPropagator
+	shutdown   func(context.Context) error
+}
+
+// NewTelemetry sets up tracing for service. An OTLP/gRPC exporter is installed when the standard
+// OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable is set, and configured by the
+// other standard OTEL_* variables; when neither is set spans are not recorded at all, but trace context is
+// still carried, so a traced client's context survives the hop through an untraced service.
+func NewTelemetry(ctx context.Context, service string) (*Telemetry, error) {
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return &Telemetry{Tracers: tracenoop.NewTracerProvider(), Propagator: prop}, nil
+	}
+	exp, err := otlptracegrpc.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("otlp trace exporter for %s: %w", service, err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("cairn-"+service)))
+	if err != nil {
+		return nil, fmt.Errorf("trace resource for %s: %w", service, err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return &Telemetry{Tracers: tp, Propagator: prop, shutdown: tp.Shutdown}, nil
+}
+
+// NoTelemetry carries trace context but records nothing; for tests and tools.
+func NoTelemetry() *Telemetry {
+	return &Telemetry{
+		Tracers:    tracenoop.NewTracerProvider(),
+		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
+	}
+}
+
+// Tracer returns the named tracer (use the package path as name).
+func (t *Telemetry) Tracer(name string) trace.Tracer { return t.Tracers.Tracer(name) }
+
+// Shutdown flushes and stops the exporter, if any.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	if t.shutdown == nil {
+		return nil
+	}
+	return t.shutdown(ctx)
+}
+
+// ServerOptions instruments a gRPC server with otelgrpc.
+func (t *Telemetry) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(t.otelgrpcOptions()...))}
+}
+
+// DialOptions instruments a gRPC client connection with otelgrpc.
+func (t *Telemetry) DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(t.otelgrpcOptions()...))}
+}
+
+func (t *Telemetry) otelgrpcOptions() []otelgrpc.Option {
+	return []otelgrpc.Option{
+		otelgrpc.WithTracerProvider(t.Tracers),
+		otelgrpc.WithPropagators(t.Propagator),
+		otelgrpc.WithMeterProvider(noop.NewMeterProvider()),
+	}
+}
+
+// Inject writes ctx's trace context into a string map, for carrying it inside a proposal or a NATS message.
+// It returns nil when there is nothing to carry.
+func (t *Telemetry) Inject(ctx context.Context) map[string]string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	t.Propagator.Inject(ctx, carrier)
+	return carrier
+}
+
+// Extract returns ctx with the trace context read from carrier (as written by Inject), if any.
+func (t *Telemetry) Extract(ctx context.Context, carrier map[string]string) context.Context {
+	if len(carrier) == 0 {
+		return ctx
+	}
+	return t.Propagator.Extract(ctx, propagation.MapCarrier(carrier))
+}
