@@ -1,0 +1,128 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+)
+
+// maxCommittedBatchBytes bounds one batch handed to a Committed callback.
+const maxCommittedBatchBytes = 4 << 20
+
+// deliverable is the highest index that is committed, fsynced here and applied by consensus (conf changes
+// taken into the membership), so Committed may hand it out. Readers wait on notify for it to move.
+type deliverable struct {
+	mu      sync.Mutex
+	highest uint64
+	notify  chan struct{}
+}
+
+func newDeliverable() *deliverable { return &deliverable{notify: make(chan struct{})} }
+
+func (d *deliverable) index() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.highest
+}
+
+// state returns the index and a channel closed when it next changes.
+func (d *deliverable) state() (uint64, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.highest, d.notify
+}
+
+// advance raises the index to at least i.
+func (d *deliverable) advance(i uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if i > d.highest {
+		d.highest = i
+		close(d.notify)
+		d.notify = make(chan struct{})
+	}
+}
+
+// reset sets the index to a received snapshot's (always above the current one, as raft only installs
+// snapshots ahead of its commit index).
+func (d *deliverable) reset(i uint64) { d.advance(i) }
+
+// Committed implements commitlog.Log. Entries come straight from raft's storage, which keeps every entry
+// the log was not compacted past; below that, a KindSnapshot entry stands for the compacted prefix.
+func (n *Node) Committed(ctx context.Context, fromIndex uint64, deliver func([]commitlog.Entry) error) error {
+	next := max(fromIndex, 1)
+	for {
+		available, changed := n.deliver.state()
+		if next <= available {
+			batch, after, err := n.readCommitted(next, available)
+			if err != nil {
+				return err
+			}
+			if len(batch) > 0 {
+				if err := deliver(batch); err != nil {
+					return err
+				}
+			}
+			next = after
+			continue
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-n.stopping:
+			return n.stopped()
+		}
+	}
+}
+
+// readCommitted reads committed entries from next up to available, and returns them with the index to
+// read next. When next was compacted away it returns the snapshot entry instead.
+func (n *Node) readCommitted(next, available uint64) ([]commitlog.Entry, uint64, error) {
+	first, err := n.storage.FirstIndex()
+	if err != nil {
+		return nil, next, fmt.Errorf("consensus: raft storage first index: %w", err)
+	}
+	if next < first {
+		snap, err := n.storage.Snapshot()
+		if err != nil {
+			return nil, next, fmt.Errorf("consensus: raft storage snapshot: %w", err)
+		}
+		e, err := snapshotEntry(snap)
+		if err != nil {
+			return nil, next, err
+		}
+		return []commitlog.Entry{e}, e.Index + 1, nil
+	}
+	ents, err := n.storage.Entries(next, available+1, maxCommittedBatchBytes)
+	if errors.Is(err, raft.ErrCompacted) {
+		return nil, next, nil // compacted meanwhile: the next round returns the snapshot
+	}
+	if err != nil {
+		return nil, next, fmt.Errorf("consensus: read entries %d..%d: %w", next, available, err)
+	}
+	batch := make([]commitlog.Entry, len(ents))
+	for i, e := range ents {
+		batch[i] = committedEntry(e)
+	}
+	return batch, next + uint64(len(batch)), nil
+}
+
+func committedEntry(e *raftpb.Entry) commitlog.Entry {
+	out := commitlog.Entry{Index: e.GetIndex(), Term: e.GetTerm(), Data: e.GetData()}
+	switch {
+	case e.GetType() == raftpb.EntryConfChange || e.GetType() == raftpb.EntryConfChangeV2:
+		out.Kind = commitlog.KindConfChange
+	case len(e.GetData()) == 0:
+		out.Kind = commitlog.KindEmpty
+	default:
+		out.Kind = commitlog.KindNormal
+	}
+	return out
+}

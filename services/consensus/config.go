@@ -1,0 +1,261 @@
+package consensus
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/services/consensus/transport"
+)
+
+// Cluster states for --initial-cluster-state.
+const (
+	ClusterStateNew      = "new"
+	ClusterStateExisting = "existing"
+)
+
+// Config configures one consensus member. Flag names and defaults are etcd's where etcd has the setting.
+type Config struct {
+	// Name is this member's human-readable name (--name).
+	Name string
+	// DataDir holds the WAL (--data-dir).
+	DataDir string
+	// ListenPeerURLs are where this member serves its peers (--listen-peer-urls).
+	ListenPeerURLs []string
+	// InitialAdvertisePeerURLs are this member's peer URLs as the cluster knows them
+	// (--initial-advertise-peer-urls).
+	InitialAdvertisePeerURLs []string
+	// InitialCluster is name=peerURL,... for bootstrapping (--initial-cluster); a name may repeat for
+	// several URLs.
+	InitialCluster string
+	// InitialClusterState is "new" to bootstrap a cluster or "existing" to join one (--initial-cluster-state).
+	InitialClusterState string
+	// InitialClusterToken makes member and cluster IDs unique to one bootstrap (--initial-cluster-token).
+	InitialClusterToken string
+	// HeartbeatInterval is raft's tick (--heartbeat-interval, milliseconds).
+	HeartbeatInterval time.Duration
+	// ElectionTimeout is raft's election timeout (--election-timeout, milliseconds).
+	ElectionTimeout time.Duration
+	// AdvertiseClientURLs are the URLs clients reach this member's frontend at (--advertise-client-urls);
+	// they are published in the member's attributes, as etcd does.
+	AdvertiseClientURLs []string
+	// ListenConsensusURL is where this member serves the Consensus API to storage and frontend
+	// (--listen-consensus-url); empty serves nothing (in-process use).
+	ListenConsensusURL string
+	// AdvertiseStorageURL is where this member's storage serves its internal API (--advertise-storage-url);
+	// snapshots taken here name it as their source.
+	AdvertiseStorageURL string
+	// SnapshotCount is how many applied entries (as storage reports through Compact) accumulate before
+	// consensus takes a new raft snapshot and compacts its log (--snapshot-count).
+	SnapshotCount uint64
+	// SnapshotCatchUpEntries is how many entries are kept below a snapshot so slow followers can catch up
+	// from the log instead of a snapshot (--snapshot-catchup-entries).
+	SnapshotCatchUpEntries uint64
+	// MaxRequestBytes is the largest proposal accepted (--max-request-bytes).
+	MaxRequestBytes int
+	// MaxLearners is the most learners the cluster may have (--max-learners).
+	MaxLearners int
+	// StrictReconfigCheck refuses membership changes that could lose quorum (--strict-reconfig-check).
+	StrictReconfigCheck bool
+
+	// WALSegmentSize is the WAL's segment size; 0 means 64 MiB.
+	WALSegmentSize int64
+	// Logger, Telemetry and Registry are where the member reports; nil means discard, no tracing, no
+	// metrics.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
+	Registry  prometheus.Registerer
+	// PeerListeners, when set, are used instead of listening on ListenPeerURLs; ConsensusListener likewise
+	// for ListenConsensusURL. Tests bind port 0 this way.
+	PeerListeners     []net.Listener
+	ConsensusListener net.Listener
+	// Faults drops messages to and from chosen members (tests only).
+	Faults *transport.Faults
+}
+
+// DefaultConfig returns etcd's defaults (and Cairn's for the settings etcd lacks).
+func DefaultConfig() Config {
+	return Config{
+		Name:                     "default",
+		DataDir:                  "default.consensus",
+		ListenPeerURLs:           []string{"http://localhost:2380"},
+		InitialAdvertisePeerURLs: []string{"http://localhost:2380"},
+		InitialCluster:           "default=http://localhost:2380",
+		InitialClusterState:      ClusterStateNew,
+		InitialClusterToken:      "etcd-cluster",
+		HeartbeatInterval:        100 * time.Millisecond,
+		ElectionTimeout:          1000 * time.Millisecond,
+		AdvertiseClientURLs:      []string{"http://localhost:2379"},
+		ListenConsensusURL:       "http://localhost:2390",
+		AdvertiseStorageURL:      "http://localhost:23790",
+		SnapshotCount:            10000,
+		SnapshotCatchUpEntries:   5000,
+		MaxRequestBytes:          1572864,
+		MaxLearners:              1,
+		StrictReconfigCheck:      true,
+	}
+}
+
+// RegisterFlags binds the configuration to etcd-named flags on fs; the current values are the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Name, "name", c.Name, "Human-readable name for this member.")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "Path to the consensus data directory (WAL).")
+	fs.Var((*urlList)(&c.ListenPeerURLs), "listen-peer-urls", "List of URLs to listen on for peer traffic.")
+	fs.Var((*urlList)(&c.InitialAdvertisePeerURLs), "initial-advertise-peer-urls", "List of this member's peer URLs to advertise to the rest of the cluster.")
+	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "Initial cluster configuration for bootstrapping (name=url,...).")
+	fs.StringVar(&c.InitialClusterState, "initial-cluster-state", c.InitialClusterState, "Initial cluster state ('new' or 'existing').")
+	fs.StringVar(&c.InitialClusterToken, "initial-cluster-token", c.InitialClusterToken, "Initial cluster token for the cluster during bootstrap.")
+	fs.Var((*millis)(&c.HeartbeatInterval), "heartbeat-interval", "Time (in milliseconds) of a heartbeat interval.")
+	fs.Var((*millis)(&c.ElectionTimeout), "election-timeout", "Time (in milliseconds) for an election to timeout.")
+	fs.Var((*urlList)(&c.AdvertiseClientURLs), "advertise-client-urls", "List of this member's client URLs to advertise to the public.")
+	fs.StringVar(&c.ListenConsensusURL, "listen-consensus-url", c.ListenConsensusURL, "URL to serve the Consensus API on for storage and frontend.")
+	fs.StringVar(&c.AdvertiseStorageURL, "advertise-storage-url", c.AdvertiseStorageURL, "URL of this member's storage, named as the source of its snapshots.")
+	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "Number of applied entries to trigger a snapshot of the log.")
+	fs.Uint64Var(&c.SnapshotCatchUpEntries, "snapshot-catchup-entries", c.SnapshotCatchUpEntries, "Number of entries kept below a snapshot for slow followers.")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "Maximum proposal size in bytes.")
+	fs.IntVar(&c.MaxLearners, "max-learners", c.MaxLearners, "The maximum number of learners allowed in the cluster.")
+	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "Reject reconfiguration requests that would cause quorum loss.")
+}
+
+// Validate checks the configuration the way etcd checks its flags.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("--name must not be empty"))
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	for flagName, urls := range map[string][]string{
+		"--listen-peer-urls": c.ListenPeerURLs, "--initial-advertise-peer-urls": c.InitialAdvertisePeerURLs,
+	} {
+		if err := validateURLs(urls); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
+		}
+	}
+	if len(c.PeerListeners) == 0 && len(c.ListenPeerURLs) == 0 {
+		errs = append(errs, errors.New("--listen-peer-urls must not be empty"))
+	}
+	if c.HeartbeatInterval <= 0 {
+		errs = append(errs, errors.New("--heartbeat-interval must be positive"))
+	} else if c.ElectionTimeout < 5*c.HeartbeatInterval {
+		errs = append(errs, fmt.Errorf("--election-timeout[%v] should be at least as 5 times as --heartbeat-interval[%v]",
+			c.ElectionTimeout.Milliseconds(), c.HeartbeatInterval.Milliseconds()))
+	}
+	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
+		errs = append(errs, fmt.Errorf("--initial-cluster-state %q: want %q or %q", c.InitialClusterState,
+			ClusterStateNew, ClusterStateExisting))
+	}
+	if err := c.validateInitialCluster(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxRequestBytes <= 0 || c.MaxLearners < 0 {
+		errs = append(errs, errors.New("--max-request-bytes must be positive and --max-learners not negative"))
+	}
+	if c.SnapshotCount == 0 {
+		errs = append(errs, errors.New("--snapshot-count must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+// validateInitialCluster checks that --initial-cluster names this member with its advertised peer URLs.
+func (c *Config) validateInitialCluster() error {
+	cluster, err := parseInitialCluster(c.InitialCluster)
+	if err != nil {
+		return err
+	}
+	own, ok := cluster[c.Name]
+	if !ok {
+		return fmt.Errorf("--initial-cluster %q has no member named %q", c.InitialCluster, c.Name)
+	}
+	advertised := slices.Sorted(slices.Values(c.InitialAdvertisePeerURLs))
+	if !slices.Equal(own, advertised) {
+		return fmt.Errorf("--initial-cluster has %s=%s but --initial-advertise-peer-urls is %s", c.Name,
+			strings.Join(own, ","), strings.Join(advertised, ","))
+	}
+	return nil
+}
+
+// parseInitialCluster reads name=url,... into sorted URLs per name.
+func parseInitialCluster(s string) (map[string][]string, error) {
+	cluster := map[string][]string{}
+	for _, part := range strings.Split(s, ",") {
+		name, u, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--initial-cluster: %q is not name=url", part)
+		}
+		if err := validateURLs([]string{u}); err != nil {
+			return nil, fmt.Errorf("--initial-cluster: %w", err)
+		}
+		cluster[name] = append(cluster[name], u)
+	}
+	for name := range cluster {
+		slices.Sort(cluster[name])
+	}
+	return cluster, nil
+}
+
+// validateURLs accepts what etcd's types.NewURLs accepts: http(s)://host:port with no path.
+func validateURLs(urls []string) error {
+	for _, s := range urls {
+		u, err := url.Parse(s)
+		if err != nil {
+			return fmt.Errorf("bad URL %q: %w", s, err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return fmt.Errorf("URL scheme must be http or https: %s", s)
+		}
+		if _, _, err := net.SplitHostPort(u.Host); err != nil {
+			return fmt.Errorf(`URL address does not have the form "host:port": %s`, s)
+		}
+		if u.Path != "" && u.Path != "/" {
+			return fmt.Errorf("URL must not contain a path: %s", s)
+		}
+	}
+	return nil
+}
+
+// electionTicks is the election timeout in heartbeat ticks.
+func (c *Config) electionTicks() int { return int(c.ElectionTimeout / c.HeartbeatInterval) }
+
+// requestTimeout is how long a membership change or read barrier may take (etcd's ReqTimeout).
+func (c *Config) requestTimeout() time.Duration { return 5*time.Second + 2*c.ElectionTimeout }
+
+// millis is a time.Duration flag given in milliseconds, as etcd's are.
+type millis time.Duration
+
+func (m *millis) String() string { return strconv.FormatInt(time.Duration(*m).Milliseconds(), 10) }
+
+func (m *millis) Set(s string) error {
+	ms, err := strconv.ParseUint(s, 10, 32)
+	if err != nil {
+		return fmt.Errorf("want milliseconds: %w", err)
+	}
+	*m = millis(time.Duration(ms) * time.Millisecond)
+	return nil
+}
+
+// urlList is a comma-separated list flag.
+type urlList []string
+
+func (l *urlList) String() string { return strings.Join(*l, ",") }
+
+func (l *urlList) Set(s string) error {
+	*l = nil
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			*l = append(*l, u)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,301 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/services/consensus/transport"
+	"github.com/cairn-kv/cairn/services/consensus/wal"
+)
+
+// ErrRemoved is why a member stopped after it was removed from the cluster.
+var ErrRemoved = errors.New("consensus: this member was removed from the cluster")
+
+// Node is one consensus member: the raft loop, its WAL, its transport and its gRPC services. It implements
+// commitlog.Log for the storage in the same process, and etcd's membership operations for the frontend.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	tracer  trace.Tracer
+	tel     *obs.Telemetry
+	metrics *metrics
+
+	memberID  uint64
+	clusterID uint64
+
+	wal       *wal.WAL
+	storage   *raft.MemoryStorage
+	transport *transport.Transport
+	servers   []*grpc.Server
+
+	// The channels into the raft loop; everything that touches raft goes through them.
+	proposeC chan *proposal
+	recvC    chan *raftpb.Message
+	controlC chan func()
+
+	loop *raftLoop // owned by the loop goroutine once started
+
+	// mu guards members, which the loop changes and everyone reads.
+	mu      sync.RWMutex
+	members *membership
+
+	// Published by the loop after each Ready.
+	lead, term, commitIndex atomic.Uint64
+	isLeader, isLearner     atomic.Bool
+
+	deliver *deliverable
+	reads   *readIndexer
+	changes *changeWaiters
+	// configMu serializes this member's membership changes: raft drops a conf change proposed while
+	// another is pending, so concurrent ones would only time out.
+	configMu sync.Mutex
+
+	stopping chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+	errMu    sync.Mutex
+	err      error
+	wg       sync.WaitGroup
+}
+
+var _ commitlog.Log = (*Node)(nil)
+
+// New checks cfg and prepares a member; Start brings it up.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("consensus: %w", err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Telemetry == nil {
+		cfg.Telemetry = obs.NoTelemetry()
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		tel:      cfg.Telemetry,
+		tracer:   cfg.Telemetry.Tracer("github.com/cairn-kv/cairn/services/consensus"),
+		proposeC: make(chan *proposal, 4096),
+		recvC:    make(chan *raftpb.Message, 4096),
+		controlC: make(chan func(), 1024),
+		members:  newMembership(),
+		deliver:  newDeliverable(),
+		changes:  newChangeWaiters(),
+		stopping: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	n.reads = newReadIndexer(n)
+	return n, nil
+}
+
+// Start opens (or creates) the WAL, rebuilds raft's state from it, joins or bootstraps the cluster as
+// configured, and starts serving peers (and the Consensus API when configured). ctx bounds the start only.
+func (n *Node) Start(ctx context.Context) error {
+	m, err := newMetrics(n.cfg.Registry)
+	if err != nil {
+		return fmt.Errorf("consensus: metrics: %w", err)
+	}
+	n.metrics = m
+	rn, initialConf, err := n.bootstrap(ctx)
+	if err != nil {
+		n.closeStartFailure()
+		return err
+	}
+	n.loop = newRaftLoop(n, rn, initialConf)
+	if err := n.serve(); err != nil {
+		n.closeStartFailure()
+		return err
+	}
+	n.wg.Add(3)
+	go func() { defer n.wg.Done(); n.loop.run() }()
+	go func() { defer n.wg.Done(); n.reads.run() }()
+	go func() { defer n.wg.Done(); n.publishAttributes() }()
+	n.log.Info("consensus member started", "member-id", fmt.Sprintf("%x", n.memberID),
+		"cluster-id", fmt.Sprintf("%x", n.clusterID), "peer-urls", n.cfg.InitialAdvertisePeerURLs)
+	return nil
+}
+
+func (n *Node) closeStartFailure() {
+	for _, s := range n.servers {
+		s.Stop()
+	}
+	if n.transport != nil {
+		n.transport.Stop()
+	}
+	if n.wal != nil {
+		_ = n.wal.Close()
+	}
+}
+
+// Stop stops the member: the raft loop finishes its current step, the WAL is synced and closed, and every
+// call in flight returns ErrGRPCStopped.
+func (n *Node) Stop(ctx context.Context) error {
+	n.shutdown(nil, false)
+	select {
+	case <-n.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Kill stops the member the way a crash would, for tests: nothing more is sent or synced, and WAL bytes not
+// yet synced are lost.
+func (n *Node) Kill() { n.shutdown(nil, true) }
+
+// Done is closed once the member has stopped, whether asked to or because it was removed or failed.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Err says why the member stopped: nil when asked to, ErrRemoved, or the failure.
+func (n *Node) Err() error {
+	n.errMu.Lock()
+	defer n.errMu.Unlock()
+	return n.err
+}
+
+// fail stops the member because of err; it returns at once (the loop may be the caller).
+func (n *Node) fail(err error) {
+	n.log.Error("consensus member stopping", "member-id", fmt.Sprintf("%x", n.memberID), "err", err)
+	go n.shutdown(err, false)
+}
+
+func (n *Node) shutdown(cause error, crash bool) {
+	n.stopOnce.Do(func() {
+		n.errMu.Lock()
+		n.err = cause
+		n.errMu.Unlock()
+		close(n.stopping)
+		n.wg.Wait()
+		if n.transport != nil {
+			n.transport.Stop()
+		}
+		for _, s := range n.servers {
+			s.Stop()
+		}
+		if n.wal != nil {
+			if crash {
+				n.wal.Crash()
+			} else if err := n.wal.Close(); err != nil {
+				n.log.Error("closing WAL", "err", err)
+			}
+		}
+		close(n.done)
+	})
+}
+
+// stopped returns the error for calls made after (or during) the stop.
+func (n *Node) stopped() error { return rpctypes.ErrGRPCStopped }
+
+// control runs f in the raft loop and waits for it to be queued (not run).
+func (n *Node) control(ctx context.Context, f func()) error {
+	select {
+	case n.controlC <- f:
+		return nil
+	case <-n.stopping:
+		return n.stopped()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ID is this member's ID.
+func (n *Node) ID() uint64 { return n.memberID }
+
+// ClusterID is the cluster's ID.
+func (n *Node) ClusterID() uint64 { return n.clusterID }
+
+// Leader is the current leader's ID, 0 when there is none.
+func (n *Node) Leader() uint64 { return n.lead.Load() }
+
+// Health is nil when the member has a leader; for obs.AdminMux.
+func (n *Node) Health(context.Context) error {
+	select {
+	case <-n.done:
+		return errors.New("consensus member stopped")
+	default:
+	}
+	if n.lead.Load() == 0 {
+		return errors.New("no leader")
+	}
+	return nil
+}
+
+// Process implements transport.Raft: it queues a received message for the raft loop.
+func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
+	select {
+	case n.recvC <- m:
+		return nil
+	case <-n.stopping:
+		return n.stopped()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// IsIDRemoved implements transport.Raft.
+func (n *Node) IsIDRemoved(id uint64) bool {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return n.members.removed[id]
+}
+
+// ReportUnreachable implements transport.Raft.
+func (n *Node) ReportUnreachable(id uint64) {
+	n.controlAsync(func() { n.loop.rn.ReportUnreachable(id) })
+}
+
+// ReportSnapshot implements transport.Raft. Unlike other reports it is never dropped: a leader that never
+// hears how a snapshot went would leave that follower waiting for it forever.
+func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
+	_ = n.control(context.Background(), func() { n.loop.rn.ReportSnapshot(id, status) })
+}
+
+// ReportRemoved implements transport.Raft: a peer refused this member as removed, so it stops.
+func (n *Node) ReportRemoved() {
+	n.log.Warn("a peer says this member was removed from the cluster; stopping", "member-id", fmt.Sprintf("%x", n.memberID))
+	go n.shutdown(ErrRemoved, false)
+}
+
+// controlAsync queues f for the loop without waiting; when the queue is full the report is dropped, which
+// raft tolerates (it only speeds up recovery).
+func (n *Node) controlAsync(f func()) {
+	select {
+	case n.controlC <- f:
+	default:
+	}
+}
+
+// publishSoftState records who leads, as the loop learns it.
+func (n *Node) publishSoftState(ss *raft.SoftState) {
+	leader := ss.RaftState == raft.StateLeader
+	n.isLeader.Store(leader)
+	n.metrics.isLeader.Set(boolGauge(leader))
+	if old := n.lead.Swap(ss.Lead); old != ss.Lead {
+		n.metrics.hasLeader.Set(boolGauge(ss.Lead != 0))
+		if ss.Lead != 0 {
+			n.metrics.leaderChanges.Inc()
+		}
+		n.log.Info("leader changed", "member-id", fmt.Sprintf("%x", n.memberID), "leader", fmt.Sprintf("%x", ss.Lead),
+			"previous-leader", fmt.Sprintf("%x", old), "term", n.term.Load())
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,286 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+)
+
+// maxDrain bounds how many queued inputs the loop takes before it handles a Ready, so a flood of
+// proposals cannot starve the log's progress.
+const maxDrain = 1024
+
+// raftLoop owns the RawNode. Only its goroutine touches rn and the fields below.
+type raftLoop struct {
+	n  *Node
+	rn *raft.RawNode
+
+	batch          []*proposal
+	traces         *proposalTraces
+	confHistory    []confPoint
+	storageApplied uint64
+}
+
+// confPoint is the configuration in force from index on, kept so a snapshot at any index since the last
+// one can record the configuration at that index.
+type confPoint struct {
+	index     uint64
+	confState *raftpb.ConfState
+	members   *membership
+}
+
+func newRaftLoop(n *Node, rn *raft.RawNode, initial confPoint) *raftLoop {
+	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(), confHistory: []confPoint{initial}}
+}
+
+// run is the raft loop of raft's README: take inputs, then for each Ready persist, send, hand on the
+// committed entries, and Advance.
+func (l *raftLoop) run() {
+	ticker := time.NewTicker(l.n.cfg.HeartbeatInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ticker.C:
+			l.rn.Tick()
+			l.traces.expire(time.Now())
+		case m := <-l.n.recvC:
+			l.step(m)
+		case p := <-l.n.proposeC:
+			l.batch = append(l.batch, p)
+		case f := <-l.n.controlC:
+			f()
+		case <-l.n.stopping:
+			l.abort()
+			return
+		}
+		l.drainInputs()
+		l.proposeBatch()
+		for l.rn.HasReady() {
+			if err := l.handleReady(l.rn.Ready()); err != nil {
+				l.n.fail(err)
+				l.abort()
+				return
+			}
+		}
+	}
+}
+
+// drainInputs takes whatever else is already queued, so that one Ready (and one fsync) covers it all.
+func (l *raftLoop) drainInputs() {
+	for range maxDrain {
+		select {
+		case m := <-l.n.recvC:
+			l.step(m)
+		case p := <-l.n.proposeC:
+			l.batch = append(l.batch, p)
+		case f := <-l.n.controlC:
+			f()
+		default:
+			return
+		}
+	}
+}
+
+func (l *raftLoop) step(m *raftpb.Message) {
+	if err := l.rn.Step(m); err != nil {
+		l.n.log.Debug("raft refused message", "from", fmt.Sprintf("%x", m.GetFrom()), "type", m.GetType().String(), "err", err)
+	}
+}
+
+// proposeBatch steps every queued proposal as one MsgProp and tells each proposer the outcome.
+func (l *raftLoop) proposeBatch() {
+	if len(l.batch) == 0 {
+		return
+	}
+	batch := l.batch
+	l.batch = l.batch[:0]
+	st := l.rn.BasicStatus()
+	if st.Lead == raft.None {
+		l.finishBatch(batch, rpctypes.ErrGRPCNoLeader)
+		return
+	}
+	ents := make([]*raftpb.Entry, len(batch))
+	for i, p := range batch {
+		ents[i] = &raftpb.Entry{Data: p.data}
+	}
+	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(l.n.memberID), Entries: ents})
+	if err != nil {
+		l.finishBatch(batch, proposeError(err, st))
+		return
+	}
+	for _, p := range batch {
+		if p.span != nil {
+			l.traces.add(p)
+		}
+	}
+	l.finishBatch(batch, nil)
+}
+
+func (l *raftLoop) finishBatch(batch []*proposal, err error) {
+	l.n.metrics.proposals(len(batch), err)
+	for _, p := range batch {
+		p.finish(err)
+	}
+	clear(batch)
+}
+
+// proposeError maps raft's refusal to the error etcd would return.
+func proposeError(err error, st raft.BasicStatus) error {
+	if !errors.Is(err, raft.ErrProposalDropped) {
+		return fmt.Errorf("consensus: propose: %w", err)
+	}
+	switch {
+	case st.Lead == raft.None:
+		return rpctypes.ErrGRPCNoLeader
+	case st.LeadTransferee != raft.None:
+		return rpctypes.ErrGRPCLeaderChanged
+	default:
+		// The leader's uncommitted log is full (MaxUncommittedEntriesSize).
+		return rpctypes.ErrGRPCRequestTooManyRequests
+	}
+}
+
+// abort fails whatever the loop still holds when it stops.
+func (l *raftLoop) abort() {
+	l.finishBatch(l.batch, rpctypes.ErrGRPCStopped)
+	l.batch = nil
+	l.traces.abort()
+}
+
+// handleReady processes one Ready. A leader sends its messages before its own fsync (raft thesis 10.2.1,
+// allowed by raft's README); a follower only after, because its messages promise what it persisted.
+func (l *raftLoop) handleReady(rd raft.Ready) error {
+	if rd.SoftState != nil {
+		l.n.publishSoftState(rd.SoftState)
+	}
+	leader := l.n.isLeader.Load()
+	if leader {
+		l.n.transport.Send(rd.Messages)
+	}
+	if err := l.persist(rd); err != nil {
+		return err
+	}
+	if !leader {
+		l.n.transport.Send(rd.Messages)
+	}
+	if err := l.applyCommitted(rd.CommittedEntries); err != nil {
+		return err
+	}
+	if len(rd.ReadStates) > 0 {
+		l.n.reads.deliver(rd.ReadStates)
+	}
+	l.rn.Advance(rd)
+	return nil
+}
+
+// persist writes the Ready's snapshot, entries and HardState to the WAL with one fsync, then makes them
+// visible to raft through its storage.
+func (l *raftLoop) persist(rd raft.Ready) error {
+	var snap *raftpb.Snapshot
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		snap = rd.Snapshot
+	}
+	start := time.Now()
+	if err := l.n.wal.Save(snap, rd.HardState, rd.Entries, rd.MustSync); err != nil {
+		return fmt.Errorf("consensus: member %x: save to WAL: %w", l.n.memberID, err)
+	}
+	if rd.MustSync {
+		took := time.Since(start)
+		l.n.metrics.walFsync.Observe(took.Seconds())
+		l.traces.synced(took)
+	}
+	if snap != nil {
+		if err := l.installSnapshot(snap); err != nil {
+			return err
+		}
+	}
+	if rd.HardState != nil {
+		if err := l.n.storage.SetHardState(rd.HardState); err != nil {
+			return fmt.Errorf("consensus: set hard state: %w", err)
+		}
+		l.n.term.Store(rd.HardState.GetTerm())
+		l.n.commitIndex.Store(rd.HardState.GetCommit())
+	}
+	if err := l.n.storage.Append(rd.Entries); err != nil {
+		return fmt.Errorf("consensus: append %d entries to raft storage: %w", len(rd.Entries), err)
+	}
+	return nil
+}
+
+// applyCommitted applies conf changes to raft and the membership, then makes the entries deliverable on
+// Committed: they are committed and fsynced here.
+func (l *raftLoop) applyCommitted(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	for _, e := range ents {
+		switch e.GetType() {
+		case raftpb.EntryConfChange:
+			l.applyConfChange(e)
+		case raftpb.EntryConfChangeV2:
+			// Cairn never proposes these; apply them so raft's configuration stays what the log says.
+			cc := &raftpb.ConfChangeV2{}
+			if err := proto.Unmarshal(e.GetData(), cc); err != nil {
+				return fmt.Errorf("consensus: entry %d: bad ConfChangeV2: %w", e.GetIndex(), err)
+			}
+			l.recordConf(e.GetIndex(), l.rn.ApplyConfChange(cc))
+		default:
+			if len(e.GetData()) > 0 {
+				l.n.metrics.proposalsCommitted.Inc()
+			}
+			l.traces.committed(e)
+		}
+	}
+	last := ents[len(ents)-1].GetIndex()
+	l.n.deliver.advance(last)
+	l.n.metrics.appliedIndex.Set(float64(last))
+	return l.maybeSnapshot()
+}
+
+// applyConfChange applies one membership change. A change the membership refuses (it became invalid
+// between proposing and applying) is applied to raft as a no-op, which raft's README allows because the
+// decision depends only on the log.
+func (l *raftLoop) applyConfChange(e *raftpb.Entry) {
+	cc := &raftpb.ConfChange{}
+	var change *consensuspb.MemberChange
+	err := proto.Unmarshal(e.GetData(), cc)
+	if err == nil {
+		change, err = l.n.applyMemberChange(cc)
+	}
+	if err != nil {
+		l.n.log.Warn("membership change refused", "index", e.GetIndex(), "node-id", fmt.Sprintf("%x", cc.GetNodeId()), "err", err)
+		cc.NodeId = new(uint64(0))
+	}
+	l.recordConf(e.GetIndex(), l.rn.ApplyConfChange(cc))
+	if err == nil {
+		l.n.afterMemberChange(change)
+	}
+	l.n.changes.finish(change.GetRequestId(), err, l.n.sortedMembers)
+}
+
+// recordConf remembers the configuration from index on.
+func (l *raftLoop) recordConf(index uint64, cs *raftpb.ConfState) {
+	l.n.mu.RLock()
+	members := l.n.members.clone()
+	l.n.mu.RUnlock()
+	l.confHistory = append(l.confHistory, confPoint{index: index, confState: cs, members: members})
+}
+
+// confAt returns the configuration in force at index.
+func (l *raftLoop) confAt(index uint64) confPoint {
+	point := l.confHistory[0]
+	for _, p := range l.confHistory {
+		if p.index > index {
+			break
+		}
+		point = p
+	}
+	return point
+}

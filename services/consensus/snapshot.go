@@ -1,0 +1,158 @@
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+)
+
+// A raft snapshot here holds no state: its data is a SnapshotData naming the member whose storage holds
+// the state at the snapshot's index, plus the membership at that index.
+
+func encodeSnapshotData(sourceID uint64, storageURL string, ms *membership) ([]byte, error) {
+	data := &consensuspb.SnapshotData{
+		SourceMemberId: sourceID, SourceStorageUrl: storageURL, Members: ms.sorted(),
+		RemovedIds: slices.Sorted(maps.Keys(ms.removed)),
+	}
+	return proto.Marshal(data)
+}
+
+func decodeSnapshotData(snap *raftpb.Snapshot) (*consensuspb.SnapshotData, error) {
+	data := &consensuspb.SnapshotData{}
+	if err := proto.Unmarshal(snap.GetData(), data); err != nil {
+		return nil, fmt.Errorf("consensus: snapshot at %d: bad data: %w", snap.GetMetadata().GetIndex(), err)
+	}
+	return data, nil
+}
+
+func membershipOfSnapshot(snap *raftpb.Snapshot) (*membership, error) {
+	data, err := decodeSnapshotData(snap)
+	if err != nil {
+		return nil, err
+	}
+	ms := newMembership()
+	for _, m := range data.GetMembers() {
+		ms.members[m.GetId()] = m
+	}
+	for _, id := range data.GetRemovedIds() {
+		ms.removed[id] = true
+	}
+	return ms, nil
+}
+
+// snapshotEntry is the KindSnapshot entry that stands for the log up to snap's index.
+func snapshotEntry(snap *raftpb.Snapshot) (commitlog.Entry, error) {
+	data, err := decodeSnapshotData(snap)
+	if err != nil {
+		return commitlog.Entry{}, err
+	}
+	md := snap.GetMetadata()
+	return commitlog.Entry{
+		Index: md.GetIndex(), Term: md.GetTerm(), Kind: commitlog.KindSnapshot,
+		Snapshot: &commitlog.SnapshotRef{
+			Index: md.GetIndex(), Term: md.GetTerm(),
+			SourceMemberID: data.GetSourceMemberId(), SourceStorageURL: data.GetSourceStorageUrl(),
+		},
+	}, nil
+}
+
+// Compact implements commitlog.Log: storage has durably applied up to appliedIndex. Once SnapshotCount
+// entries have been applied since the last snapshot, consensus takes a new one there and compacts its
+// log, keeping SnapshotCatchUpEntries below it.
+func (n *Node) Compact(ctx context.Context, appliedIndex uint64) error {
+	return n.control(ctx, func() {
+		if err := n.loop.compact(appliedIndex); err != nil {
+			n.fail(err)
+		}
+	})
+}
+
+func (l *raftLoop) compact(appliedIndex uint64) error {
+	l.storageApplied = max(l.storageApplied, appliedIndex)
+	return l.maybeSnapshot()
+}
+
+// maybeSnapshot takes a snapshot at the highest index that storage applied and consensus delivered, when
+// enough entries have accumulated since the last one.
+func (l *raftLoop) maybeSnapshot() error {
+	index := min(l.storageApplied, l.n.deliver.index())
+	current, err := l.n.storage.Snapshot()
+	if err != nil {
+		return fmt.Errorf("consensus: read raft snapshot: %w", err)
+	}
+	last := current.GetMetadata().GetIndex()
+	if index <= last || index-last < l.n.cfg.SnapshotCount {
+		return nil
+	}
+	point := l.confAt(index)
+	data, err := encodeSnapshotData(l.n.memberID, l.n.cfg.AdvertiseStorageURL, point.members)
+	if err != nil {
+		return fmt.Errorf("consensus: encode snapshot data: %w", err)
+	}
+	snap, err := l.n.storage.CreateSnapshot(index, point.confState, data)
+	if err != nil {
+		return fmt.Errorf("consensus: create snapshot at %d: %w", index, err)
+	}
+	if err := l.n.wal.SaveSnapshot(snap); err != nil {
+		return fmt.Errorf("consensus: member %x: save snapshot at %d: %w", l.n.memberID, index, err)
+	}
+	compactIndex := uint64(0)
+	if index > l.n.cfg.SnapshotCatchUpEntries {
+		compactIndex = index - l.n.cfg.SnapshotCatchUpEntries
+	}
+	if first, _ := l.n.storage.FirstIndex(); compactIndex > first {
+		if err := l.n.storage.Compact(compactIndex); err != nil && !errors.Is(err, raft.ErrCompacted) {
+			return fmt.Errorf("consensus: compact raft log to %d: %w", compactIndex, err)
+		}
+	}
+	if err := l.n.wal.ReleaseTo(index); err != nil {
+		return err
+	}
+	l.pruneConfHistory(index)
+	l.n.log.Info("took a snapshot", "member-id", fmt.Sprintf("%x", l.n.memberID), "snapshot-index", index,
+		"compacted-index", compactIndex)
+	return nil
+}
+
+// pruneConfHistory forgets configurations no future snapshot (at or above index) can need.
+func (l *raftLoop) pruneConfHistory(index uint64) {
+	keep := 0
+	for i, p := range l.confHistory {
+		if p.index <= index {
+			keep = i
+		}
+	}
+	l.confHistory = slices.Clone(l.confHistory[keep:])
+}
+
+// installSnapshot adopts a snapshot received from the leader: it replaces raft's log, the membership and
+// the configuration history, and makes the snapshot deliverable (Committed hands storage a KindSnapshot).
+func (l *raftLoop) installSnapshot(snap *raftpb.Snapshot) error {
+	index := snap.GetMetadata().GetIndex()
+	members, err := membershipOfSnapshot(snap)
+	if err != nil {
+		return err
+	}
+	if err := l.n.storage.ApplySnapshot(snap); err != nil {
+		return fmt.Errorf("consensus: apply snapshot at %d: %w", index, err)
+	}
+	l.n.mu.Lock()
+	old := l.n.members
+	l.n.members = members.clone()
+	l.n.mu.Unlock()
+	l.confHistory = []confPoint{{index: index, confState: snap.GetMetadata().GetConfState(), members: members}}
+	l.n.syncPeers(old, members)
+	l.n.deliver.reset(index)
+	l.n.log.Info("installed a snapshot from the leader", "member-id", fmt.Sprintf("%x", l.n.memberID),
+		"snapshot-index", index, "snapshot-term", snap.GetMetadata().GetTerm())
+	return l.n.wal.ReleaseTo(index)
+}

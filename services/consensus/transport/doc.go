@@ -1,0 +1,23 @@
+// Package transport carries raft messages between consensus members over gRPC (the Peer service in
+// pkg/cairnpb/consensuspb).
+//
+// # Promises
+//
+//   - Each member keeps, per peer, one long-lived outbound stream per message class: appends (MsgApp) on one,
+//     everything else (heartbeats, votes, responses, read-index traffic) on another, so a heartbeat never
+//     waits behind a megabyte of entries. Snapshots (MsgSnap) travel on their own call, one per snapshot.
+//   - Messages are queued per peer and class and sent in batches: whatever queued while the previous batch
+//     was being written goes out in the next one, so many small messages share one gRPC frame.
+//   - A broken stream is re-opened with exponential backoff. Messages that cannot be sent are dropped (raft
+//     retransmits) and the peer is reported unreachable to raft; a snapshot's outcome is reported to raft
+//     with ReportSnapshot.
+//   - A member that the receiving side knows as removed is refused with ErrRemoved, and the sender's raft is
+//     told (Raft.ReportRemoved) so the member can stop itself. Messages from another cluster are refused.
+//
+// Send marshals messages in the caller's goroutine (raft's loop), as raft asks, so no entry is marshalled
+// while the loop changes it. Received messages are handed to Raft.Process, which may block: that is how a
+// slow raft loop slows its senders.
+//
+// Faults is a test aid: it drops messages to and from chosen members, to partition a member with the real
+// transport in place.
+package transport

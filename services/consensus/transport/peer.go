@@ -1,0 +1,231 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+)
+
+// class is a kind of traffic with its own stream and queue.
+type class int
+
+const (
+	classControl class = iota // heartbeats, votes, responses, read index
+	classAppend               // MsgApp
+	numClasses
+)
+
+func (c class) String() string {
+	if c == classAppend {
+		return "append"
+	}
+	return "control"
+}
+
+// peer sends to one remote member.
+type peer struct {
+	t      *Transport
+	id     uint64
+	target string
+	conn   *grpc.ClientConn
+	client consensuspb.PeerClient
+
+	queues    [numClasses]chan []byte
+	snapshots chan []byte
+
+	// activeNanos is when the control stream last became healthy (unix nanoseconds), 0 when it is down.
+	activeNanos atomic.Int64
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startPeer(t *Transport, id uint64, target string) (*peer, error) {
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay: t.cfg.MinBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: t.cfg.MaxBackoff,
+			},
+			MinConnectTimeout: time.Second,
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize), grpc.MaxCallSendMsgSize(MaxRecvMsgSize)),
+	}, t.cfg.DialOptions...)
+	conn, err := grpc.NewClient(target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial peer %x at %s: %w", id, target, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &peer{
+		t: t, id: id, target: target, conn: conn, client: consensuspb.NewPeerClient(conn),
+		snapshots: make(chan []byte, 4), ctx: ctx, cancel: cancel,
+	}
+	for c := range p.queues {
+		p.queues[c] = make(chan []byte, t.cfg.QueueSize)
+		p.wg.Add(1)
+		go p.streamLoop(class(c))
+	}
+	p.wg.Add(1)
+	go p.snapshotLoop()
+	return p, nil
+}
+
+func (p *peer) stop() {
+	p.cancel()
+	p.wg.Wait()
+	_ = p.conn.Close()
+}
+
+func (p *peer) activeSince() time.Time {
+	if n := p.activeNanos.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// enqueue queues a marshalled message; false means the queue was full.
+func (p *peer) enqueue(typ raftpb.MessageType, body []byte) bool {
+	q := p.queues[classControl]
+	switch typ {
+	case raftpb.MsgSnap:
+		q = p.snapshots
+	case raftpb.MsgApp:
+		q = p.queues[classAppend]
+	}
+	select {
+	case q <- body:
+		return true
+	default:
+		return false
+	}
+}
+
+// streamLoop keeps one stream of class c open and sends the queue's messages on it in batches.
+func (p *peer) streamLoop(c class) {
+	defer p.wg.Done()
+	log := p.t.cfg.Logger.With("peer", fmt.Sprintf("%x", p.id), "stream", c.String())
+	var stream grpc.ClientStreamingClient[consensuspb.MessageBatch, consensuspb.MessagesResult]
+	wait := p.t.cfg.MinBackoff
+	batch := &consensuspb.MessageBatch{From: p.t.cfg.MemberID}
+	for {
+		var first []byte
+		select {
+		case first = <-p.queues[c]:
+		case <-p.ctx.Done():
+			if stream != nil {
+				_ = stream.CloseSend()
+			}
+			return
+		}
+		if stream == nil {
+			var err error
+			if stream, err = p.client.Messages(p.ctx); err != nil {
+				stream = nil
+				wait = p.failed(c, log, err, wait)
+				continue
+			}
+			if c == classControl {
+				p.activeNanos.Store(time.Now().UnixNano())
+			}
+		}
+		batch.ClusterId = p.t.clusterID()
+		batch.Messages = p.drain(c, append(batch.Messages[:0], first))
+		if err := stream.Send(batch); err != nil {
+			_, err = stream.CloseAndRecv()
+			stream = nil
+			wait = p.failed(c, log, err, wait)
+			continue
+		}
+		wait = p.t.cfg.MinBackoff
+	}
+}
+
+// drain adds whatever else is queued, up to maxBatchBytes.
+func (p *peer) drain(c class, msgs [][]byte) [][]byte {
+	size := len(msgs[0])
+	for size < maxBatchBytes {
+		select {
+		case body := <-p.queues[c]:
+			msgs = append(msgs, body)
+			size += len(body)
+		default:
+			return msgs
+		}
+	}
+	return msgs
+}
+
+// failed handles a broken or unopenable stream: it tells raft, drops the queued messages (raft resends what
+// matters) and waits out the backoff. It returns the next backoff.
+func (p *peer) failed(c class, log interface{ Debug(string, ...any) }, err error, wait time.Duration) time.Duration {
+	if c == classControl {
+		p.activeNanos.Store(0)
+	}
+	if isRemoved(err) {
+		p.t.cfg.Raft.ReportRemoved()
+	}
+	if p.ctx.Err() == nil {
+		log.Debug("peer stream failed", "err", err, "retry-in", wait)
+	}
+	p.t.cfg.Raft.ReportUnreachable(p.id)
+	for dropped := true; dropped; {
+		select {
+		case <-p.queues[c]:
+		default:
+			dropped = false
+		}
+	}
+	jittered := wait/2 + rand.N(wait/2+1)
+	select {
+	case <-time.After(jittered):
+	case <-p.ctx.Done():
+	}
+	return min(2*wait, p.t.cfg.MaxBackoff)
+}
+
+// snapshotLoop sends each snapshot message as its own call and reports the outcome to raft.
+func (p *peer) snapshotLoop() {
+	defer p.wg.Done()
+	for {
+		var body []byte
+		select {
+		case body = <-p.snapshots:
+		case <-p.ctx.Done():
+			return
+		}
+		ctx, cancel := context.WithTimeout(p.ctx, p.t.cfg.SnapshotTimeout)
+		_, err := p.client.Snapshot(ctx, &consensuspb.SnapshotMessage{
+			From: p.t.cfg.MemberID, ClusterId: p.t.clusterID(), Message: body,
+		})
+		cancel()
+		if err != nil {
+			p.t.cfg.Logger.Warn("sending snapshot failed", "peer", fmt.Sprintf("%x", p.id), "err", err)
+			if isRemoved(err) {
+				p.t.cfg.Raft.ReportRemoved()
+			}
+			p.t.cfg.Raft.ReportSnapshot(p.id, raft.SnapshotFailure)
+			p.t.cfg.Raft.ReportUnreachable(p.id)
+			continue
+		}
+		p.t.cfg.Raft.ReportSnapshot(p.id, raft.SnapshotFinish)
+	}
+}
+
+func isRemoved(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.PermissionDenied && s.Message() == status.Convert(ErrRemoved).Message()
+}

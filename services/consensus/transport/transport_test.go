@@ -1,0 +1,291 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+)
+
+// recorder is the raft side of a transport under test: it records what the transport hands it.
+type recorder struct {
+	mu          sync.Mutex
+	received    []*raftpb.Message
+	unreachable map[uint64]int
+	snapshots   map[raft.SnapshotStatus]int
+	removedIDs  map[uint64]bool
+	removed     bool
+	// holdApps, when set, makes Process block on MsgApp until it is closed.
+	holdApps chan struct{}
+}
+
+func newRecorder() *recorder {
+	return &recorder{unreachable: map[uint64]int{}, snapshots: map[raft.SnapshotStatus]int{}, removedIDs: map[uint64]bool{}}
+}
+
+func (r *recorder) Process(ctx context.Context, m *raftpb.Message) error {
+	if m.GetType() == raftpb.MsgApp && r.holdApps != nil {
+		select {
+		case <-r.holdApps:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.received = append(r.received, m)
+	return nil
+}
+
+func (r *recorder) IsIDRemoved(id uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.removedIDs[id]
+}
+
+func (r *recorder) ReportUnreachable(id uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unreachable[id]++
+}
+
+func (r *recorder) ReportSnapshot(_ uint64, s raft.SnapshotStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.snapshots[s]++
+}
+
+func (r *recorder) ReportRemoved() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.removed = true
+}
+
+func (r *recorder) count(typ raftpb.MessageType) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, m := range r.received {
+		if m.GetType() == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func (r *recorder) check(f func() bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return f()
+}
+
+// member is a transport with its own gRPC server on loopback.
+type member struct {
+	id   uint64
+	rec  *recorder
+	tr   *Transport
+	srv  *grpc.Server
+	addr string
+}
+
+func startMember(t *testing.T, id, clusterID uint64, addr string, faults *Faults) *member {
+	t.Helper()
+	rec := newRecorder()
+	tr, err := New(Config{MemberID: id, ClusterID: clusterID, Raft: rec, Faults: faults,
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRecvMsgSize))
+	tr.Register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	m := &member{id: id, rec: rec, tr: tr, srv: srv, addr: lis.Addr().String()}
+	t.Cleanup(m.stop)
+	return m
+}
+
+func (m *member) stop() {
+	m.tr.Stop()
+	m.srv.Stop()
+}
+
+func msg(typ raftpb.MessageType, from, to uint64, payload int) *raftpb.Message {
+	m := &raftpb.Message{Type: typ.Enum(), From: new(from), To: new(to), Term: new(uint64(1))}
+	if payload > 0 {
+		m.Entries = []*raftpb.Entry{{Index: new(uint64(1)), Term: new(uint64(1)), Data: make([]byte, payload)}}
+	}
+	if typ == raftpb.MsgSnap {
+		m.Snapshot = &raftpb.Snapshot{Data: []byte("ref"), Metadata: &raftpb.SnapshotMetadata{Index: new(uint64(5)), Term: new(uint64(1))}}
+	}
+	return m
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func pair(t *testing.T) (a, b *member) {
+	a = startMember(t, 1, 7, "127.0.0.1:0", nil)
+	b = startMember(t, 2, 7, "127.0.0.1:0", nil)
+	if err := a.tr.AddPeer(2, []string{"http://" + b.addr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.tr.AddPeer(1, []string{"http://" + a.addr}); err != nil {
+		t.Fatal(err)
+	}
+	return a, b
+}
+
+func TestDeliversEveryClass(t *testing.T) {
+	a, b := pair(t)
+	tests := []struct {
+		typ raftpb.MessageType
+		n   int
+	}{
+		{raftpb.MsgHeartbeat, 500},
+		{raftpb.MsgApp, 500},
+		{raftpb.MsgVote, 3},
+		{raftpb.MsgSnap, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.typ.String(), func(t *testing.T) {
+			var msgs []*raftpb.Message
+			for range tc.n {
+				msgs = append(msgs, msg(tc.typ, 1, 2, 100))
+			}
+			a.tr.Send(msgs)
+			waitFor(t, tc.typ.String(), func() bool { return b.rec.count(tc.typ) == tc.n })
+		})
+	}
+	waitFor(t, "snapshot reported finished", func() bool {
+		return a.rec.check(func() bool { return a.rec.snapshots[raft.SnapshotFinish] == 1 })
+	})
+}
+
+func TestHeartbeatsDoNotWaitBehindAppends(t *testing.T) {
+	a, b := pair(t)
+	b.rec.holdApps = make(chan struct{})
+	defer close(b.rec.holdApps)
+	var apps []*raftpb.Message
+	for range 8 {
+		apps = append(apps, msg(raftpb.MsgApp, 1, 2, 1<<20))
+	}
+	a.tr.Send(apps)
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+	waitFor(t, "heartbeat while appends are stuck", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+	if n := b.rec.count(raftpb.MsgApp); n != 0 {
+		t.Fatalf("%d appends processed though raft holds them", n)
+	}
+}
+
+func TestReconnectsAfterPeerRestart(t *testing.T) {
+	a, b := pair(t)
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+	waitFor(t, "first heartbeat", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+	if a.tr.ActiveSince(2).IsZero() {
+		t.Fatal("ActiveSince is zero on a healthy stream")
+	}
+	addr := b.addr
+	b.stop()
+	waitFor(t, "peer reported unreachable", func() bool {
+		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+		time.Sleep(5 * time.Millisecond)
+		return a.rec.check(func() bool { return a.rec.unreachable[2] > 0 }) && a.tr.ActiveSince(2).IsZero()
+	})
+	b2 := startMember(t, 2, 7, addr, nil)
+	waitFor(t, "heartbeat after restart", func() bool {
+		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+		time.Sleep(5 * time.Millisecond)
+		return b2.rec.count(raftpb.MsgHeartbeat) > 0
+	})
+}
+
+func TestSnapshotToDownPeerIsReportedFailed(t *testing.T) {
+	a := startMember(t, 1, 7, "127.0.0.1:0", nil)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close()
+	if err := a.tr.AddPeer(2, []string{"http://" + dead}); err != nil {
+		t.Fatal(err)
+	}
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgSnap, 1, 2, 0)})
+	waitFor(t, "snapshot failure", func() bool {
+		return a.rec.check(func() bool { return a.rec.snapshots[raft.SnapshotFailure] == 1 })
+	})
+}
+
+func TestRefusals(t *testing.T) {
+	t.Run("removed member is told", func(t *testing.T) {
+		a, b := pair(t)
+		b.rec.removedIDs[1] = true
+		waitFor(t, "removal reported", func() bool {
+			a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+			time.Sleep(5 * time.Millisecond)
+			return a.rec.check(func() bool { return a.rec.removed })
+		})
+		if n := b.rec.count(raftpb.MsgHeartbeat); n != 0 {
+			t.Fatalf("%d heartbeats from a removed member were processed", n)
+		}
+	})
+	t.Run("other cluster is refused", func(t *testing.T) {
+		a := startMember(t, 1, 7, "127.0.0.1:0", nil)
+		b := startMember(t, 2, 8, "127.0.0.1:0", nil)
+		if err := a.tr.AddPeer(2, []string{"http://" + b.addr}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "unreachable", func() bool {
+			a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+			time.Sleep(5 * time.Millisecond)
+			return a.rec.check(func() bool { return a.rec.unreachable[2] > 0 })
+		})
+		if n := b.rec.count(raftpb.MsgHeartbeat); n != 0 {
+			t.Fatalf("%d heartbeats from another cluster were processed", n)
+		}
+	})
+}
+
+func TestFaultsDropBothDirections(t *testing.T) {
+	faults := NewFaults()
+	a := startMember(t, 1, 7, "127.0.0.1:0", faults)
+	b := startMember(t, 2, 7, "127.0.0.1:0", nil)
+	if err := a.tr.AddPeer(2, []string{"http://" + b.addr}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.tr.AddPeer(1, []string{"http://" + a.addr}); err != nil {
+		t.Fatal(err)
+	}
+	faults.Block(2)
+	for range 20 {
+		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+		b.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, 0)})
+	}
+	waitFor(t, "all 40 heartbeats dropped", func() bool { return faults.Dropped() == 40 })
+	if a.rec.count(raftpb.MsgHeartbeat) != 0 || b.rec.count(raftpb.MsgHeartbeat) != 0 {
+		t.Fatalf("blocked heartbeats arrived: a got %d, b got %d", a.rec.count(raftpb.MsgHeartbeat), b.rec.count(raftpb.MsgHeartbeat))
+	}
+	faults.Unblock(2)
+	b.tr.Send([]*raftpb.Message{msg(raftpb.MsgVote, 2, 1, 0)})
+	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgVote, 1, 2, 0)})
+	waitFor(t, "votes after unblocking", func() bool {
+		return a.rec.count(raftpb.MsgVote) == 1 && b.rec.count(raftpb.MsgVote) == 1
+	})
+}
