@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -239,7 +240,10 @@ func (n *Node) MoveLeader(ctx context.Context, req *etcdserverpb.MoveLeaderReque
 	return &etcdserverpb.MoveLeaderResponse{Header: n.header()}, nil
 }
 
-// configure proposes a member change and waits until it is applied here.
+// configure proposes a member change and waits until it is applied here. Raft silently drops a conf
+// change proposed while another is pending (or before a new leader applied its log), so the change is
+// proposed again, with the same request ID, until it is applied or the request times out; a duplicate
+// that commits after the first is refused when applied and changes nothing.
 func (n *Node) configure(ctx context.Context, change *consensuspb.MemberChange) ([]*etcdserverpb.Member, error) {
 	n.configMu.Lock()
 	defer n.configMu.Unlock()
@@ -258,31 +262,46 @@ func (n *Node) configure(ctx context.Context, change *consensuspb.MemberChange) 
 	defer cancel()
 	done := n.changes.register(change.RequestId)
 	defer n.changes.cancel(change.RequestId)
+	retry := time.NewTicker(2 * n.cfg.ElectionTimeout)
+	defer retry.Stop()
+	for {
+		if err := n.proposeConfChange(ctx, cc); err != nil {
+			return nil, err
+		}
+		select {
+		case res := <-done:
+			return res.members, res.err
+		case <-retry.C:
+		case <-ctx.Done():
+			return nil, contextError(ctx)
+		case <-n.stopping:
+			return nil, n.stopped()
+		}
+	}
+}
+
+// proposeConfChange hands a conf change to raft and returns raft's immediate answer.
+func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) error {
 	proposed := make(chan error, 1)
 	if err := n.control(ctx, func() {
-		if n.loop.rn.BasicStatus().Lead == raft.None {
+		st := n.loop.rn.BasicStatus()
+		if st.Lead == raft.None {
 			proposed <- rpctypes.ErrGRPCNoLeader
 			return
 		}
-		proposed <- n.loop.rn.ProposeConfChange(cc)
+		if err := n.loop.rn.ProposeConfChange(cc); err != nil {
+			proposed <- proposeError(err, st)
+			return
+		}
+		proposed <- nil
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	select {
 	case err := <-proposed:
-		if err != nil {
-			return nil, proposeError(err, raft.BasicStatus{SoftState: raft.SoftState{Lead: n.lead.Load()}})
-		}
+		return err
 	case <-ctx.Done():
-		return nil, contextError(ctx)
-	}
-	select {
-	case res := <-done:
-		return res.members, res.err
-	case <-ctx.Done():
-		return nil, contextError(ctx)
-	case <-n.stopping:
-		return nil, n.stopped()
+		return contextError(ctx)
 	}
 }
 

@@ -1,0 +1,177 @@
+package consensus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/services/consensus"
+	"github.com/cairn-kv/cairn/services/consensus/consensustest"
+)
+
+// readLog reads a member's committed log from index 1 up to and including upTo.
+func readLog(t *testing.T, n *consensus.Node, upTo uint64) []commitlog.Entry {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []commitlog.Entry
+	stop := errors.New("read enough")
+	err := n.Committed(ctx, 1, func(batch []commitlog.Entry) error {
+		for _, e := range batch {
+			if e.Index > upTo {
+				return stop
+			}
+			e.Data = append([]byte(nil), e.Data...)
+			out = append(out, e)
+			if e.Index == upTo {
+				return stop
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("member %x: reading committed log up to %d: %v (got %d entries)", n.ID(), upTo, err, len(out))
+	}
+	return out
+}
+
+// proposeAll proposes count unique entries from workers goroutines, spread over the given members, and
+// waits until each committed on the member it was proposed to; a refused or lost proposal is retried. It
+// returns the payloads and the highest commit index seen.
+func proposeAll(t *testing.T, members []*consensustest.Member, count, workers int, prefix string) (map[string]bool, uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	commits := make([]*consensustest.Commits, len(members))
+	for i, m := range members {
+		commits[i] = consensustest.WatchCommits(ctx, m.Node())
+	}
+	var mu sync.Mutex
+	payloads := map[string]bool{}
+	var highest uint64
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			which := w % len(members)
+			for i := w; i < count; i += workers {
+				data := fmt.Appendf(nil, "%s-%06d", prefix, i)
+				index, err := proposeRetrying(ctx, commits[which], members[which].Node(), data)
+				if err != nil {
+					errs <- fmt.Errorf("proposal %s: %w", data, err)
+					return
+				}
+				mu.Lock()
+				payloads[string(data)] = true
+				highest = max(highest, index)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return payloads, highest
+}
+
+// proposeRetrying retries a proposal that was refused or not committed within a second (a leader change
+// can drop it); a retried proposal may therefore commit twice.
+func proposeRetrying(ctx context.Context, c *consensustest.Commits, n *consensus.Node, data []byte) (uint64, error) {
+	for ctx.Err() == nil {
+		attempt, cancel := context.WithTimeout(ctx, time.Second)
+		index, err := c.Propose(attempt, n, data)
+		cancel()
+		if err == nil {
+			return index, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0, ctx.Err()
+}
+
+func TestThreeMembersElectALeader(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	leader := c.WaitLeader(5 * time.Second)
+	st, err := leader.Node().Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Leader != leader.Node().ID() || st.Term == 0 || len(st.Members) != 3 {
+		t.Fatalf("leader status = %+v, want itself as leader, a term, 3 members", st)
+	}
+	// Every member publishes its attributes (name, storage URL) through raft.
+	c.Eventually(5*time.Second, "all members published", func() bool {
+		for _, m := range c.Running() {
+			st, _ := m.Node().Status(context.Background())
+			for _, member := range st.Members {
+				if member.Name == "" || member.StorageURL == "" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func TestProposalsCommitInTheSameOrderEverywhere(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	payloads, highest := proposeAll(t, c.Members(), 10000, 16, "order")
+	if len(payloads) != 10000 {
+		t.Fatalf("%d distinct payloads committed, want 10000", len(payloads))
+	}
+	var logs [][]commitlog.Entry
+	for _, m := range c.Members() {
+		logs = append(logs, readLog(t, m.Node(), highest))
+	}
+	seen := map[string]bool{}
+	for i, e := range logs[0] {
+		if e.Index != uint64(i+1) {
+			t.Fatalf("entry %d has index %d: the log has a hole", i+1, e.Index)
+		}
+		for m := 1; m < len(logs); m++ {
+			o := logs[m][i]
+			if o.Index != e.Index || o.Term != e.Term || o.Kind != e.Kind || string(o.Data) != string(e.Data) {
+				t.Fatalf("index %d differs: member 1 has %d/%d/%v/%q, member %d has %d/%d/%v/%q", e.Index,
+					e.Index, e.Term, e.Kind, e.Data, m+1, o.Index, o.Term, o.Kind, o.Data)
+			}
+		}
+		if e.Kind == commitlog.KindNormal {
+			seen[string(e.Data)] = true
+		}
+	}
+	for p := range payloads {
+		if !seen[p] {
+			t.Fatalf("acknowledged payload %q is not in the log", p)
+		}
+	}
+}
+
+func TestProposeWithoutLeaderFailsFast(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	members := c.Members()
+	members[1].Kill()
+	members[2].Kill()
+	n := members[0].Node()
+	c.Eventually(5*time.Second, "the lone member to lose its leader", func() bool { return n.Leader() == 0 })
+	start := time.Now()
+	err := n.Propose(context.Background(), []byte("x"))
+	if !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+		t.Fatalf("Propose without leader = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
+	}
+	if _, err := n.ReadIndex(context.Background()); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+		t.Fatalf("ReadIndex without leader = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Fatalf("failing took %v, want fast", took)
+	}
+}

@@ -1,0 +1,65 @@
+package consensustest
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+)
+
+// Commits follows one member's committed log and tells proposers when their entry committed, the way a
+// storage matches applied entries to waiting requests.
+type Commits struct {
+	mu      sync.Mutex
+	waiting map[string]chan uint64
+	err     error
+	done    chan struct{}
+}
+
+// WatchCommits follows log from index 1 until ctx ends.
+func WatchCommits(ctx context.Context, log commitlog.Log) *Commits {
+	c := &Commits{waiting: map[string]chan uint64{}, done: make(chan struct{})}
+	go func() {
+		err := log.Committed(ctx, 1, func(batch []commitlog.Entry) error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, e := range batch {
+				if ch, ok := c.waiting[string(e.Data)]; ok && e.Kind == commitlog.KindNormal {
+					ch <- e.Index
+					delete(c.waiting, string(e.Data))
+				}
+			}
+			return nil
+		})
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		close(c.done)
+	}()
+	return c
+}
+
+// Propose proposes data through log and waits until it is committed on the watched member, returning its
+// index. data must be unique among the proposals waiting at the same time.
+func (c *Commits) Propose(ctx context.Context, log commitlog.Log, data []byte) (uint64, error) {
+	ch := make(chan uint64, 1)
+	c.mu.Lock()
+	c.waiting[string(data)] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiting, string(data))
+		c.mu.Unlock()
+	}()
+	if err := log.Propose(ctx, data); err != nil {
+		return 0, err
+	}
+	select {
+	case index := <-ch:
+		return index, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-c.done:
+		return 0, c.err
+	}
+}
