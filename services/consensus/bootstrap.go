@@ -259,4 +259,3 @@ func askMembers(ctx context.Context, urls []string) (*consensuspb.MembersRespons
 	defer cancel()
 	return consensuspb.NewPeerClusterClient(conn).Members(ctx, &consensuspb.MembersRequest{})
 }
-
