@@ -15,7 +15,8 @@ import (
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
 
-// readLog reads a member's committed log from index 1 up to and including upTo.
+// readLog reads a member's committed log from index 1 up to and including upTo (a snapshot entry that
+// covers upTo ends it too).
 func readLog(t *testing.T, n *consensus.Node, upTo uint64) []commitlog.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -24,12 +25,12 @@ func readLog(t *testing.T, n *consensus.Node, upTo uint64) []commitlog.Entry {
 	stop := errors.New("read enough")
 	err := n.Committed(ctx, 1, func(batch []commitlog.Entry) error {
 		for _, e := range batch {
-			if e.Index > upTo {
+			if e.Index > upTo && e.Kind != commitlog.KindSnapshot {
 				return stop
 			}
 			e.Data = append([]byte(nil), e.Data...)
 			out = append(out, e)
-			if e.Index == upTo {
+			if e.Index >= upTo {
 				return stop
 			}
 		}

@@ -193,6 +193,8 @@ func (n *Node) isLearnerReady(ctx context.Context, id uint64) error {
 	case p = <-result:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-n.stopping:
+		return n.stopped()
 	}
 	switch {
 	case !p.leader:
@@ -302,6 +304,8 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 		return err
 	case <-ctx.Done():
 		return contextError(ctx)
+	case <-n.stopping:
+		return n.stopped()
 	}
 }
 

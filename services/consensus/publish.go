@@ -38,6 +38,11 @@ func (n *Node) publishAttributes() {
 		_, err := n.configure(ctx, &consensuspb.MemberChange{Kind: consensuspb.MemberChange_PUBLISH, Member: want})
 		cancel()
 		if err != nil {
+			select {
+			case <-n.stopping:
+				return
+			default:
+			}
 			n.log.Warn("publishing member attributes failed; retrying", "member-id", fmt.Sprintf("%x", n.memberID), "err", err)
 			continue
 		}

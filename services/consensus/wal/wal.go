@@ -370,3 +370,10 @@ func (w *WAL) Crash() {
 	_, _ = w.tail.WriteAt(zeros, w.syncedOff)
 	_ = w.tail.Close()
 }
+
+// Tail returns the tail segment and the offset where the next record goes (for tools and crash tests).
+func (w *WAL) Tail() (path string, offset int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.segments[len(w.segments)-1].path, w.writeOff
+}

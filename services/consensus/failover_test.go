@@ -1,0 +1,297 @@
+package consensus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/services/consensus"
+	"github.com/cairn-kv/cairn/services/consensus/consensustest"
+	"github.com/cairn-kv/cairn/services/consensus/wal"
+)
+
+// payloadsIn returns the normal entries' payloads of a log.
+func payloadsIn(log []commitlog.Entry) map[string]bool {
+	out := map[string]bool{}
+	for _, e := range log {
+		if e.Kind == commitlog.KindNormal {
+			out[string(e.Data)] = true
+		}
+	}
+	return out
+}
+
+func requireAll(t *testing.T, who string, have, want map[string]bool) {
+	t.Helper()
+	for p := range want {
+		if !have[p] {
+			t.Fatalf("%s lost acknowledged entry %q", who, p)
+		}
+	}
+}
+
+func waitCaughtUp(t *testing.T, c *consensustest.Cluster, m *consensustest.Member, index uint64) {
+	t.Helper()
+	c.Eventually(20*time.Second, fmt.Sprintf("%s to apply index %d", m.Name, index), func() bool {
+		st, err := m.Node().Status(context.Background())
+		return err == nil && st.AppliedIndex >= index
+	})
+}
+
+func others(c *consensustest.Cluster, not *consensustest.Member) []*consensustest.Member {
+	var out []*consensustest.Member
+	for _, m := range c.Members() {
+		if m != not {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestKilledLeaderIsReplacedAndCatchesUpAfterRestart(t *testing.T) {
+	opts := consensustest.Options{}
+	c := consensustest.Start(t, opts)
+	old := c.WaitLeader(5 * time.Second)
+	acked, highest := proposeAll(t, []*consensustest.Member{old}, 500, 8, "before-kill")
+
+	killed := time.Now()
+	old.Kill()
+	survivors := others(c, old)
+	var leader *consensustest.Member
+	c.Eventually(5*time.Second, "a new leader among the survivors", func() bool {
+		lead := survivors[0].Node().Leader()
+		for _, m := range survivors {
+			if lead != 0 && m.Node().Leader() == lead && m.Node().ID() == lead {
+				leader = m
+			}
+		}
+		return leader != nil && survivors[1].Node().Leader() == lead
+	})
+	if took, limit := time.Since(killed), 3*100*time.Millisecond; took > limit {
+		t.Errorf("new leader after %v, want within 3 election timeouts (%v)", took, limit)
+	}
+	for _, m := range survivors {
+		requireAll(t, m.Name, payloadsIn(readLog(t, m.Node(), highest)), acked)
+	}
+
+	more, highest := proposeAll(t, survivors, 500, 8, "after-kill")
+	if err := old.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, c, old, highest)
+	log := readLog(t, old.Node(), highest)
+	requireAll(t, "restarted old leader", payloadsIn(log), acked)
+	requireAll(t, "restarted old leader", payloadsIn(log), more)
+	want := readLog(t, leader.Node(), highest)
+	for i := range want {
+		if log[i].Index != want[i].Index || log[i].Term != want[i].Term || string(log[i].Data) != string(want[i].Data) {
+			t.Fatalf("restarted member differs from the leader at index %d", want[i].Index)
+		}
+	}
+}
+
+func TestPartitionedFollowerCatchesUpBySnapshot(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 200, SnapshotCatchUpEntries: 100})
+	leader := c.WaitLeader(5 * time.Second)
+	follower := others(c, leader)[0]
+	c.Partition(follower)
+	_, highest := proposeAll(t, []*consensustest.Member{leader}, 1500, 8, "while-partitioned")
+	// The leader's log no longer starts where the follower stopped: reading it from 1 starts with a snapshot.
+	first := readLog(t, leader.Node(), 1)[0]
+	if first.Kind != commitlog.KindSnapshot || first.Snapshot.SourceMemberID != leader.Node().ID() {
+		t.Fatalf("leader's log from index 1 starts with %+v, want a snapshot naming the leader", first)
+	}
+	if follower.Machine().Applied() >= first.Index {
+		t.Fatalf("follower applied %d before healing; the partition did not hold", follower.Machine().Applied())
+	}
+
+	c.Heal(follower)
+	c.Eventually(20*time.Second, "the follower's state machine to catch up", func() bool {
+		return follower.Machine().Applied() >= highest
+	})
+	if follower.Machine().SnapshotsInstalled() == 0 {
+		t.Fatal("the follower caught up without installing a snapshot")
+	}
+	c.Eventually(20*time.Second, "every state machine to agree", func() bool {
+		applied, want := leader.Machine().State()
+		for _, m := range c.Members() {
+			a, got := m.Machine().State()
+			if a != applied || len(got) != len(want) {
+				return false
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("%s applied %+v at position %d, leader %+v", m.Name, got[i], i, want[i])
+				}
+			}
+		}
+		return true
+	})
+}
+
+func TestAcknowledgedEntriesSurviveKillingEveryMember(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	members := c.Members()
+	commits := make([]*consensustest.Commits, len(members))
+	for i, m := range members {
+		commits[i] = consensustest.WatchCommits(ctx, m.Node())
+	}
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	enough := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil && i < 100000; i++ {
+				which := rand.N(len(members))
+				data := fmt.Appendf(nil, "durable-%d-%d", w, i)
+				attempt, cancelAttempt := context.WithTimeout(ctx, time.Second)
+				_, err := commits[which].Propose(attempt, members[which].Node(), data)
+				cancelAttempt()
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				acked[string(data)] = true
+				if len(acked) == 2000 {
+					close(enough)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	select {
+	case <-enough:
+	case <-time.After(30 * time.Second):
+		t.Fatal("2000 acknowledgements took over 30 s")
+	}
+	// Kill while proposals are still in flight, right after the last acknowledgements.
+	c.KillAll()
+	mu.Lock()
+	want := maps(acked)
+	mu.Unlock()
+	cancel()
+	wg.Wait()
+
+	for _, m := range members {
+		if err := m.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := c.WaitLeader(10 * time.Second)
+	st, _ := leader.Node().Status(context.Background())
+	for _, m := range members {
+		waitCaughtUp(t, c, m, st.CommitIndex)
+		requireAll(t, m.Name+" after restart", payloadsIn(readLog(t, m.Node(), st.CommitIndex)), want)
+	}
+}
+
+func maps(m map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// tailOf opens a stopped member's WAL to find where its valid records end.
+func tailOf(t *testing.T, m *consensustest.Member) (string, int64) {
+	t.Helper()
+	w, _, err := wal.Open(filepath.Join(m.DataDir, "wal"), wal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	return w.Tail()
+}
+
+func TestTornWALTailAfterKillRecovers(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	leader := c.WaitLeader(5 * time.Second)
+	victim := others(c, leader)[0]
+	acked, highest := proposeAll(t, []*consensustest.Member{leader}, 300, 4, "torn")
+	waitCaughtUp(t, c, victim, highest)
+	victim.Kill()
+
+	// A record cut off by the crash: a header promising 4 KiB, followed by a few bytes.
+	path, end := tailOf(t, victim)
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x00, 0x10, 0, 0, 0xde, 0xad, 0xbe, 0xef, 2, 'p', 'a', 'r', 't'}, end); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	if err := victim.Restart(); err != nil {
+		t.Fatalf("restart after a torn tail: %v", err)
+	}
+	more, highest := proposeAll(t, []*consensustest.Member{leader}, 100, 4, "after-torn")
+	waitCaughtUp(t, c, victim, highest)
+	log := payloadsIn(readLog(t, victim.Node(), highest))
+	requireAll(t, "repaired member", log, acked)
+	requireAll(t, "repaired member", log, more)
+}
+
+func TestCorruptWALRecordRefusesToStart(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	leader := c.WaitLeader(5 * time.Second)
+	victim := others(c, leader)[0]
+	_, highest := proposeAll(t, []*consensustest.Member{leader}, 100, 4, "corrupt")
+	waitCaughtUp(t, c, victim, highest)
+	victim.Kill()
+
+	path, _ := tailOf(t, victim)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first segment starts with its metadata record (9-byte header, 16-byte payload); flip a byte of
+	// the record after it.
+	const secondRecord = 25
+	data[secondRecord+5] ^= 0x55
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = victim.Restart()
+	want := fmt.Sprintf("%s at offset %d", path, secondRecord)
+	if err == nil || !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("restart with a corrupt record = %v, want wal.ErrCorrupt naming %q", err, want)
+	}
+}
+
+func TestCommittedFromACompactedIndexStartsWithASnapshot(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 100, SnapshotCatchUpEntries: 10})
+	leader := c.WaitLeader(5 * time.Second)
+	_, highest := proposeAll(t, c.Members(), 400, 4, "compact")
+	for _, m := range c.Members() {
+		c.Eventually(10*time.Second, m.Name+" to compact", func() bool {
+			return readLog(t, m.Node(), 1)[0].Kind == commitlog.KindSnapshot
+		})
+		log := readLog(t, m.Node(), highest)
+		snap := log[0]
+		if snap.Snapshot == nil || snap.Snapshot.Index != snap.Index || snap.Snapshot.SourceStorageURL == "" {
+			t.Fatalf("%s: first entry %+v is not a usable snapshot reference", m.Name, snap)
+		}
+		for i, e := range log[1:] {
+			if e.Index != snap.Index+uint64(i)+1 {
+				t.Fatalf("%s: entry %d follows the snapshot at %d with a hole", m.Name, e.Index, snap.Index)
+			}
+		}
+	}
+	_ = leader
+}
+
+var _ = consensus.ErrRemoved
