@@ -53,9 +53,13 @@ func (n *Node) walOptions() wal.Options {
 // existing one as configured. It sets the member and cluster IDs, the WAL, raft's storage and the
 // transport, and returns the RawNode with the configuration its log starts from.
 func (n *Node) bootstrap(ctx context.Context) (*raft.RawNode, confPoint, error) {
-	switch {
-	case wal.Exists(n.walDir()):
+	if wal.Exists(n.walDir()) {
 		return n.restart(ctx)
+	}
+	if err := n.cfg.verifyBootstrap(); err != nil {
+		return nil, confPoint{}, fmt.Errorf("consensus: %w", err)
+	}
+	switch {
 	case n.cfg.InitialClusterState == ClusterStateNew:
 		return n.bootstrapNew()
 	default:

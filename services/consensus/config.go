@@ -156,7 +156,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--initial-cluster-state %q: want %q or %q", c.InitialClusterState,
 			ClusterStateNew, ClusterStateExisting))
 	}
-	if err := c.validateInitialCluster(); err != nil {
+	if _, err := parseInitialCluster(c.InitialCluster); err != nil {
 		errs = append(errs, err)
 	}
 	if c.MaxRequestBytes <= 0 || c.MaxLearners < 0 {
@@ -168,8 +168,9 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateInitialCluster checks that --initial-cluster names this member with its advertised peer URLs.
-func (c *Config) validateInitialCluster() error {
+// verifyBootstrap checks that --initial-cluster names this member with its advertised peer URLs; like
+// etcd, only a member without a WAL (bootstrapping or joining) is held to it.
+func (c *Config) verifyBootstrap() error {
 	cluster, err := parseInitialCluster(c.InitialCluster)
 	if err != nil {
 		return err

@@ -107,3 +107,11 @@ func (n *Node) mayPromoteMember() error {
 	}
 	return nil
 }
+
+// PeerActiveSince returns when this member's stream to peer id last became healthy, or the zero time when
+// it is down. --strict-reconfig-check counts a peer as active once this is HealthInterval in the past.
+func (n *Node) PeerActiveSince(id uint64) time.Time { return n.transport.ActiveSince(id) }
+
+// HealthInterval is how long a peer must have been connected to count as active for
+// --strict-reconfig-check (etcd's 5 s, or five election timeouts when that is shorter).
+func (n *Node) HealthInterval() time.Duration { return n.healthInterval() }

@@ -280,3 +280,25 @@ func (c *Cluster) Heal(m *Member) {
 		}
 	}
 }
+
+// WaitHealthy waits until every running member has been connected to every other for the member's
+// HealthInterval, so --strict-reconfig-check lets membership changes through.
+func (c *Cluster) WaitHealthy(timeout time.Duration) {
+	c.t.Helper()
+	c.Eventually(timeout, "every member connected for its health interval", func() bool {
+		running := c.Running()
+		for _, m := range running {
+			n := m.Node()
+			for _, other := range running {
+				if other == m {
+					continue
+				}
+				since := n.PeerActiveSince(other.Node().ID())
+				if since.IsZero() || time.Since(since) < n.HealthInterval() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}

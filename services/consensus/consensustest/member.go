@@ -95,6 +95,7 @@ func (m *Member) Restart() error {
 // AddMember adds a new member through MemberAdd on the leader and starts it with
 // --initial-cluster-state existing.
 func (c *Cluster) AddMember(learner bool) (*Member, error) {
+	c.WaitHealthy(10 * time.Second)
 	leader := c.WaitLeader(10 * time.Second)
 	c.mu.Lock()
 	m := c.newMember(fmt.Sprintf("m%d", len(c.members)+1))

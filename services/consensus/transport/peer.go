@@ -114,43 +114,56 @@ func (p *peer) enqueue(typ raftpb.MessageType, body []byte) bool {
 	}
 }
 
-// streamLoop keeps one stream of class c open and sends the queue's messages on it in batches.
+// streamLoop keeps one stream of class c open, whether or not there is traffic (so ActiveSince says
+// whether the peer is reachable), and sends the queue's messages on it in batches.
 func (p *peer) streamLoop(c class) {
 	defer p.wg.Done()
 	log := p.t.cfg.Logger.With("peer", fmt.Sprintf("%x", p.id), "stream", c.String())
-	var stream grpc.ClientStreamingClient[consensuspb.MessageBatch, consensuspb.MessagesResult]
 	wait := p.t.cfg.MinBackoff
-	batch := &consensuspb.MessageBatch{From: p.t.cfg.MemberID}
-	for {
-		var first []byte
-		select {
-		case first = <-p.queues[c]:
-		case <-p.ctx.Done():
-			if stream != nil {
-				_ = stream.CloseSend()
-			}
+	for p.ctx.Err() == nil {
+		sent, err := p.runStream(c)
+		if p.ctx.Err() != nil {
 			return
 		}
-		if stream == nil {
-			var err error
-			if stream, err = p.client.Messages(p.ctx); err != nil {
-				stream = nil
-				wait = p.failed(c, log, err, wait)
-				continue
-			}
-			if c == classControl {
-				p.activeNanos.Store(time.Now().UnixNano())
-			}
+		if sent {
+			wait = p.t.cfg.MinBackoff
 		}
-		batch.ClusterId = p.t.clusterID()
-		batch.Messages = p.drain(c, append(batch.Messages[:0], first))
-		if err := stream.Send(batch); err != nil {
-			_, err = stream.CloseAndRecv()
-			stream = nil
-			wait = p.failed(c, log, err, wait)
-			continue
+		wait = p.failed(c, log, err, wait)
+	}
+}
+
+// runStream opens one stream and sends on it until it breaks; sent says whether anything went through
+// (then the backoff starts over).
+func (p *peer) runStream(c class) (sent bool, err error) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	stream, err := p.client.Messages(ctx)
+	if err != nil {
+		return false, err
+	}
+	if c == classControl {
+		p.activeNanos.Store(time.Now().UnixNano())
+	}
+	// The receiver answers only when it ends the stream, so a pending receive reports a broken stream
+	// (and why) even when nothing is being sent.
+	ended := make(chan error, 1)
+	go func() { ended <- stream.RecvMsg(&consensuspb.MessagesResult{}) }()
+	batch := &consensuspb.MessageBatch{From: p.t.cfg.MemberID}
+	for {
+		select {
+		case first := <-p.queues[c]:
+			batch.ClusterId = p.t.clusterID()
+			batch.Messages = p.drain(c, append(batch.Messages[:0], first))
+			if err := stream.Send(batch); err != nil {
+				return sent, <-ended // the receive says why the stream ended
+			}
+			sent = true
+		case err := <-ended:
+			return sent, err
+		case <-p.ctx.Done():
+			_ = stream.CloseSend()
+			return sent, p.ctx.Err()
 		}
-		wait = p.t.cfg.MinBackoff
 	}
 }
 
