@@ -21,11 +21,12 @@ import (
 	"github.com/cairn-kv/cairn/services/consensus/wal"
 )
 
-// Raft tuning, as etcd sets it.
+// Raft tuning: message size and inflight window as etcd sets them; the uncommitted tail is bounded so a
+// leader without a quorum refuses proposals (too many requests) instead of buffering without limit.
 const (
 	maxSizePerMsg             = 1 << 20
 	maxInflightMsgs           = 512
-	maxUncommittedEntriesSize = 1 << 30
+	maxUncommittedEntriesSize = 64 << 20
 )
 
 // walMetadata is what every WAL segment records about its member: member ID and cluster ID.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/cairn-kv/cairn/pkg/commitlog"
@@ -186,4 +187,65 @@ func reserveAddr(t *testing.T) string {
 	}
 	defer lis.Close()
 	return lis.Addr().String()
+}
+
+func TestReadIndexCoversEveryAcknowledgedWrite(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	leader := c.WaitLeader(5 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	commits := consensustest.WatchCommits(ctx, leader.Node())
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				index, err := commits.Propose(ctx, leader.Node(), fmt.Appendf(nil, "read-%d-%d", w, i))
+				if err != nil {
+					t.Errorf("propose: %v", err)
+					return
+				}
+				// A read barrier taken after the write was acknowledged must cover it, on every member.
+				for _, m := range c.Members() {
+					read, err := m.Node().ReadIndex(ctx)
+					if err != nil {
+						t.Errorf("%s ReadIndex: %v", m.Name, err)
+						return
+					}
+					if read < index {
+						t.Errorf("%s ReadIndex = %d after index %d was acknowledged", m.Name, read, index)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestRemovedMemberThatWasDownStopsWhenItReturns(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	c.WaitHealthy(10 * time.Second)
+	leader := c.WaitLeader(5 * time.Second)
+	gone := others(c, leader)[0]
+	id := gone.Node().ID()
+	gone.Kill()
+	c.Eventually(5*time.Second, "the leader to see the member down", func() bool {
+		return leader.Node().PeerActiveSince(id).IsZero()
+	})
+	if _, err := leader.Node().MemberRemove(context.Background(), &etcdserverpb.MemberRemoveRequest{ID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gone.Node().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a removed member that restarted kept running")
+	}
+	if !errors.Is(gone.Node().Err(), consensus.ErrRemoved) {
+		t.Fatalf("it stopped with %v, want ErrRemoved", gone.Node().Err())
+	}
 }

@@ -98,17 +98,17 @@ func New(cfg Config) (*Node, error) {
 		done:     make(chan struct{}),
 	}
 	n.reads = newReadIndexer(n)
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, fmt.Errorf("consensus: metrics: %w", err)
+	}
+	n.metrics = m
 	return n, nil
 }
 
 // Start opens (or creates) the WAL, rebuilds raft's state from it, joins or bootstraps the cluster as
 // configured, and starts serving peers (and the Consensus API when configured). ctx bounds the start only.
 func (n *Node) Start(ctx context.Context) error {
-	m, err := newMetrics(n.cfg.Registry)
-	if err != nil {
-		return fmt.Errorf("consensus: metrics: %w", err)
-	}
-	n.metrics = m
 	rn, initialConf, err := n.bootstrap(ctx)
 	if err != nil {
 		n.closeStartFailure()

@@ -1,0 +1,95 @@
+package consensus_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/cairn-kv/cairn/pkg/consensusclient"
+	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/services/consensus"
+	"github.com/cairn-kv/cairn/services/consensus/consensustest"
+)
+
+func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
+	recorder := tracetest.NewSpanRecorder()
+	tel := &obs.Telemetry{
+		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)),
+		Propagator: obs.NoTelemetry().Propagator,
+	}
+	c := consensustest.Start(t, consensustest.Options{ConsensusAPI: true, Configure: func(cfg *consensus.Config) {
+		cfg.Telemetry = tel
+	}})
+	leader := c.WaitLeader(5 * time.Second)
+	follower := others(c, leader)[0]
+	client, err := consensusclient.New(consensusclient.Config{Target: follower.APIAddr, Telemetry: tel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+
+	tests := []struct {
+		name string
+		log  interface {
+			Propose(context.Context, []byte) error
+		}
+		watch *consensus.Node
+	}{
+		{"in-process on the leader", leader.Node(), leader.Node()},
+		{"remote through a follower", client, follower.Node()},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctx, parent := tel.Tracer("test").Start(ctx, "request")
+			commits := consensustest.WatchCommits(ctx, tc.watch)
+			data := []byte("traced " + tc.name)
+			if _, err := commits.Propose(ctx, proposer{tc.log, tc.watch}, data); err != nil {
+				t.Fatal(err)
+			}
+			parent.End()
+			var span sdktrace.ReadOnlySpan
+			c.Eventually(5*time.Second, "the proposal span to end", func() bool {
+				for _, s := range recorder.Ended() {
+					if s.Name() == "consensus.Propose" && s.Parent().SpanID() == parent.SpanContext().SpanID() {
+						span = s
+						return true
+					}
+				}
+				return false
+			})
+			if span.SpanContext().TraceID() != parent.SpanContext().TraceID() {
+				t.Fatal("the proposal span is not in the proposer's trace")
+			}
+			events := map[string]bool{}
+			for _, e := range span.Events() {
+				events[e.Name] = true
+			}
+			if !events["accepted by raft"] || !events["wal fsync"] {
+				t.Fatalf("span events %v, want acceptance and a WAL fsync", events)
+			}
+			indexed := false
+			for _, a := range span.Attributes() {
+				indexed = indexed || (a.Key == "consensus.index" && a.Value.AsInt64() > 0)
+			}
+			if !indexed {
+				t.Fatalf("span attributes %v carry no commit index", span.Attributes())
+			}
+		})
+	}
+}
+
+// proposer proposes through one log and reads commits from a node (Commits.Propose takes a commitlog.Log
+// only for its Propose method).
+type proposer struct {
+	log interface {
+		Propose(context.Context, []byte) error
+	}
+	*consensus.Node
+}
+
+func (p proposer) Propose(ctx context.Context, data []byte) error { return p.log.Propose(ctx, data) }
