@@ -249,3 +249,18 @@ func TestRemovedMemberThatWasDownStopsWhenItReturns(t *testing.T) {
 		t.Fatalf("it stopped with %v, want ErrRemoved", gone.Node().Err())
 	}
 }
+
+func TestStoppingLeaderHandsOverLeadership(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	c.WaitHealthy(10 * time.Second)
+	old := c.WaitLeader(5 * time.Second)
+	old.Stop()
+	// No election timeout has to pass: a survivor already leads when Stop returns.
+	leads := false
+	for _, m := range others(c, old) {
+		leads = leads || m.Node().Leader() == m.Node().ID()
+	}
+	if !leads {
+		t.Fatal("no survivor leads right after the leader stopped")
+	}
+}

@@ -315,3 +315,56 @@ func contextError(ctx context.Context) error {
 	}
 	return ctx.Err()
 }
+
+// handOverLeadership transfers leadership away before a leader stops, waiting at most two election
+// timeouts; when there is no connected voter to take over it does nothing.
+func (n *Node) handOverLeadership(ctx context.Context) {
+	if !n.isLeader.Load() {
+		return
+	}
+	picked := make(chan uint64, 1)
+	if err := n.control(ctx, func() {
+		st := n.loop.rn.Status()
+		var best, bestMatch uint64
+		for id, pr := range st.Progress {
+			if id == n.memberID || pr.IsLearner || n.transport.ActiveSince(id).IsZero() {
+				continue
+			}
+			if best == 0 || pr.Match > bestMatch {
+				best, bestMatch = id, pr.Match
+			}
+		}
+		if best != 0 {
+			n.loop.rn.TransferLeader(best)
+		}
+		picked <- best
+	}); err != nil {
+		return
+	}
+	var target uint64
+	select {
+	case target = <-picked:
+	case <-ctx.Done():
+		return
+	case <-n.stopping:
+		return
+	}
+	if target == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ElectionTimeout)
+	defer cancel()
+	tick := time.NewTicker(n.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for n.isLeader.Load() {
+		select {
+		case <-ctx.Done():
+			n.log.Warn("leadership transfer on stop did not finish", "member-id", fmt.Sprintf("%x", n.memberID), "transferee-member-id", fmt.Sprintf("%x", target))
+			return
+		case <-n.stopping:
+			return
+		case <-tick.C:
+		}
+	}
+	n.log.Info("handed over leadership before stopping", "member-id", fmt.Sprintf("%x", n.memberID), "new-leader", fmt.Sprintf("%x", n.lead.Load()))
+}

@@ -140,9 +140,11 @@ func (n *Node) closeStartFailure() {
 	}
 }
 
-// Stop stops the member: the raft loop finishes its current step, the WAL is synced and closed, and every
+// Stop stops the member: a leader first hands leadership to its most up-to-date connected voter (as etcd
+// does on shutdown), then the raft loop finishes its current step, the WAL is synced and closed, and every
 // call in flight returns ErrGRPCStopped.
 func (n *Node) Stop(ctx context.Context) error {
+	n.handOverLeadership(ctx)
 	n.shutdown(nil, false)
 	select {
 	case <-n.done:
@@ -199,8 +201,14 @@ func (n *Node) shutdown(cause error, crash bool) {
 // stopped returns the error for calls made after (or during) the stop.
 func (n *Node) stopped() error { return rpctypes.ErrGRPCStopped }
 
-// control runs f in the raft loop and waits for it to be queued (not run).
+// control runs f in the raft loop and waits for it to be queued (not run). Callers waiting for f's
+// result must also watch n.stopping: a stopping loop drops what is queued.
 func (n *Node) control(ctx context.Context, f func()) error {
+	select {
+	case <-n.stopping:
+		return n.stopped()
+	default:
+	}
 	select {
 	case n.controlC <- f:
 		return nil
