@@ -37,22 +37,11 @@ func collect(t *testing.T, log commitlog.Log, upTo uint64) []commitlog.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var out []commitlog.Entry
-	done := errors.New("done")
-	err := log.Committed(ctx, 1, func(batch []commitlog.Entry) error {
-		for _, e := range batch {
-			e.Data = append([]byte(nil), e.Data...)
-			out = append(out, e)
-			if e.Index >= upTo {
-				return done
-			}
-		}
-		return nil
-	})
-	if !errors.Is(err, done) {
-		t.Fatalf("Committed: %v after %d entries", err, len(out))
+	entries, err := consensustest.ReadLog(ctx, log, upTo)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return entries
 }
 
 func TestRemoteLogBehavesLikeTheNode(t *testing.T) {

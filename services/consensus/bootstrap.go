@@ -118,13 +118,9 @@ func (n *Node) bootstrapNew() (*raft.RawNode, confPoint, error) {
 	}
 	n.memberID = memberID(n.cfg.InitialAdvertisePeerURLs, n.cfg.InitialClusterToken, nil)
 	n.clusterID = clusterID(ids)
-	if n.wal, err = wal.Create(n.walDir(), walMetadata(n.memberID, n.clusterID), n.walOptions()); err != nil {
-		return nil, confPoint{}, fmt.Errorf("consensus: %w", err)
-	}
-	n.storage = raft.NewMemoryStorage()
-	rn, err := raft.NewRawNode(n.raftConfig(n.storage, 0))
+	rn, err := n.startEmpty()
 	if err != nil {
-		return nil, confPoint{}, fmt.Errorf("consensus: start raft: %w", err)
+		return nil, confPoint{}, err
 	}
 	if err := rn.Bootstrap(peers); err != nil {
 		return nil, confPoint{}, fmt.Errorf("consensus: bootstrap raft: %w", err)
@@ -132,6 +128,21 @@ func (n *Node) bootstrapNew() (*raft.RawNode, confPoint, error) {
 	n.log.Info("bootstrapping a new cluster", "member-id", fmt.Sprintf("%x", n.memberID),
 		"cluster-id", fmt.Sprintf("%x", n.clusterID), "initial-cluster", n.cfg.InitialCluster)
 	return rn, confPoint{confState: &raftpb.ConfState{}, members: newMembership()}, n.newTransport()
+}
+
+// startEmpty creates the WAL of a new member and a raft node with an empty log.
+func (n *Node) startEmpty() (*raft.RawNode, error) {
+	w, err := wal.Create(n.walDir(), walMetadata(n.memberID, n.clusterID), n.walOptions())
+	if err != nil {
+		return nil, fmt.Errorf("consensus: %w", err)
+	}
+	n.wal = w
+	n.storage = raft.NewMemoryStorage()
+	rn, err := raft.NewRawNode(n.raftConfig(n.storage, 0))
+	if err != nil {
+		return nil, fmt.Errorf("consensus: start raft: %w", err)
+	}
+	return rn, nil
 }
 
 // join starts a member that MemberAdd announced: it asks the cluster for its members, finds itself by its
@@ -152,13 +163,9 @@ func (n *Node) join(ctx context.Context) (*raft.RawNode, confPoint, error) {
 			resp.GetClusterId(), own)
 	}
 	n.clusterID = resp.GetClusterId()
-	if n.wal, err = wal.Create(n.walDir(), walMetadata(n.memberID, n.clusterID), n.walOptions()); err != nil {
-		return nil, confPoint{}, fmt.Errorf("consensus: %w", err)
-	}
-	n.storage = raft.NewMemoryStorage()
-	rn, err := raft.NewRawNode(n.raftConfig(n.storage, 0))
+	rn, err := n.startEmpty()
 	if err != nil {
-		return nil, confPoint{}, fmt.Errorf("consensus: start raft: %w", err)
+		return nil, confPoint{}, err
 	}
 	if err := n.newTransport(); err != nil {
 		return nil, confPoint{}, err
@@ -251,7 +258,7 @@ func (n *Node) fetchMembers(ctx context.Context) (*consensuspb.MembersResponse, 
 }
 
 func askMembers(ctx context.Context, urls []string) (*consensuspb.MembersResponse, error) {
-	target, err := peerTarget(urls)
+	target, err := transport.Target(urls)
 	if err != nil {
 		return nil, err
 	}

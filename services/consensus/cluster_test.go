@@ -17,31 +17,16 @@ import (
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
 
-// readLog reads a member's committed log from index 1 up to and including upTo (a snapshot entry that
-// covers upTo ends it too).
+// readLog reads a member's committed log from index 1 up to and including upTo.
 func readLog(t *testing.T, n *consensus.Node, upTo uint64) []commitlog.Entry {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var out []commitlog.Entry
-	stop := errors.New("read enough")
-	err := n.Committed(ctx, 1, func(batch []commitlog.Entry) error {
-		for _, e := range batch {
-			if e.Index > upTo && e.Kind != commitlog.KindSnapshot {
-				return stop
-			}
-			e.Data = append([]byte(nil), e.Data...)
-			out = append(out, e)
-			if e.Index >= upTo {
-				return stop
-			}
-		}
-		return nil
-	})
-	if !errors.Is(err, stop) {
-		t.Fatalf("member %x: reading committed log up to %d: %v (got %d entries)", n.ID(), upTo, err, len(out))
+	log, err := consensustest.ReadLog(ctx, n, upTo)
+	if err != nil {
+		t.Fatalf("member %x: %v", n.ID(), err)
 	}
-	return out
+	return log
 }
 
 // proposeAll proposes count unique entries from workers goroutines, spread over the given members, and

@@ -49,6 +49,23 @@ func (d *deliverable) advance(i uint64) {
 	}
 }
 
+// wait returns once the index reaches i, or with ctx's error, or errStopped once stopping closes.
+func (d *deliverable) wait(ctx context.Context, i uint64, stopping <-chan struct{}) error {
+	for {
+		highest, changed := d.state()
+		if highest >= i {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stopping:
+			return errStopped
+		}
+	}
+}
+
 // reset sets the index to a received snapshot's (always above the current one, as raft only installs
 // snapshots ahead of its commit index).
 func (d *deliverable) reset(i uint64) { d.advance(i) }
@@ -58,27 +75,19 @@ func (d *deliverable) reset(i uint64) { d.advance(i) }
 func (n *Node) Committed(ctx context.Context, fromIndex uint64, deliver func([]commitlog.Entry) error) error {
 	next := max(fromIndex, 1)
 	for {
-		available, changed := n.deliver.state()
-		if next <= available {
-			batch, after, err := n.readCommitted(next, available)
-			if err != nil {
+		if err := n.deliver.wait(ctx, next, n.stopping); err != nil {
+			return err
+		}
+		batch, after, err := n.readCommitted(next, n.deliver.index())
+		if err != nil {
+			return err
+		}
+		if len(batch) > 0 {
+			if err := deliver(batch); err != nil {
 				return err
 			}
-			if len(batch) > 0 {
-				if err := deliver(batch); err != nil {
-					return err
-				}
-			}
-			next = after
-			continue
 		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-n.stopping:
-			return n.stopped()
-		}
+		next = after
 	}
 }
 

@@ -216,13 +216,19 @@ func tailOf(t *testing.T, m *consensustest.Member) (string, int64) {
 	return w.Tail()
 }
 
-func TestTornWALTailAfterKillRecovers(t *testing.T) {
-	c := consensustest.Start(t, consensustest.Options{})
-	leader := c.WaitLeader(5 * time.Second)
-	victim := others(c, leader)[0]
-	acked, highest := proposeAll(t, []*consensustest.Member{leader}, 300, 4, "torn")
+// killCaughtUpFollower commits count entries, waits until a follower has them, and kills it.
+func killCaughtUpFollower(t *testing.T, count int) (c *consensustest.Cluster, leader, victim *consensustest.Member, acked map[string]bool) {
+	c = consensustest.Start(t, consensustest.Options{})
+	leader = c.WaitLeader(5 * time.Second)
+	victim = others(c, leader)[0]
+	acked, highest := proposeAll(t, []*consensustest.Member{leader}, count, 4, "before-kill")
 	waitCaughtUp(t, c, victim, highest)
 	victim.Kill()
+	return c, leader, victim, acked
+}
+
+func TestTornWALTailAfterKillRecovers(t *testing.T) {
+	c, leader, victim, acked := killCaughtUpFollower(t, 300)
 
 	// A record cut off by the crash: a header promising 4 KiB, followed by a few bytes.
 	path, end := tailOf(t, victim)
@@ -246,12 +252,7 @@ func TestTornWALTailAfterKillRecovers(t *testing.T) {
 }
 
 func TestCorruptWALRecordRefusesToStart(t *testing.T) {
-	c := consensustest.Start(t, consensustest.Options{})
-	leader := c.WaitLeader(5 * time.Second)
-	victim := others(c, leader)[0]
-	_, highest := proposeAll(t, []*consensustest.Member{leader}, 100, 4, "corrupt")
-	waitCaughtUp(t, c, victim, highest)
-	victim.Kill()
+	_, _, victim, _ := killCaughtUpFollower(t, 100)
 
 	path, _ := tailOf(t, victim)
 	data, err := os.ReadFile(path)

@@ -60,19 +60,7 @@ func (n *Node) waitApplied(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for {
-		applied, changed := n.deliver.state()
-		if applied >= index {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-n.stopping:
-			return n.stopped()
-		}
-	}
+	return n.deliver.wait(ctx, index, n.stopping)
 }
 
 // MemberAdd is etcd's Cluster.MemberAdd: the new member's ID derives from its peer URLs and the time.

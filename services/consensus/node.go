@@ -198,8 +198,10 @@ func (n *Node) shutdown(cause error, crash bool) {
 	})
 }
 
-// stopped returns the error for calls made after (or during) the stop.
-func (n *Node) stopped() error { return rpctypes.ErrGRPCStopped }
+// errStopped is what calls made after (or during) the stop return.
+var errStopped = rpctypes.ErrGRPCStopped
+
+func (n *Node) stopped() error { return errStopped }
 
 // control runs f in the raft loop and waits for it to be queued (not run). Callers waiting for f's
 // result must also watch n.stopping: a stopping loop drops what is queued.
@@ -265,10 +267,11 @@ func (n *Node) ReportUnreachable(id uint64) {
 	n.controlAsync(func() { n.loop.rn.ReportUnreachable(id) })
 }
 
-// ReportSnapshot implements transport.Raft. Unlike other reports it is never dropped: a leader that never
-// hears how a snapshot went would leave that follower waiting for it forever.
+// ReportSnapshot implements transport.Raft. Unlike other reports it is never dropped (a leader that never
+// hears how a snapshot went would leave that follower waiting for it forever); it is queued from its own
+// goroutine so the transport never waits on a busy loop, which may itself be waiting on the transport.
 func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
-	_ = n.control(context.Background(), func() { n.loop.rn.ReportSnapshot(id, status) })
+	go func() { _ = n.control(context.Background(), func() { n.loop.rn.ReportSnapshot(id, status) }) }()
 }
 
 // ReportRemoved implements transport.Raft: a peer refused this member as removed, so it stops.

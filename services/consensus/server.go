@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -72,7 +71,7 @@ func listenAll(given []net.Listener, urls []string) ([]net.Listener, error) {
 	}
 	var out []net.Listener
 	for _, u := range urls {
-		target, err := peerTarget([]string{u})
+		target, err := transport.Target([]string{u})
 		if err == nil {
 			var lis net.Listener
 			if lis, err = net.Listen("tcp", target); err == nil {
@@ -86,18 +85,6 @@ func listenAll(given []net.Listener, urls []string) ([]net.Listener, error) {
 		return nil, fmt.Errorf("consensus: listen on %s: %w", u, err)
 	}
 	return out, nil
-}
-
-// peerTarget turns member URLs (http://host:port) into a gRPC target.
-func peerTarget(urls []string) (string, error) {
-	if len(urls) == 0 {
-		return "", errors.New("no URLs")
-	}
-	u, err := url.Parse(urls[0])
-	if err != nil || u.Host == "" {
-		return "", fmt.Errorf("bad URL %q", urls[0])
-	}
-	return u.Host, nil
 }
 
 // RegisterConsensus adds the Consensus service of this node to s (Start does so on ListenConsensusURL).
@@ -246,7 +233,7 @@ func (n *Node) forwardPromote(ctx context.Context, req *etcdserverpb.MemberPromo
 	n.mu.RLock()
 	leader := n.members.members[lead]
 	n.mu.RUnlock()
-	target, err := peerTarget(leader.GetPeerUrls())
+	target, err := transport.Target(leader.GetPeerUrls())
 	if err != nil {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}

@@ -2,6 +2,8 @@ package consensustest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/cairn-kv/cairn/pkg/commitlog"
@@ -62,4 +64,28 @@ func (c *Commits) Propose(ctx context.Context, log commitlog.Log, data []byte) (
 	case <-c.done:
 		return 0, c.err
 	}
+}
+
+// ReadLog reads log through Committed from index 1 up to and including upTo; a snapshot entry at or past
+// upTo ends it too. The entries' data are copies.
+func ReadLog(ctx context.Context, log commitlog.Log, upTo uint64) ([]commitlog.Entry, error) {
+	var out []commitlog.Entry
+	stop := errors.New("read enough")
+	err := log.Committed(ctx, 1, func(batch []commitlog.Entry) error {
+		for _, e := range batch {
+			if e.Index > upTo && e.Kind != commitlog.KindSnapshot {
+				return stop
+			}
+			e.Data = append([]byte(nil), e.Data...)
+			out = append(out, e)
+			if e.Index >= upTo {
+				return stop
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		return out, fmt.Errorf("reading the committed log up to %d: %w (got %d entries)", upTo, err, len(out))
+	}
+	return out, nil
 }

@@ -124,7 +124,7 @@ func (t *Transport) AddPeer(id uint64, urls []string) error {
 	if id == t.cfg.MemberID {
 		return nil
 	}
-	target, err := dialTarget(urls)
+	target, err := Target(urls)
 	if err != nil {
 		return fmt.Errorf("transport: peer %x: %w", id, err)
 	}
@@ -209,8 +209,8 @@ func (t *Transport) Stop() {
 	}
 }
 
-// dialTarget turns peer URLs (http://host:port) into a gRPC target.
-func dialTarget(urls []string) (string, error) {
+// Target turns member URLs (http://host:port) into the gRPC target of the first.
+func Target(urls []string) (string, error) {
 	if len(urls) == 0 {
 		return "", errors.New("no peer URLs")
 	}
