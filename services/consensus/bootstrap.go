@@ -130,6 +130,30 @@ func (n *Node) bootstrapNew() (*raft.RawNode, confPoint, error) {
 	return rn, confPoint{confState: &raftpb.ConfState{}, members: newMembership()}, n.newTransport()
 }
 
+// findSelf asks the cluster for its members until one of them lists this member's peer URLs (a member
+// that has not applied the MemberAdd yet does not), and sets the member ID from it.
+func (n *Node) findSelf(ctx context.Context) (*consensuspb.MembersResponse, error) {
+	own := slices.Sorted(slices.Values(n.cfg.InitialAdvertisePeerURLs))
+	for {
+		resp, err := n.fetchMembers(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range resp.GetMembers() {
+			if slices.Equal(slices.Sorted(slices.Values(m.GetPeerUrls())), own) {
+				n.memberID = m.GetId()
+				return resp, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("consensus: no member of cluster %x has peer URLs %v; add this member with MemberAdd first",
+				resp.GetClusterId(), own)
+		case <-time.After(n.cfg.HeartbeatInterval):
+		}
+	}
+}
+
 // startEmpty creates the WAL of a new member and a raft node with an empty log.
 func (n *Node) startEmpty() (*raft.RawNode, error) {
 	w, err := wal.Create(n.walDir(), walMetadata(n.memberID, n.clusterID), n.walOptions())
@@ -148,19 +172,9 @@ func (n *Node) startEmpty() (*raft.RawNode, error) {
 // join starts a member that MemberAdd announced: it asks the cluster for its members, finds itself by its
 // peer URLs, and waits for the leader to send it the log.
 func (n *Node) join(ctx context.Context) (*raft.RawNode, confPoint, error) {
-	resp, err := n.fetchMembers(ctx)
+	resp, err := n.findSelf(ctx)
 	if err != nil {
 		return nil, confPoint{}, err
-	}
-	own := slices.Sorted(slices.Values(n.cfg.InitialAdvertisePeerURLs))
-	for _, m := range resp.GetMembers() {
-		if slices.Equal(slices.Sorted(slices.Values(m.GetPeerUrls())), own) {
-			n.memberID = m.GetId()
-		}
-	}
-	if n.memberID == 0 {
-		return nil, confPoint{}, fmt.Errorf("consensus: no member of cluster %x has peer URLs %v; add this member with MemberAdd first",
-			resp.GetClusterId(), own)
 	}
 	n.clusterID = resp.GetClusterId()
 	rn, err := n.startEmpty()

@@ -232,3 +232,37 @@ func TestMemberUpdateMovesAPeer(t *testing.T) {
 	_, highest := proposeAll(t, []*consensustest.Member{leader}, 100, 4, "after-move")
 	waitCaughtUp(t, c, moved, highest)
 }
+
+func TestMemberJoiningAfterCompactionStartsFromASnapshot(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 100, SnapshotCatchUpEntries: 10})
+	leader := c.WaitLeader(5 * time.Second)
+	_, highest := proposeAll(t, []*consensustest.Member{leader}, 500, 4, "before-join")
+	c.Eventually(10*time.Second, "the leader to compact", func() bool {
+		return readLog(t, leader.Node(), 1)[0].Index > 1
+	})
+	joiner, err := c.AddMember(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually(20*time.Second, "the joiner's state machine to catch up", func() bool {
+		return joiner.Machine().Applied() >= highest
+	})
+	if joiner.Machine().SnapshotsInstalled() == 0 {
+		t.Fatal("the joiner caught up without a snapshot, so the log was not compacted past its start")
+	}
+	// The membership came with the snapshot: the joiner knows every member and their attributes.
+	st, _ := joiner.Node().Status(context.Background())
+	if len(st.Members) != 4 || !st.IsLearner {
+		t.Fatalf("joiner status %+v, want 4 members and itself a learner", st)
+	}
+	for _, m := range st.Members {
+		if m.ID != st.MemberID && (m.Name == "" || m.StorageURL == "") {
+			t.Fatalf("joiner knows member %+v without its attributes", m)
+		}
+	}
+	_, applied := leader.Machine().State()
+	_, got := joiner.Machine().State()
+	if len(got) != len(applied) {
+		t.Fatalf("joiner applied %d entries, leader %d", len(got), len(applied))
+	}
+}

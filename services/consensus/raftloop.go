@@ -162,6 +162,9 @@ func (l *raftLoop) handleReady(rd raft.Ready) error {
 	}
 	leader := l.n.isLeader.Load()
 	if leader {
+		if err := l.freshenSnapshots(rd.Messages); err != nil {
+			return err
+		}
 		l.n.transport.Send(rd.Messages)
 	}
 	if err := l.persist(rd); err != nil {

@@ -81,29 +81,32 @@ func (l *raftLoop) compact(appliedIndex uint64) error {
 	return l.maybeSnapshot()
 }
 
-// maybeSnapshot takes a snapshot at the highest index that storage applied and consensus delivered, when
-// enough entries have accumulated since the last one.
-func (l *raftLoop) maybeSnapshot() error {
-	index := min(l.storageApplied, l.n.deliver.index())
-	current, err := l.n.storage.Snapshot()
+// snapshotIndex is the highest index a snapshot may be taken at: storage has durably applied it and
+// consensus has delivered it.
+func (l *raftLoop) snapshotIndex() uint64 { return min(l.storageApplied, l.n.deliver.index()) }
+
+func (l *raftLoop) currentSnapshot() (*raftpb.Snapshot, error) {
+	snap, err := l.n.storage.Snapshot()
 	if err != nil {
-		return fmt.Errorf("consensus: read raft snapshot: %w", err)
+		return nil, fmt.Errorf("consensus: read raft snapshot: %w", err)
+	}
+	return snap, nil
+}
+
+// maybeSnapshot takes a snapshot once SnapshotCount entries were applied since the last one, and compacts
+// the log below it, keeping SnapshotCatchUpEntries.
+func (l *raftLoop) maybeSnapshot() error {
+	index := l.snapshotIndex()
+	current, err := l.currentSnapshot()
+	if err != nil {
+		return err
 	}
 	last := current.GetMetadata().GetIndex()
 	if index <= last || index-last < l.n.cfg.SnapshotCount {
 		return nil
 	}
-	point := l.confAt(index)
-	data, err := encodeSnapshotData(l.n.memberID, l.n.cfg.AdvertiseStorageURL, point.members)
-	if err != nil {
-		return fmt.Errorf("consensus: encode snapshot data: %w", err)
-	}
-	snap, err := l.n.storage.CreateSnapshot(index, point.confState, data)
-	if err != nil {
-		return fmt.Errorf("consensus: create snapshot at %d: %w", index, err)
-	}
-	if err := l.n.wal.SaveSnapshot(snap); err != nil {
-		return fmt.Errorf("consensus: member %x: save snapshot at %d: %w", l.n.memberID, index, err)
+	if _, err := l.takeSnapshot(index); err != nil {
+		return err
 	}
 	compactIndex := uint64(0)
 	if index > l.n.cfg.SnapshotCatchUpEntries {
@@ -114,12 +117,56 @@ func (l *raftLoop) maybeSnapshot() error {
 			return fmt.Errorf("consensus: compact raft log to %d: %w", compactIndex, err)
 		}
 	}
+	l.n.log.Info("compacted the log", "member-id", fmt.Sprintf("%x", l.n.memberID), "snapshot-index", index,
+		"compacted-index", compactIndex)
+	return nil
+}
+
+// takeSnapshot records a raft snapshot at index, which must be above the current one, and releases the
+// WAL segments it covers.
+func (l *raftLoop) takeSnapshot(index uint64) (*raftpb.Snapshot, error) {
+	point := l.confAt(index)
+	data, err := encodeSnapshotData(l.n.memberID, l.n.cfg.AdvertiseStorageURL, point.members)
+	if err != nil {
+		return nil, fmt.Errorf("consensus: encode snapshot data: %w", err)
+	}
+	snap, err := l.n.storage.CreateSnapshot(index, point.confState, data)
+	if err != nil {
+		return nil, fmt.Errorf("consensus: create snapshot at %d: %w", index, err)
+	}
+	if err := l.n.wal.SaveSnapshot(snap); err != nil {
+		return nil, fmt.Errorf("consensus: member %x: save snapshot at %d: %w", l.n.memberID, index, err)
+	}
 	if err := l.n.wal.ReleaseTo(index); err != nil {
-		return err
+		return nil, err
 	}
 	l.pruneConfHistory(index)
-	l.n.log.Info("took a snapshot", "member-id", fmt.Sprintf("%x", l.n.memberID), "snapshot-index", index,
-		"compacted-index", compactIndex)
+	return snap, nil
+}
+
+// freshenSnapshots replaces the snapshot raft is about to send with one at the newest index storage has
+// applied, as etcd sends a snapshot of its current state: the stored snapshot may predate the recipient's
+// own membership (a member added after it), which the recipient would refuse.
+func (l *raftLoop) freshenSnapshots(msgs []*raftpb.Message) error {
+	for _, m := range msgs {
+		if m.GetType() != raftpb.MsgSnap {
+			continue
+		}
+		index := l.snapshotIndex()
+		if index <= m.GetSnapshot().GetMetadata().GetIndex() {
+			continue
+		}
+		snap, err := l.currentSnapshot()
+		if err != nil {
+			return err
+		}
+		if snap.GetMetadata().GetIndex() < index {
+			if snap, err = l.takeSnapshot(index); err != nil {
+				return err
+			}
+		}
+		m.Snapshot = snap
+	}
 	return nil
 }
 
