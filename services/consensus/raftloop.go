@@ -147,8 +147,16 @@ func proposeError(err error, st raft.BasicStatus) error {
 	}
 }
 
-// abort fails whatever the loop still holds when it stops.
+// abort fails whatever the loop still holds, or is still queued for it, when it stops.
 func (l *raftLoop) abort() {
+	for drained := false; !drained; {
+		select {
+		case p := <-l.n.proposeC:
+			l.batch = append(l.batch, p)
+		default:
+			drained = true
+		}
+	}
 	l.finishBatch(l.batch, rpctypes.ErrGRPCStopped)
 	l.batch = nil
 	l.traces.abort()

@@ -99,7 +99,7 @@ type consensusServer struct {
 }
 
 func (s *consensusServer) Propose(stream grpc.BidiStreamingServer[consensuspb.ProposeRequest, consensuspb.ProposeResponse]) error {
-	acks := newAckQueue()
+	acks := newAckQueue(s.n.stopping)
 	sent := make(chan error, 1)
 	go func() { sent <- acks.sendAll(stream) }()
 	err := s.receiveProposals(stream, acks)
@@ -252,9 +252,13 @@ type ackQueue struct {
 	pending int // proposals submitted but not yet acknowledged
 	closed  bool
 	ready   chan struct{}
+	// stopping ends the wait for pending acks: a stopping member may never answer them.
+	stopping <-chan struct{}
 }
 
-func newAckQueue() *ackQueue { return &ackQueue{ready: make(chan struct{}, 1)} }
+func newAckQueue(stopping <-chan struct{}) *ackQueue {
+	return &ackQueue{ready: make(chan struct{}, 1), stopping: stopping}
+}
 
 func (q *ackQueue) expect() {
 	q.mu.Lock()
@@ -293,9 +297,14 @@ func (q *ackQueue) signal() {
 // sendAll sends acknowledgements in batches until the queue is closed and drained.
 func (q *ackQueue) sendAll(stream grpc.BidiStreamingServer[consensuspb.ProposeRequest, consensuspb.ProposeResponse]) error {
 	for {
-		<-q.ready
+		stopping := false
+		select {
+		case <-q.ready:
+		case <-q.stopping:
+			stopping = true
+		}
 		q.mu.Lock()
-		acks, done := q.acks, q.closed && q.pending == 0
+		acks, done := q.acks, stopping || (q.closed && q.pending == 0)
 		q.acks = nil
 		q.mu.Unlock()
 		if len(acks) > 0 {
