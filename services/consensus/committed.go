@@ -71,7 +71,8 @@ func (d *deliverable) wait(ctx context.Context, i uint64, stopping <-chan struct
 func (d *deliverable) reset(i uint64) { d.advance(i) }
 
 // Committed implements commitlog.Log. Entries come straight from raft's storage, which keeps every entry
-// the log was not compacted past; below that, a KindSnapshot entry stands for the compacted prefix.
+// the log was not compacted past; below that, a KindSnapshot entry stands for the compacted prefix. An
+// entry's Data is the log's own copy: the caller may keep it but must not modify it.
 func (n *Node) Committed(ctx context.Context, fromIndex uint64, deliver func([]commitlog.Entry) error) error {
 	next := max(fromIndex, 1)
 	for {
