@@ -178,7 +178,7 @@ func StandardScenarios(opts StandardOptions) ([]Scenario, error) {
 // WriteComparison prints results as one table. Within a scenario the first target is the baseline, and
 // every other target's throughput is shown as a multiple of it.
 func WriteComparison(w io.Writer, results []ComparisonResult) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SCENARIO\tTARGET\tREQUESTS\tERRORS\tREQ/S\tVS FIRST\tAVG ms\tP50 ms\tP99 ms\tP99.9 ms\tSLOWEST ms\t")
 	baseline := map[string]float64{}
 	for _, r := range results {
