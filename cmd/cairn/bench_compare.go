@@ -146,6 +146,6 @@ func newBenchEtcdClusterCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().IntVar(&members, "members", 3, "number of etcd members")
-	cmd.Flags().StringVar(&dataDir, "data-dir", "", "directory for member data, logs and stack.json (default: a temp dir removed on exit)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", "", "new or empty directory for member data, logs and stack.json (default: a temp dir removed on exit)")
 	return cmd
 }

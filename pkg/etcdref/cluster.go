@@ -20,7 +20,8 @@ type Config struct {
 	// Members is the cluster size. Default 3.
 	Members int
 	// Dir holds each member's data directory and log file. Empty: a fresh temp directory that Stop removes.
-	// A non-empty Dir is kept, and a member whose data dir already exists resumes from it.
+	// A given Dir is kept after Stop, but must not hold member data already: every Start picks new ports, and
+	// a member's stored peer URLs would no longer match.
 	Dir string
 	// Binaries to run. Zero: Start calls Build.
 	Binaries Binaries
@@ -108,6 +109,11 @@ func (c *Cluster) Start(ctx context.Context) error {
 	specs, err := c.memberSpecs()
 	if err != nil {
 		return err
+	}
+	for _, m := range c.members {
+		if _, err := os.Stat(m.DataDir); err == nil {
+			return fmt.Errorf("etcdref: %s already holds member data; start a reference cluster in an empty dir", m.DataDir)
+		}
 	}
 	sup, err := supervisor.New(supervisor.Config{
 		Children:     specs,

@@ -2,7 +2,9 @@ package etcdref
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,5 +114,20 @@ func TestKilledMemberRecoversWithItsData(t *testing.T) {
 			t.Fatalf("restarted member never served the write: %v %v", resp, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestStartRefusesDirWithMemberData(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "etcd-0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cluster, err := New(Config{Members: 1, Dir: dir, Binaries: Binaries{Etcd: "/nonexistent/etcd", Etcdctl: "/nonexistent/etcdctl"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cluster.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "already holds member data") {
+		t.Fatalf("Start = %v, want refusal", err)
 	}
 }
