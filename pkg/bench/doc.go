@@ -12,9 +12,10 @@
 //     and not counted. A progress bar goes to RunnerConfig.Progress (stderr in the CLI) while Run works.
 //   - Op is one request: func(ctx, client, seq) error, where seq numbers the requests of one Run from 0.
 //     PutOp, RangeOp and TxnPutOp build the KV benchmarks with etcd's key and value scheme. A later benchmark
-//     (watch, watch-latency, lease-keepalive) is a new Op — its setup can use Runner.Clients() to open watchers
-//     or grant leases on the same connections — or, when one call is not one sample, code that feeds a Report
-//     directly.
+//     is a new Op plus a file in cmd/cairn: lease-keepalive is an Op (KeepAliveOnce) whose setup grants
+//     leases through Runner.Clients(); watch and watch-latency open their watchers through Runner.Clients()
+//     and use Runner.Drive, which issues the Op (the puts) under the same bounds, rate limit and progress bar
+//     but lets the Op's watcher goroutines Record one sample per event into a Report of their own.
 //   - Report collects latencies (goroutine-safe Record) and errors; Summary computes etcd's statistics: total
 //     time, requests/s, slowest, fastest, average, stddev, percentiles (p10 … p99.9) and a ten-bucket latency
 //     histogram. Summary.WriteText prints the same layout as etcd's tool; Summary is also plain JSON

@@ -150,10 +150,21 @@ func (r *Runner) Stop(context.Context) error {
 // latencies. If ctx ends first, Run stops early and returns the partial summary with ctx's error; requests
 // cut short by the cancellation are not counted.
 func (r *Runner) Run(ctx context.Context, name string, op Op) (Summary, error) {
+	return r.drive(ctx, NewReport(name), op, true)
+}
+
+// Drive issues op under the same bounds, rate limit and progress bar as Run, but records only op's errors:
+// op, or goroutines it feeds, records its own samples into report. It is for benchmarks where one request is
+// not one sample, e.g. watch-latency (a put per request, a latency per watcher that sees it). The summary
+// covers everything in report over the run's wall time.
+func (r *Runner) Drive(ctx context.Context, report *Report, op Op) (Summary, error) {
+	return r.drive(ctx, report, op, false)
+}
+
+func (r *Runner) drive(ctx context.Context, report *Report, op Op, recordLatency bool) (Summary, error) {
 	if len(r.conns) == 0 {
 		return Summary{}, errors.New("bench: Run before Start")
 	}
-	report := NewReport(name)
 	limiter := rate.NewLimiter(rate.Inf, 1)
 	if r.cfg.Rate > 0 {
 		limiter = rate.NewLimiter(rate.Limit(r.cfg.Rate), 1)
@@ -181,7 +192,9 @@ func (r *Runner) Run(ctx context.Context, name string, op Op) (Summary, error) {
 				if ctx.Err() != nil {
 					return // cut short by cancellation: neither a latency nor a server error
 				}
-				report.Record(time.Since(start), err)
+				if recordLatency || err != nil {
+					report.Record(time.Since(start), err)
+				}
 				if bar != nil {
 					bar.Increment()
 				}

@@ -167,3 +167,22 @@ func TestRunnerStopsOnCancel(t *testing.T) {
 		t.Errorf("requests %d errors %d: cancelled calls must not count", summary.Requests, summary.Errors)
 	}
 }
+
+func TestRunnerDriveLetsOpRecordItsOwnSamples(t *testing.T) {
+	runner := startRunner(t, RunnerConfig{Clients: 3, Total: 30})
+	report := NewReport("fan-out")
+	summary, err := runner.Drive(context.Background(), report, func(_ context.Context, _ *clientv3.Client, seq int64) error {
+		if seq == 0 {
+			return errors.New("first request fails")
+		}
+		report.Record(time.Millisecond, nil) // e.g. two watchers each seeing the put
+		report.Record(2*time.Millisecond, nil)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if summary.Requests != 58 || summary.Errors != 1 || summary.SlowestSec != 0.002 || summary.Name != "fan-out" {
+		t.Fatalf("requests %d errors %d slowest %v name %q", summary.Requests, summary.Errors, summary.SlowestSec, summary.Name)
+	}
+}
