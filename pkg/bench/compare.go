@@ -179,7 +179,7 @@ func StandardScenarios(opts StandardOptions) ([]Scenario, error) {
 // every other target's throughput is shown as a multiple of it.
 func WriteComparison(w io.Writer, results []ComparisonResult) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCENARIO\tTARGET\tREQUESTS\tERRORS\tREQ/S\tVS FIRST\tAVG ms\tP50 ms\tP99 ms\tP99.9 ms\tSLOWEST ms\t")
+	fmt.Fprintln(tw, "SCENARIO\tTARGET\tREQUESTS\tERRORS\tREQ/S\tVS FIRST\tAVG ms\tP50 ms\tP99 ms\tP99.9 ms\tSLOWEST ms\tNOTE")
 	baseline := map[string]float64{}
 	for _, r := range results {
 		ms := func(sec float64) string { return strconv.FormatFloat(sec*1000, 'f', 2, 64) }
@@ -191,12 +191,12 @@ func WriteComparison(w io.Writer, results []ComparisonResult) error {
 			versus = strconv.FormatFloat(s.RequestsPerSec/first, 'f', 2, 64) + "x"
 		}
 		if r.Err != "" && s.Requests == 0 {
-			fmt.Fprintf(tw, "%s\t%s\tfailed: %s\t\t\t\t\t\t\t\t\t\n", r.Scenario, r.Target, r.Err)
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\tfailed: %s\n", r.Scenario, r.Target, r.Err)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, r.Target, s.Requests, s.Errors,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, r.Target, s.Requests, s.Errors,
 			s.RequestsPerSec, versus, ms(s.AverageSec), ms(s.Percentile(50)), ms(s.Percentile(99)),
-			ms(s.Percentile(99.9)), ms(s.SlowestSec))
+			ms(s.Percentile(99.9)), ms(s.SlowestSec), r.Err)
 	}
 	return tw.Flush()
 }
