@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sort"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 )
 

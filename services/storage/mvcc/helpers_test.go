@@ -91,12 +91,16 @@ func bytesOrNil(s string) []byte {
 	return []byte(s)
 }
 
-func atRev(rev int64) func(*pb.RangeRequest)  { return func(r *pb.RangeRequest) { r.Revision = rev } }
-func limit(n int64) func(*pb.RangeRequest)    { return func(r *pb.RangeRequest) { r.Limit = n } }
-func keysOnly(r *pb.RangeRequest)             { r.KeysOnly = true }
-func countOnly(r *pb.RangeRequest)            { r.CountOnly = true }
-func minMod(rev int64) func(*pb.RangeRequest) { return func(r *pb.RangeRequest) { r.MinModRevision = rev } }
-func maxMod(rev int64) func(*pb.RangeRequest) { return func(r *pb.RangeRequest) { r.MaxModRevision = rev } }
+func atRev(rev int64) func(*pb.RangeRequest) { return func(r *pb.RangeRequest) { r.Revision = rev } }
+func limit(n int64) func(*pb.RangeRequest)   { return func(r *pb.RangeRequest) { r.Limit = n } }
+func keysOnly(r *pb.RangeRequest)            { r.KeysOnly = true }
+func countOnly(r *pb.RangeRequest)           { r.CountOnly = true }
+func minMod(rev int64) func(*pb.RangeRequest) {
+	return func(r *pb.RangeRequest) { r.MinModRevision = rev }
+}
+func maxMod(rev int64) func(*pb.RangeRequest) {
+	return func(r *pb.RangeRequest) { r.MaxModRevision = rev }
+}
 func minCreate(rev int64) func(*pb.RangeRequest) {
 	return func(r *pb.RangeRequest) { r.MinCreateRevision = rev }
 }

@@ -7,10 +7,10 @@ import (
 	"io"
 	"sort"
 
+	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	bolt "go.etcd.io/bbolt"
 )
 
 // HistoryQuery asks for the events of a key range in a revision interval.

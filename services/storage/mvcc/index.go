@@ -159,4 +159,3 @@ func (r keyRange) contains(key []byte) bool {
 		return bytes.Compare(key, r.key) >= 0 && bytes.Compare(key, r.end) < 0
 	}
 }
-

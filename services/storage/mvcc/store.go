@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
@@ -22,9 +22,9 @@ var (
 	bucketLease = []byte("lease")
 	bucketAlarm = []byte("alarm")
 
-	metaConsistentIndex = []byte("consistent_index")
-	metaTerm            = []byte("term")
-	metaCurrentRev      = []byte("current_revision")
+	metaConsistentIndex  = []byte("consistent_index")
+	metaTerm             = []byte("term")
+	metaCurrentRev       = []byte("current_revision")
 	metaScheduledCompact = []byte("scheduled_compact_revision")
 	metaFinishedCompact  = []byte("finished_compact_revision")
 )
@@ -97,22 +97,22 @@ type Store struct {
 
 	// mu guards the state readers see. Apply holds it exclusively for one whole entry; readers hold it shared for
 	// a whole read, so a read sees every entry applied before it and none in part.
-	mu             sync.RWMutex
-	index          *keyIndex
-	currentRev     int64
-	compactRev     int64 // scheduled compact revision: reads below it fail
-	appliedIndex   uint64
-	appliedTerm    uint64
-	durableIndex   uint64
-	committedRev   int64     // revisions above it live in pending until the next commit
-	pending        []pendingKV // every key-bucket write since the last commit, in revision order
-	leases         map[int64]*leaseState
-	alarms         []*pb.AlarmMember
-	failed         error
-	closed         bool
-	compactor      *compactor
-	stopCommitter  chan struct{}
-	committerDone  chan struct{}
+	mu            sync.RWMutex
+	index         *keyIndex
+	currentRev    int64
+	compactRev    int64 // scheduled compact revision: reads below it fail
+	appliedIndex  uint64
+	appliedTerm   uint64
+	durableIndex  uint64
+	committedRev  int64       // revisions above it live in pending until the next commit
+	pending       []pendingKV // every key-bucket write since the last commit, in revision order
+	leases        map[int64]*leaseState
+	alarms        []*pb.AlarmMember
+	failed        error
+	closed        bool
+	compactor     *compactor
+	stopCommitter chan struct{}
+	committerDone chan struct{}
 }
 
 type pendingKV struct {
