@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"log/slog"
 	"path/filepath"
 	"testing"
 
@@ -21,6 +22,9 @@ func openTestStore(t testing.TB, cfg Config) *testStore {
 	t.Helper()
 	if cfg.Path == "" {
 		cfg.Path = filepath.Join(t.TempDir(), "storage.db")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s, err := Open(cfg)
 	if err != nil {

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	bolt "go.etcd.io/bbolt"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -110,7 +110,7 @@ func reopen(t *testing.T, ts *testStore) *testStore {
 	if err := ts.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	return openTestStore(t, Config{Path: ts.cfg.Path})
+	return openTestStore(t, Config{Path: ts.cfg.Path, BatchLimit: ts.cfg.BatchLimit, CompactionBatchLimit: ts.cfg.CompactionBatchLimit})
 }
 
 func TestReplayIsNoop(t *testing.T) {
@@ -235,12 +235,14 @@ func TestHashIndependentOfCompactionProgress(t *testing.T) {
 
 func TestHistory(t *testing.T) {
 	ts := openTestStore(t, Config{BatchLimit: 3})
-	ts.apply(put("a", "1"))                                            // 2
-	ts.apply(put("b", "1"))                                            // 3
-	ts.apply(txn(nil, ops(put("a", "2"), put("c", "1")), nil))          // 4
-	ts.apply(del("a", "", false))                                      // 5
-	ts.apply(put("a", "3"))                                            // 6
-	ev := func(typ mvccpb.Event_EventType, key string, rev int64) string { return fmt.Sprintf("%v %s@%d", typ, key, rev) }
+	ts.apply(put("a", "1"))                                    // 2
+	ts.apply(put("b", "1"))                                    // 3
+	ts.apply(txn(nil, ops(put("a", "2"), put("c", "1")), nil)) // 4
+	ts.apply(del("a", "", false))                              // 5
+	ts.apply(put("a", "3"))                                    // 6
+	ev := func(typ mvccpb.Event_EventType, key string, rev int64) string {
+		return fmt.Sprintf("%v %s@%d", typ, key, rev)
+	}
 	tests := []struct {
 		name string
 		q    HistoryQuery
