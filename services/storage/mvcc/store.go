@@ -52,8 +52,11 @@ type Config struct {
 	InitialMmapSize int
 	// Logger receives operator logs (default slog.Default()).
 	Logger *slog.Logger
-	// OnCommit, when set, is called after each successful bbolt commit with the durable consistent index.
+	// OnCommit, when set, is called after each successful bbolt commit with the durable consistent index. It runs
+	// with the write lock held: it must not block.
 	OnCommit func(durableIndex uint64)
+	// OnFailure, when set, is called once when the store fails (a bbolt commit or write failed). It must not block.
+	OnFailure func(err error)
 }
 
 func (c Config) withDefaults() Config {
@@ -318,11 +321,17 @@ func (s *Store) commitLocked() error {
 // fail puts the store in its failed state: nothing more is applied or read until it is reopened.
 func (s *Store) fail(err error) error {
 	s.mu.Lock()
-	if s.failed == nil {
+	first := s.failed == nil
+	if first {
 		s.failed = err
 	}
 	s.mu.Unlock()
-	s.log.Error("mvcc store failed; reopen it to resume", "err", err, "path", s.cfg.Path)
+	if first {
+		s.log.Error("mvcc store failed; reopen it to resume", "err", err, "path", s.cfg.Path)
+		if s.cfg.OnFailure != nil {
+			s.cfg.OnFailure(err)
+		}
+	}
 	return err
 }
 
