@@ -193,4 +193,6 @@ func (c *Client) LeaseLeases(ctx context.Context) (*pb.LeaseLeasesResponse, erro
 }
 
 // IsCompacted reports whether err is etcd's ErrGRPCCompacted.
-func IsCompacted(err error) bool { return rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCCompacted) }
+func IsCompacted(err error) bool {
+	return rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCCompacted)
+}

@@ -3,8 +3,8 @@ package storage
 import (
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"github.com/prometheus/client_golang/prometheus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/pkg/obs"
