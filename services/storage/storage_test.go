@@ -305,4 +305,3 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("defaults %+v", d)
 	}
 }
-
