@@ -37,7 +37,7 @@ func TestWrite(t *testing.T) {
 		{"txn dup puts", &pb.InternalRaftRequest{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{putOp("a"), putOp("a")}}}, rpctypes.ErrGRPCDuplicateKey},
 		{"txn put in deleted range", &pb.InternalRaftRequest{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{delOp("a", "c"), putOp("b")}}}, rpctypes.ErrGRPCDuplicateKey},
 		{"txn from-key delete is no interval (etcd)", &pb.InternalRaftRequest{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{delOp("a", "\x00"), putOp("b")}}}, nil},
-				{"txn nested branches exclusive", &pb.InternalRaftRequest{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{
+		{"txn nested branches exclusive", &pb.InternalRaftRequest{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{
 			{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{putOp("a")}, Failure: []*pb.RequestOp{putOp("a")}}}}}}}, nil},
 		{"txn nested put vs outer put", &pb.InternalRaftRequest{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{txnOp(putOp("a")), putOp("a")}}}, rpctypes.ErrGRPCDuplicateKey},
 		{"txn empty op", &pb.InternalRaftRequest{Txn: &pb.TxnRequest{Success: []*pb.RequestOp{{}}}}, rpctypes.ErrGRPCKeyNotFound},

@@ -20,12 +20,12 @@ type testMember struct {
 	sink   *MemorySink
 }
 
-func testConfig(t *testing.T, memberID uint64) Config {
+func testConfig(t testing.TB, memberID uint64) Config {
 	return Config{MemberID: memberID, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0", AdminAddr: "127.0.0.1:0",
 		BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, LogCompactInterval: 20 * time.Millisecond}
 }
 
-func newMemlog(t *testing.T, memberID uint64) *memlog.Log {
+func newMemlog(t testing.TB, memberID uint64) *memlog.Log {
 	l, err := memlog.Open(memlog.Config{MemberID: memberID})
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func newMemlog(t *testing.T, memberID uint64) *memlog.Log {
 	return l
 }
 
-func startMember(t *testing.T, cfg Config, log commitlog.Log, tel *obs.Telemetry) *testMember {
+func startMember(t testing.TB, cfg Config, log commitlog.Log, tel *obs.Telemetry) *testMember {
 	t.Helper()
 	sink := NewMemorySink()
 	s, err := New(cfg, log, sink, tel, slog.New(slog.DiscardHandler))
