@@ -98,7 +98,7 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 		return nil
 	}
 	spanCtx := s.tel.Extract(context.Background(), entry.Trace)
-	_, span := s.tracer.Start(spanCtx, "storage.apply", trace.WithAttributes(
+	applyCtx, span := s.tracer.Start(spanCtx, "storage.apply", trace.WithAttributes(
 		attribute.Int64("log.index", int64(e.Index)), attribute.Int64("log.term", int64(e.Term))))
 	defer span.End()
 	start := time.Now()
@@ -113,6 +113,7 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
 	span.SetAttributes(attribute.Int64("mvcc.revision", res.Revision))
 	if rec, changed := appliedRecord(e, entry.Request.Compaction != nil, entry.Request.GetCompaction().GetRevision(), res); changed {
+		rec.Trace = s.tel.Inject(applyCtx)
 		s.sink.Applied(rec)
 	}
 	if entry.ProposerMember == s.cfg.MemberID {

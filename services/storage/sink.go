@@ -26,6 +26,8 @@ type AppliedRecord struct {
 	CompactRevision int64
 	// Alarms is set when the entry changed the alarms: the alarms now active.
 	Alarms []*pb.AlarmMember
+	// Trace is the trace context of the apply span (obs.Telemetry.Inject), so consumers continue the trace.
+	Trace map[string]string
 }
 
 // AppliedSink receives a record for every applied entry that changed something, in apply order, from the apply
