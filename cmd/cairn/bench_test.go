@@ -1,0 +1,107 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/bench"
+	"github.com/cairn-kv/cairn/pkg/etcdref"
+)
+
+// runCairn runs the command tree in-process with args and returns stdout.
+func runCairn(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := newRootCommand()
+	var stdout, stderr bytes.Buffer
+	root.SetOut(&stdout)
+	root.SetErr(&stderr)
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil {
+		t.Logf("cairn %v: %v\nstderr:\n%s", args, err, stderr.String())
+	}
+	return stdout.String(), err
+}
+
+func TestVersionCommand(t *testing.T) {
+	out, err := runCairn(t, "version")
+	if err != nil || !strings.Contains(out, "cairn Version: "+cairnVersion) || !strings.Contains(out, "Go Version: go") {
+		t.Fatalf("version: %q %v", out, err)
+	}
+}
+
+func TestBenchCommandsAgainstEtcd(t *testing.T) {
+	cluster := etcdref.StartCluster(t, 1)
+	endpoints := strings.Join(cluster.Endpoints(), ",")
+	tests := []struct {
+		name       string
+		args       []string
+		wantName   string
+		wantTotal  int // -1: bounded by --duration, any positive count
+		wantParams map[string]string
+	}{
+		{"put, space-separated flags", []string{"bench", "--endpoints", endpoints, "--clients", "4", "--conns", "2",
+			"put", "--total", "200", "--val-size", "64", "--sequential-keys", "--key-space-size", "50", "--output", "json"},
+			"put", 200, map[string]string{"clients": "4", "conns": "2", "val_size": "64", "key_space_size": "50"}},
+		{"range serializable, = flags", []string{"bench", "--endpoints=" + endpoints, "--total=100", "--output=json",
+			"range", "a", "z", "--consistency=s"}, "range", 100, map[string]string{"consistency": "s", "end": "z"}},
+		{"txn-put", []string{"bench", "--endpoints", endpoints, "--output", "json", "txn-put", "--total", "30",
+			"--txn-ops", "3", "--key-space-size", "90"}, "txn-put", 30, map[string]string{"txn_ops": "3"}},
+		{"duration alone bounds the run", []string{"bench", "--endpoints", endpoints, "--output", "json",
+			"--duration", "300ms", "put"}, "put", -1, map[string]string{"total": "0", "duration": "300ms"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := runCairn(t, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var summary bench.Summary
+			if err := json.Unmarshal([]byte(out), &summary); err != nil {
+				t.Fatalf("output is not one JSON summary: %v\n%s", err, out)
+			}
+			if summary.Name != tt.wantName || summary.Errors != 0 || summary.Requests == 0 ||
+				tt.wantTotal >= 0 && summary.Requests != tt.wantTotal {
+				t.Fatalf("summary %s: requests %d errors %v, want %d", summary.Name, summary.Requests, summary.ErrorCounts, tt.wantTotal)
+			}
+			for key, want := range tt.wantParams {
+				if summary.Params[key] != want {
+					t.Errorf("param %s = %q, want %q", key, summary.Params[key], want)
+				}
+			}
+		})
+	}
+
+	out, err := runCairn(t, "bench", "--endpoints", endpoints, "--total", "10", "put")
+	if err != nil || !strings.Contains(out, "Requests/sec:") || !strings.Contains(out, "99.9% in") {
+		t.Errorf("text summary: %v\n%s", err, out)
+	}
+}
+
+func TestBenchRejectsBadFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"bad output", []string{"bench", "--output", "yaml", "put"}, "--output must be"},
+		{"bad consistency", []string{"bench", "range", "k", "--consistency", "x"}, "l or s"},
+		{"range needs a key", []string{"bench", "range"}, "accepts between 1 and 2 arg"},
+		{"key too small", []string{"bench", "put", "--key-size", "1", "--key-space-size", "100000"}, "cannot hold"},
+		{"no bound", []string{"bench", "--total", "0", "put"}, "so the run ends"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := runCairn(t, tt.args...)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}

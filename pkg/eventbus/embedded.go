@@ -1,0 +1,65 @@
+package eventbus
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// EmbeddedConfig configures an in-process NATS server.
+type EmbeddedConfig struct {
+	// Host and Port to listen on; Port -1 picks a free port (the default 0 means NATS's 4222).
+	Host string
+	Port int
+	// HTTPPort serves NATS monitoring (/varz, /healthz) when not 0; -1 picks a free port.
+	HTTPPort int
+	// ReadyTimeout bounds the wait for the server to accept connections (default 10s).
+	ReadyTimeout time.Duration
+}
+
+// Embedded is a NATS server running inside this process.
+type Embedded struct {
+	srv *server.Server
+}
+
+// StartEmbedded starts a NATS server and waits until it accepts connections.
+func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	if cfg.Host == "" {
+		cfg.Host = "127.0.0.1"
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 10 * time.Second
+	}
+	opts := &server.Options{
+		Host:                  cfg.Host,
+		Port:                  cfg.Port,
+		HTTPHost:              cfg.Host,
+		HTTPPort:              cfg.HTTPPort,
+		NoSigs:                true,
+		NoLog:                 true,
+		MaxPayload:            8 << 20, // a record can carry a whole txn with prev kvs
+		MaxPending:            256 << 20,
+		WriteDeadline:         10 * time.Second,
+		DisableShortFirstPing: true,
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("nats server on %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(cfg.ReadyTimeout) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("nats server on %s:%d not ready after %s", cfg.Host, cfg.Port, cfg.ReadyTimeout)
+	}
+	return &Embedded{srv: srv}, nil
+}
+
+// ClientURL is the nats:// URL clients connect to.
+func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// Shutdown stops the server and waits until it is down.
+func (e *Embedded) Shutdown() {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+}

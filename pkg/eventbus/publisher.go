@@ -1,0 +1,158 @@
+package eventbus
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
+)
+
+// PublisherConfig configures a Publisher.
+type PublisherConfig struct {
+	// SubjectPrefix is the cluster's subject prefix (DefaultSubjectPrefix when empty).
+	SubjectPrefix string
+	// MemberID is the publishing member; it names the subject.
+	MemberID uint64
+	// QueueLength bounds the records waiting to be sent (default 16384).
+	QueueLength int
+}
+
+// Publisher sends applied records to NATS from its own goroutine, so that publishing never blocks the caller.
+type Publisher struct {
+	cfg     PublisherConfig
+	nc      *nats.Conn
+	logger  *slog.Logger
+	queue   chan queued
+	subject string
+
+	lastDropLog time.Time // touched only by the sending goroutine
+
+	published prometheus.Counter
+	dropped   prometheus.Counter
+
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+type queued struct {
+	rec   *eventpb.AppliedRecord
+	trace map[string]string
+}
+
+// NewPublisher returns a publisher on nc; its counters are registered on reg when reg is not nil.
+func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer, logger *slog.Logger) *Publisher {
+	if cfg.QueueLength <= 0 {
+		cfg.QueueLength = 16384
+	}
+	p := &Publisher{
+		cfg:     cfg,
+		nc:      nc,
+		logger:  logger,
+		queue:   make(chan queued, cfg.QueueLength),
+		subject: Subject(cfg.SubjectPrefix, cfg.MemberID),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cairn", Subsystem: "eventbus", Name: "published_records_total",
+			Help: "Applied records handed to NATS.",
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cairn", Subsystem: "eventbus", Name: "dropped_records_total",
+			Help: "Applied records dropped because the queue was full or NATS refused them; consumers fill the gap from storage history.",
+		}),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	if reg != nil {
+		reg.MustRegister(p.published, p.dropped)
+	}
+	return p
+}
+
+// Start runs the sending goroutine until Stop.
+func (p *Publisher) Start() { go p.run() }
+
+// Publish queues rec with the trace context to carry; it never blocks, and drops rec when the queue is full.
+func (p *Publisher) Publish(rec *eventpb.AppliedRecord, trace map[string]string) {
+	select {
+	case p.queue <- queued{rec: rec, trace: trace}:
+	default:
+		p.dropped.Inc()
+	}
+}
+
+// Stop sends what is queued (until ctx ends), flushes the connection and stops the goroutine.
+func (p *Publisher) Stop(ctx context.Context) error {
+	p.stopOnce.Do(func() { close(p.stop) })
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if !p.nc.IsConnected() {
+		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok { // nats requires one
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	return p.nc.FlushWithContext(ctx)
+}
+
+func (p *Publisher) run() {
+	defer close(p.done)
+	for {
+		select {
+		case q := <-p.queue:
+			p.send(q)
+		case <-p.stop:
+			for {
+				select {
+				case q := <-p.queue:
+					p.send(q)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (p *Publisher) send(q queued) {
+	body, err := proto.Marshal(q.rec)
+	if err != nil {
+		p.dropped.Inc()
+		p.logger.Error("applied record not encodable", "index", q.rec.GetIndex(), "err", err)
+		return
+	}
+	msg := &nats.Msg{Subject: p.subject, Data: body, Header: nats.Header{}}
+	msg.Header.Set(HeaderIndex, strconv.FormatUint(q.rec.GetIndex(), 10))
+	msg.Header.Set(HeaderRevision, strconv.FormatInt(q.rec.GetRevision(), 10))
+	msg.Header.Set(HeaderMember, strconv.FormatUint(p.cfg.MemberID, 16))
+	for k, v := range q.trace {
+		msg.Header.Set(k, v)
+	}
+	if err := p.nc.PublishMsg(msg); err != nil {
+		p.dropped.Inc()
+		p.logDropped(q.rec.GetIndex(), err)
+		return
+	}
+	p.published.Inc()
+}
+
+// logDropped logs a refused publish at most every few seconds: while NATS is away every record fails the same way.
+func (p *Publisher) logDropped(index uint64, err error) {
+	if time.Since(p.lastDropLog) < 5*time.Second {
+		return
+	}
+	p.lastDropLog = time.Now()
+	p.logger.Warn("applied record not published; consumers will fill the gap from history",
+		"index", index, "err", err)
+}

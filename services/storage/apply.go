@@ -1,0 +1,203 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/services/storage/mvcc"
+)
+
+// errStoreFailed ends a Committed call when the store has failed and must be reopened.
+var errStoreFailed = errors.New("store failed")
+
+// runApplyLoop applies the committed log from the store's applied index + 1 until ctx ends, recovering from
+// store failures and retrying other errors with backoff.
+func (s *Storage) runApplyLoop(ctx context.Context) {
+	backoff := newBackoff()
+	for ctx.Err() == nil {
+		from := s.currentStore().Position().AppliedIndex + 1
+		loopCtx, cancel := context.WithCancel(ctx)
+		stopOnFailure := make(chan struct{})
+		go func() {
+			select {
+			case <-s.failedCh:
+				cancel()
+			case <-stopOnFailure:
+			}
+		}()
+		err := s.log.Committed(loopCtx, from, func(entries []commitlog.Entry) error { return s.deliver(ctx, entries) })
+		close(stopOnFailure)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if st := s.currentStore(); st.Err() != nil || errors.Is(err, errStoreFailed) {
+			s.recoverStore(ctx, st.Err())
+			continue
+		}
+		s.logger.Warn("apply loop interrupted; retrying", "from_index", from, "err", err)
+		backoff.wait(ctx)
+	}
+}
+
+// deliver applies one batch of committed entries in order.
+func (s *Storage) deliver(ctx context.Context, entries []commitlog.Entry) error {
+	defer s.notifyApplied()
+	for i := range entries {
+		if err := s.applyEntry(ctx, &entries[i]); err != nil {
+			return err
+		}
+	}
+	if s.recovering {
+		// The reopened store replayed the batch: once a commit of it succeeds storage is durable again.
+		if err := s.currentStore().Commit(); err != nil {
+			return errStoreFailed
+		}
+		s.recovering = false
+		s.setUnhealthy("")
+		s.logger.Info("storage recovered: applying and committing again",
+			"applied_index", s.currentStore().Position().AppliedIndex)
+	}
+	return nil
+}
+
+func (s *Storage) applyEntry(ctx context.Context, e *commitlog.Entry) error {
+	st := s.currentStore()
+	switch e.Kind {
+	case commitlog.KindSnapshot:
+		if e.Snapshot == nil || e.Snapshot.Index <= st.Position().AppliedIndex {
+			return nil
+		}
+		return s.installSnapshot(ctx, e.Snapshot)
+	case commitlog.KindNormal:
+		return s.applyNormal(st, e)
+	default:
+		if err := st.ApplyNoop(e.Index, e.Term); err != nil {
+			return errStoreFailed
+		}
+		return nil
+	}
+}
+
+func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
+	var entry storagepb.Entry
+	if err := proto.Unmarshal(e.Data, &entry); err != nil || entry.Request == nil {
+		// Not ours or corrupt: skip it, identically on every member, rather than wedge the log.
+		s.logger.Error("undecodable log entry skipped", "index", e.Index, "term", e.Term, "err", err)
+		if err := st.ApplyNoop(e.Index, e.Term); err != nil {
+			return errStoreFailed
+		}
+		return nil
+	}
+	spanCtx := s.tel.Extract(context.Background(), entry.Trace)
+	applyCtx, span := s.tracer.Start(spanCtx, "storage.apply", trace.WithAttributes(
+		attribute.Int64("log.index", int64(e.Index)), attribute.Int64("log.term", int64(e.Term))))
+	defer span.End()
+	start := time.Now()
+	res, err := st.Apply(e.Index, e.Term, entry.Request)
+	if err != nil {
+		span.RecordError(err)
+		return errStoreFailed
+	}
+	if res == nil {
+		return nil // at or below the applied index: a replay
+	}
+	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	span.SetAttributes(attribute.Int64("mvcc.revision", res.Revision))
+	if rec, changed := appliedRecord(e, entry.Request.Compaction != nil, entry.Request.GetCompaction().GetRevision(), res); changed {
+		rec.Trace = s.tel.Inject(applyCtx)
+		s.sink.Applied(rec)
+	}
+	if entry.ProposerMember == s.cfg.MemberID {
+		s.waiters.trigger(entry.Request.ID, res)
+	}
+	return nil
+}
+
+func appliedRecord(e *commitlog.Entry, compaction bool, compactRevision int64, res *mvcc.Result) (AppliedRecord, bool) {
+	rec := AppliedRecord{Index: e.Index, Term: e.Term, Revision: res.Revision, Events: res.Events, Leases: res.Leases,
+		Alarms: res.Alarms}
+	if compaction && res.Err == nil {
+		rec.CompactRevision = compactRevision
+	}
+	changed := len(rec.Events) > 0 || len(rec.Leases) > 0 || rec.CompactRevision != 0 || res.Alarms != nil
+	return rec, changed
+}
+
+// recoverStore reopens a failed store at its last commit, retrying with backoff until it opens; the apply loop
+// then replays the log from there.
+func (s *Storage) recoverStore(ctx context.Context, cause error) {
+	reason := fmt.Sprintf("storage failed, recovering from the log: %v", cause)
+	s.setUnhealthy(reason)
+	s.metrics.failures.Inc()
+	s.logger.Error("storage failed; reopening and replaying from the log", "err", cause)
+	backoff := newBackoff()
+	for ctx.Err() == nil {
+		s.storeMu.Lock()
+		_ = s.store.Close()
+		st, err := s.openStore()
+		if err == nil {
+			s.store = st
+			s.durable.Store(st.Position().DurableIndex)
+		}
+		s.storeMu.Unlock()
+		if err == nil {
+			s.recovering = true
+			s.setUnhealthy(reason + " (replaying)")
+			return
+		}
+		s.logger.Error("reopen of storage failed; retrying", "err", err)
+		backoff.wait(ctx)
+	}
+}
+
+// runCompactReporter reports the durable applied index to the log every LogCompactInterval when it advanced.
+func (s *Storage) runCompactReporter(ctx context.Context) {
+	t := time.NewTicker(s.cfg.LogCompactInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.reportDurable(ctx)
+		}
+	}
+}
+
+func (s *Storage) reportDurable(ctx context.Context) {
+	durable := s.durable.Load()
+	if durable <= s.reported.Load() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if err := s.log.Compact(rctx, durable); err != nil {
+		s.logger.Warn("reporting durable index to the log failed", "durable_index", durable, "err", err)
+		return
+	}
+	s.reported.Store(durable)
+}
+
+// backoff doubles a wait from 50ms up to 5s.
+type backoff struct{ next time.Duration }
+
+func newBackoff() *backoff { return &backoff{next: 50 * time.Millisecond} }
+
+func (b *backoff) wait(ctx context.Context) {
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	b.next = min(2*b.next, 5*time.Second)
+}

@@ -1,0 +1,131 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+)
+
+// Defaults, as etcd's where etcd has the setting.
+const (
+	DefaultListenURL            = "http://127.0.0.1:23790"
+	DefaultBatchInterval        = 100 * time.Millisecond
+	DefaultBatchLimit           = 10000
+	DefaultRequestTimeout       = 7 * time.Second // etcd: 5s + 2 × election timeout
+	DefaultQuotaBackendBytes    = int64(2 << 30)  // etcd's --quota-backend-bytes default
+	DefaultMinLeaseTTL          = 2               // seconds; etcd's with its default election timeout
+	DefaultCompactionBatchLimit = 1000
+	DefaultCompactionSleep      = 10 * time.Millisecond
+	DefaultLogCompactInterval   = time.Second
+)
+
+// Config configures a storage service. Zero fields take the defaults; Validate reports what is unusable.
+type Config struct {
+	// MemberID is this member's ID (request IDs are prefixed with it, NOSPACE alarms name it).
+	MemberID uint64
+	// DataDir holds the bbolt file (storage.db) and snapshot downloads.
+	DataDir string
+	// ListenURL is where the Storage gRPC service listens, http://host:port (port 0 picks one).
+	ListenURL string
+	// AdminAddr is host:port for /metrics and /health; empty serves none.
+	AdminAddr string
+	// BatchInterval and BatchLimit bound how long and how many applied entries wait for one bbolt commit.
+	BatchInterval time.Duration
+	BatchLimit    int
+	// RequestTimeout bounds a Submit (proposal to apply) and a linearizable read's wait.
+	RequestTimeout time.Duration
+	// QuotaBackendBytes is etcd's --quota-backend-bytes: writes that would grow the database past it raise the
+	// NOSPACE alarm and are refused. 0 means the default (2 GiB), negative disables the quota.
+	QuotaBackendBytes int64
+	// MaxTxnOps and MaxRequestBytes are etcd's --max-txn-ops (128) and --max-request-bytes (1.5 MiB).
+	MaxTxnOps       int
+	MaxRequestBytes int
+	// MinLeaseTTL is the smallest TTL granted, in seconds.
+	MinLeaseTTL int64
+	// CompactionBatchLimit and CompactionSleepInterval pace physical compaction.
+	CompactionBatchLimit    int
+	CompactionSleepInterval time.Duration
+	// LogCompactInterval is how often the durable applied index is reported to the log through Compact.
+	LogCompactInterval time.Duration
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.ListenURL == "" {
+		c.ListenURL = DefaultListenURL
+	}
+	if c.BatchInterval == 0 {
+		c.BatchInterval = DefaultBatchInterval
+	}
+	if c.BatchLimit == 0 {
+		c.BatchLimit = DefaultBatchLimit
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.QuotaBackendBytes == 0 {
+		c.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
+	if c.MaxTxnOps == 0 {
+		c.MaxTxnOps = etcdcheck.DefaultMaxTxnOps
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = etcdcheck.DefaultMaxRequestBytes
+	}
+	if c.MinLeaseTTL == 0 {
+		c.MinLeaseTTL = DefaultMinLeaseTTL
+	}
+	if c.CompactionBatchLimit == 0 {
+		c.CompactionBatchLimit = DefaultCompactionBatchLimit
+	}
+	if c.CompactionSleepInterval == 0 {
+		c.CompactionSleepInterval = DefaultCompactionSleep
+	}
+	if c.LogCompactInterval == 0 {
+		c.LogCompactInterval = DefaultLogCompactInterval
+	}
+	return c
+}
+
+// Validate reports the first unusable setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data dir is required"))
+	}
+	if _, err := listenHostPort(c.ListenURL); err != nil {
+		errs = append(errs, err)
+	}
+	for name, d := range map[string]time.Duration{"batch interval": c.BatchInterval, "request timeout": c.RequestTimeout,
+		"compaction sleep interval": c.CompactionSleepInterval, "log compact interval": c.LogCompactInterval} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+		}
+	}
+	if c.BatchLimit < 0 || c.MaxTxnOps < 0 || c.MaxRequestBytes < 0 || c.CompactionBatchLimit < 0 || c.MinLeaseTTL < 0 {
+		errs = append(errs, errors.New("batch limit, max txn ops, max request bytes, compaction batch limit and min lease TTL must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) limits() etcdcheck.Limits {
+	return etcdcheck.Limits{MaxTxnOps: c.MaxTxnOps, MaxRequestBytes: c.MaxRequestBytes}
+}
+
+// listenHostPort returns the host:port of an http:// URL (or of a bare host:port).
+func listenHostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		if err == nil && u.Scheme != "" && u.Opaque != "" {
+			return raw, nil // host:port parsed as scheme:opaque
+		}
+		return "", fmt.Errorf("listen URL %q: want http://host:port", raw)
+	}
+	if u.Scheme != "http" {
+		return "", fmt.Errorf("listen URL %q: scheme %q, want http", raw, u.Scheme)
+	}
+	return u.Host, nil
+}

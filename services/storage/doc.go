@@ -1,0 +1,25 @@
+// Package storage is a Cairn member's storage service: it applies the member's committed log into MVCC
+// (package mvcc, on bbolt) and serves the Storage gRPC API (pkg/cairnpb/storagepb) that the frontend, watchhub
+// and leasekeeper use, through pkg/storageclient.
+//
+// Writes: Submit checks a request as etcd's API layer does (package etcdcheck) and against the backend quota,
+// gives it a cluster-unique request ID, wraps it in a storagepb.Entry (with the caller's trace context) and
+// proposes it to the commitlog.Log. It answers when this storage applies that entry, with etcd's response and
+// real revision; the apply is visible to reads before its bbolt commit, and commits are batched, because the log
+// is the source of durability. A proposal the log refuses returns the log's error; one not applied within
+// RequestTimeout returns rpctypes.ErrGRPCTimeout.
+//
+// Reads: Range with serializable=false (and read-only Txn) first get a ReadIndex from the log and wait until it
+// is applied, so a read after an acknowledged write sees it. History, Hash, Snapshot, Status and the lease
+// queries are served from local state.
+//
+// The apply loop consumes Log.Committed from the store's applied index + 1, in order, and hands every change to
+// an AppliedSink. The durable (bbolt-committed) applied index is reported to the log through Compact, at most
+// every LogCompactInterval. A KindSnapshot entry makes storage fetch the named member's Snapshot stream, replace
+// its database atomically (temp file, fsync, rename) and carry on.
+//
+// Failures: when a bbolt commit fails (a full disk), the store stops; storage turns unhealthy (/health says why),
+// refuses requests with codes.Unavailable, reopens the database at its last commit and replays the log from there,
+// retrying until commits succeed again. Acknowledged writes are in the log, so none is lost. Writes past the
+// quota raise etcd's NOSPACE alarm and are then refused with rpctypes.ErrGRPCNoSpace until it is disarmed.
+package storage

@@ -1,0 +1,75 @@
+package storage
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
+	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+)
+
+// testMember is a running storage on loopback with its log and a client of its gRPC API.
+type testMember struct {
+	*Storage
+	log    commitlog.Log
+	client *storageclient.Client
+	sink   *MemorySink
+}
+
+func testConfig(t testing.TB, memberID uint64) Config {
+	return Config{MemberID: memberID, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0", AdminAddr: "127.0.0.1:0",
+		BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, LogCompactInterval: 20 * time.Millisecond}
+}
+
+func newMemlog(t testing.TB, memberID uint64) *memlog.Log {
+	l, err := memlog.Open(memlog.Config{MemberID: memberID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func startMember(t testing.TB, cfg Config, log commitlog.Log, tel *obs.Telemetry) *testMember {
+	t.Helper()
+	sink := NewMemorySink()
+	s, err := New(cfg, log, sink, tel, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	client, err := storageclient.Dial(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+	return &testMember{Storage: s, log: log, client: client, sink: sink}
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,128 @@
+package mvcc
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+var benchValue = make([]byte, 256)
+
+func benchKey(i int) []byte { return []byte(fmt.Sprintf("/registry/pods/ns-%03d/pod-%07d", i%100, i)) }
+
+// loadedStore is a store holding n keys of 256-byte values, committed.
+func loadedStore(b *testing.B, n int) *testStore {
+	b.Helper()
+	ts := openTestStore(b, Config{})
+	for i := range n {
+		ts.apply(&pb.InternalRaftRequest{Put: &pb.PutRequest{Key: benchKey(i), Value: benchValue}})
+	}
+	if err := ts.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	return ts
+}
+
+// reportLatency reports the p50 and p99 of the measured operations.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+}
+
+// BenchmarkPut applies single-key puts of 256-byte values as log entries, with the default batched commits
+// (every 100ms or 10000 entries, each fsynced); puts/s is the apply throughput.
+func BenchmarkPut(b *testing.B) {
+	ts := openTestStore(b, Config{})
+	reqs := make([]*pb.InternalRaftRequest, b.N)
+	for i := range reqs {
+		reqs[i] = &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: benchKey(i), Value: benchValue}}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		ts.apply(reqs[i])
+	}
+	if err := ts.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "puts/s")
+}
+
+// BenchmarkRangeSingleKey reads one key out of 100k.
+func BenchmarkRangeSingleKey(b *testing.B) {
+	const keys = 100000
+	ts := loadedStore(b, keys)
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		resp, err := ts.Range(&pb.RangeRequest{Key: benchKey((i * 7919) % keys)})
+		lat = append(lat, time.Since(start))
+		if err != nil || len(resp.Kvs) != 1 {
+			b.Fatalf("range: %v %v", resp, err)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// BenchmarkRangePrefix1000 reads a 1000-key prefix out of 100k.
+func BenchmarkRangePrefix1000(b *testing.B) {
+	ts := loadedStore(b, 100000)
+	lat := make([]time.Duration, 0, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		prefix := fmt.Sprintf("/registry/pods/ns-%03d/", i%100)
+		start := time.Now()
+		resp, err := ts.Range(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: []byte(prefix[:len(prefix)-1] + "0")})
+		lat = append(lat, time.Since(start))
+		if err != nil || len(resp.Kvs) != 1000 {
+			b.Fatalf("range: %d kvs, %v", len(resp.Kvs), err)
+		}
+	}
+	b.StopTimer()
+	reportLatency(b, lat)
+}
+
+// BenchmarkTxn applies compare-and-swap txns (version compare, put on success, range on failure) on 10k keys.
+func BenchmarkTxn(b *testing.B) {
+	const keys = 10000
+	ts := loadedStore(b, keys)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		key := benchKey(i % keys)
+		res := ts.apply(&pb.InternalRaftRequest{Txn: &pb.TxnRequest{
+			Compare: []*pb.Compare{{Key: key, Target: pb.Compare_VERSION, Result: pb.Compare_GREATER,
+				TargetUnion: &pb.Compare_Version{Version: 0}}},
+			Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: key, Value: benchValue}}}},
+			Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key}}}},
+		}})
+		if res.Err != nil || !res.Response.(*pb.TxnResponse).Succeeded {
+			b.Fatalf("txn: %v", res)
+		}
+	}
+}
+
+// BenchmarkHistory reads pages of 1000 events with prev kvs from a 100k-revision history, over every key.
+func BenchmarkHistory(b *testing.B) {
+	const revs = 100000
+	ts := loadedStore(b, revs)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		from := int64(2 + (i*1000)%(revs-1000))
+		page, err := ts.History(HistoryQuery{Key: []byte{0}, RangeEnd: []byte{0}, From: from, To: revs + 1, PrevKV: true, Limit: 1000})
+		if err != nil || len(page.Events) != 1000 {
+			b.Fatalf("history: %v", err)
+		}
+	}
+	b.ReportMetric(float64(b.N*1000)/b.Elapsed().Seconds(), "events/s")
+}

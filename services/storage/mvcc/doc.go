@@ -1,0 +1,28 @@
+// Package mvcc is Cairn's state machine: etcd's multi-version key-value store on go.etcd.io/bbolt.
+//
+// A Store applies committed log entries (etcdserverpb.InternalRaftRequest) one at a time, in log order, and serves
+// reads at any revision that has not been compacted. Its semantics are etcd v3.7's:
+//   - The revision starts at 1. Every entry that changes keys (Put, a DeleteRange that deletes, a Txn with
+//     effective writes, a LeaseRevoke of a lease with keys) takes the next main revision; its changes take
+//     increasing sub-revisions. No-op deletes and read-only txns do not bump it.
+//   - Each KeyValue carries create_revision, mod_revision, version (reset on delete) and lease.
+//   - Compact(rev) keeps, of each key, the newest version at or below rev (a key deleted at or below rev
+//     disappears), forgets everything older, and removes it from bbolt in the background in batches.
+//   - Leases are bookkept here (ID, granted TTL, checkpointed remaining TTL, attached keys); their clock is not.
+//
+// Durability and crash safety: the log index of the last applied entry (the consistent index) is written in the same
+// bbolt transaction as the data it produced. bbolt commits are batched (every BatchInterval or BatchLimit entries);
+// the Raft log is the source of durability, so after a crash the store reopens at its last committed consistent
+// index and the caller replays the log from the next index. Apply of an index at or below the consistent index is
+// a no-op, so replay is exact.
+//
+// Reads see every applied entry, committed to bbolt or not: writes since the last bbolt commit are also kept in an
+// in-memory buffer (ordered by revision) that reads overlay on a bbolt read transaction opened after that commit.
+// A reader never sees part of an entry: Apply holds the store's write lock for one whole entry.
+//
+// The Store does no networking and no log I/O; it is deterministic: the same entries give the same state and the
+// same Hash on every member.
+//
+// If a bbolt commit fails (for example ENOSPC), the store stops: it answers every later call with the failure, and
+// the caller must Close it and Open it again (which reloads the last committed state) before replaying the log.
+package mvcc

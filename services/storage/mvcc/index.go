@@ -1,0 +1,161 @@
+package mvcc
+
+import (
+	"bytes"
+	"sort"
+
+	"github.com/google/btree"
+)
+
+// keyVersion is one revision of one key as the index remembers it: enough to answer Range's keys-only and
+// count-only queries, compares and lease bookkeeping without reading bbolt.
+type keyVersion struct {
+	rev       revision
+	created   int64 // create_revision; 0 for a tombstone
+	version   int64 // version; 0 for a tombstone
+	lease     int64
+	tombstone bool
+}
+
+// keyHistory is every retained revision of one key, oldest first. A tombstone ends a generation; the next put
+// starts a new one with version 1.
+type keyHistory struct {
+	key  []byte
+	revs []keyVersion
+}
+
+// at returns the version of the key visible at main revision atRev, if the key existed then.
+func (h *keyHistory) at(atRev int64) (keyVersion, bool) {
+	i := sort.Search(len(h.revs), func(i int) bool { return h.revs[i].rev.main > atRev }) - 1
+	if i < 0 || h.revs[i].tombstone {
+		return keyVersion{}, false
+	}
+	return h.revs[i], true
+}
+
+// latest returns the current version of the key, if it exists.
+func (h *keyHistory) latest() (keyVersion, bool) {
+	if len(h.revs) == 0 || h.revs[len(h.revs)-1].tombstone {
+		return keyVersion{}, false
+	}
+	return h.revs[len(h.revs)-1], true
+}
+
+// compact drops the revisions a compaction at atRev makes unreachable: everything before the newest revision at or
+// below atRev, and that one too if it is a tombstone older than atRev (a tombstone exactly at atRev stays, so a
+// watch from atRev still sees the delete). The retained revisions at or below atRev are added to keep.
+func (h *keyHistory) compact(atRev int64, keep map[revision]struct{}) {
+	i := sort.Search(len(h.revs), func(i int) bool { return h.revs[i].rev.main > atRev }) - 1
+	if i < 0 {
+		return
+	}
+	if h.revs[i].tombstone && h.revs[i].rev.main < atRev {
+		h.revs = append(h.revs[:0:0], h.revs[i+1:]...)
+		return
+	}
+	keep[h.revs[i].rev] = struct{}{}
+	if i > 0 {
+		h.revs = append(h.revs[:0:0], h.revs[i:]...)
+	}
+}
+
+// keyIndex maps every key to its history, ordered by key.
+type keyIndex struct {
+	tree *btree.BTreeG[*keyHistory]
+}
+
+func newKeyIndex() *keyIndex {
+	return &keyIndex{tree: btree.NewG(32, func(a, b *keyHistory) bool { return bytes.Compare(a.key, b.key) < 0 })}
+}
+
+func (ix *keyIndex) get(key []byte) *keyHistory {
+	h, _ := ix.tree.Get(&keyHistory{key: key})
+	return h
+}
+
+// getOrCreate returns key's history, adding an empty one if the key was never seen.
+func (ix *keyIndex) getOrCreate(key []byte) *keyHistory {
+	if h := ix.get(key); h != nil {
+		return h
+	}
+	h := &keyHistory{key: bytes.Clone(key)}
+	ix.tree.ReplaceOrInsert(h)
+	return h
+}
+
+// put records a new version of key at rev with the given lease, and returns it.
+func (ix *keyIndex) put(key []byte, rev revision, lease int64) keyVersion {
+	h := ix.getOrCreate(key)
+	kv := keyVersion{rev: rev, created: rev.main, version: 1, lease: lease}
+	if prev, ok := h.latest(); ok {
+		kv.created, kv.version = prev.created, prev.version+1
+	}
+	h.revs = append(h.revs, kv)
+	return kv
+}
+
+// tombstone records the deletion of an existing key at rev.
+func (ix *keyIndex) tombstone(key []byte, rev revision) {
+	h := ix.get(key)
+	h.revs = append(h.revs, keyVersion{rev: rev, tombstone: true})
+}
+
+// restore appends a revision read back from bbolt (in revision order) as it was stored.
+func (ix *keyIndex) restore(key []byte, kv keyVersion) {
+	h := ix.getOrCreate(key)
+	h.revs = append(h.revs, kv)
+}
+
+// visit calls f, in key order, for every key history in r, until f returns false.
+func (ix *keyIndex) visit(r keyRange, f func(h *keyHistory) bool) {
+	if r.single() {
+		if h := ix.get(r.key); h != nil {
+			f(h)
+		}
+		return
+	}
+	ix.tree.AscendGreaterOrEqual(&keyHistory{key: r.key}, func(h *keyHistory) bool {
+		if !r.fromKey() && bytes.Compare(h.key, r.end) >= 0 {
+			return false
+		}
+		return f(h)
+	})
+}
+
+// compact applies a compaction at atRev to every key and returns the revisions at or below atRev that survive.
+func (ix *keyIndex) compact(atRev int64) map[revision]struct{} {
+	keep := make(map[revision]struct{})
+	var empty []*keyHistory
+	ix.tree.Ascend(func(h *keyHistory) bool {
+		h.compact(atRev, keep)
+		if len(h.revs) == 0 {
+			empty = append(empty, h)
+		}
+		return true
+	})
+	for _, h := range empty {
+		ix.tree.Delete(h)
+	}
+	return keep
+}
+
+// keyRange is a key or key range as etcd requests name it: end empty means the single key, end "\x00" means every
+// key from key on, otherwise [key, end).
+type keyRange struct {
+	key, end []byte
+}
+
+func (r keyRange) single() bool  { return len(r.end) == 0 }
+func (r keyRange) fromKey() bool { return len(r.end) == 1 && r.end[0] == 0 }
+
+// contains reports whether key is in the range.
+func (r keyRange) contains(key []byte) bool {
+	switch {
+	case r.single():
+		return bytes.Equal(key, r.key)
+	case r.fromKey():
+		return bytes.Compare(key, r.key) >= 0
+	default:
+		return bytes.Compare(key, r.key) >= 0 && bytes.Compare(key, r.end) < 0
+	}
+}

@@ -1,0 +1,58 @@
+package storage
+
+import (
+	"context"
+	"strconv"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+)
+
+// server is the gRPC face of a Storage: each RPC calls the method of the same name.
+type server struct {
+	storagepb.UnimplementedStorageServer
+	s *Storage
+}
+
+func (g *server) Submit(ctx context.Context, r *storagepb.SubmitRequest) (*storagepb.SubmitResponse, error) {
+	return g.s.Submit(ctx, r.Request)
+}
+
+func (g *server) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	return g.s.Range(ctx, r)
+}
+
+func (g *server) History(r *storagepb.HistoryRequest, stream grpc.ServerStreamingServer[storagepb.HistoryResponse]) error {
+	err := g.s.History(stream.Context(), r, stream.Send)
+	if err != nil && storageclient.IsCompacted(err) {
+		rev := g.s.currentStore().Position().CompactRev
+		stream.SetTrailer(metadata.Pairs(storageclient.CompactRevisionTrailer, strconv.FormatInt(rev, 10)))
+		return rpctypes.ErrGRPCCompacted
+	}
+	return err
+}
+
+func (g *server) Hash(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	return g.s.Hash(ctx, r)
+}
+
+func (g *server) Snapshot(_ *storagepb.SnapshotRequest, stream grpc.ServerStreamingServer[storagepb.SnapshotChunk]) error {
+	return g.s.Snapshot(stream.Context(), stream.Send)
+}
+
+func (g *server) Status(ctx context.Context, _ *storagepb.StatusRequest) (*storagepb.StatusResponse, error) {
+	return g.s.Status(ctx)
+}
+
+func (g *server) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	return g.s.LeaseTimeToLive(ctx, r)
+}
+
+func (g *server) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	return g.s.LeaseLeases(ctx, r)
+}

@@ -1,0 +1,283 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+	"github.com/cairn-kv/cairn/services/storage/mvcc"
+)
+
+// Submit runs one write request (see storagepb.SubmitRequest) and returns etcd's response once this storage
+// has applied it. A read-only Txn and an Alarm GET are answered locally. Errors are etcd's gRPC errors.
+func (s *Storage) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
+	start := time.Now()
+	resp, err := s.submit(ctx, req)
+	s.metrics.observeSubmit(req, err, time.Since(start))
+	return resp, err
+}
+
+func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
+	if req == nil {
+		return nil, rpctypes.ErrGRPCNotCapable
+	}
+	if err := etcdcheck.Write(req, s.cfg.limits()); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	switch {
+	case req.Range != nil:
+		return nil, status.Error(codes.InvalidArgument, "cairn storage: use Range for reads")
+	case req.Txn != nil && mvcc.IsTxnReadOnly(req.Txn):
+		resp, err := s.readTxn(ctx, req.Txn)
+		if err != nil {
+			return nil, err
+		}
+		return &storagepb.SubmitResponse{Response: &storagepb.SubmitResponse_Txn{Txn: resp}}, nil
+	case req.Alarm != nil && req.Alarm.Action == pb.AlarmRequest_GET:
+		alarms := s.currentStore().Alarms(req.Alarm.Alarm)
+		return &storagepb.SubmitResponse{Response: &storagepb.SubmitResponse_Alarm{Alarm: &pb.AlarmResponse{
+			Header: &pb.ResponseHeader{Revision: s.currentStore().Position().Revision}, Alarms: alarms}}}, nil
+	}
+	if err := s.checkQuota(ctx, req); err != nil {
+		return nil, err
+	}
+	req = proto.Clone(req).(*pb.InternalRaftRequest)
+	if req.ID == 0 {
+		req.ID = s.ids.next()
+	}
+	req.Header = &pb.RequestHeader{ID: req.ID}
+	if req.LeaseGrant != nil && req.LeaseGrant.ID == 0 {
+		for req.LeaseGrant.ID == 0 {
+			req.LeaseGrant.ID = int64(s.ids.next() & (1<<63 - 1))
+		}
+	}
+	res, err := s.propose(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	if req.Compaction != nil && req.Compaction.Physical && res.Compacted != nil {
+		select {
+		case <-res.Compacted:
+		case <-ctx.Done():
+			return nil, ctxError(ctx)
+		}
+	}
+	return wrapResponse(res.Response)
+}
+
+// propose puts req in the log and waits for this storage to apply it.
+func (s *Storage) propose(ctx context.Context, req *pb.InternalRaftRequest) (*mvcc.Result, error) {
+	if reason := s.unhealthyReason(); reason != "" {
+		return nil, unavailable(reason)
+	}
+	data, err := proto.Marshal(&storagepb.Entry{Request: req, Trace: s.tel.Inject(ctx), ProposerMember: s.cfg.MemberID})
+	if err != nil {
+		return nil, fmt.Errorf("marshal entry %x: %w", req.ID, err)
+	}
+	if err := etcdcheck.RequestSize(len(data), s.cfg.limits()); err != nil {
+		return nil, err
+	}
+	applied := s.waiters.register(req.ID)
+	defer s.waiters.cancel(req.ID)
+	if err := s.log.Propose(ctx, data); err != nil {
+		return nil, proposeError(ctx, err)
+	}
+	select {
+	case res := <-applied:
+		return res, nil
+	case <-ctx.Done():
+		return nil, ctxError(ctx)
+	}
+}
+
+// proposeError passes the log's gRPC errors through and maps context ends to etcd's.
+func proposeError(ctx context.Context, err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return ctxError(ctx)
+	}
+	return status.Error(codes.Unavailable, "cairn storage: proposal refused: "+err.Error())
+}
+
+// checkQuota is etcd's quota check before proposing: a write that would grow the database past the quota raises
+// the NOSPACE alarm for this member and is refused.
+func (s *Storage) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) error {
+	if s.cfg.QuotaBackendBytes < 0 {
+		return nil
+	}
+	cost := mvcc.RequestCost(req)
+	if cost == 0 {
+		return nil
+	}
+	size, _ := s.currentStore().Size()
+	if size+int64(cost) < s.cfg.QuotaBackendBytes {
+		return nil
+	}
+	alarm := &pb.InternalRaftRequest{ID: s.ids.next(), Alarm: &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE,
+		MemberID: s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}}
+	alarm.Header = &pb.RequestHeader{ID: alarm.ID}
+	if _, err := s.propose(ctx, alarm); err != nil {
+		s.logger.Warn("raising the NOSPACE alarm failed", "db_size", size, "quota", s.cfg.QuotaBackendBytes, "err", err)
+	}
+	return rpctypes.ErrGRPCNoSpace
+}
+
+func wrapResponse(m proto.Message) (*storagepb.SubmitResponse, error) {
+	out := &storagepb.SubmitResponse{}
+	switch r := m.(type) {
+	case *pb.PutResponse:
+		out.Response = &storagepb.SubmitResponse_Put{Put: r}
+	case *pb.DeleteRangeResponse:
+		out.Response = &storagepb.SubmitResponse_DeleteRange{DeleteRange: r}
+	case *pb.TxnResponse:
+		out.Response = &storagepb.SubmitResponse_Txn{Txn: r}
+	case *pb.CompactionResponse:
+		out.Response = &storagepb.SubmitResponse_Compaction{Compaction: r}
+	case *pb.LeaseGrantResponse:
+		out.Response = &storagepb.SubmitResponse_LeaseGrant{LeaseGrant: r}
+	case *pb.LeaseRevokeResponse:
+		out.Response = &storagepb.SubmitResponse_LeaseRevoke{LeaseRevoke: r}
+	case *pb.LeaseCheckpointResponse:
+		out.Response = &storagepb.SubmitResponse_LeaseCheckpoint{LeaseCheckpoint: r}
+	case *pb.AlarmResponse:
+		out.Response = &storagepb.SubmitResponse_Alarm{Alarm: r}
+	default:
+		return nil, fmt.Errorf("unexpected apply response %T", m)
+	}
+	return out, nil
+}
+
+// linearize waits until this storage has applied a ReadIndex from the log, so a following local read sees every
+// write acknowledged before the call.
+func (s *Storage) linearize(ctx context.Context) error {
+	index, err := s.log.ReadIndex(ctx)
+	if err != nil {
+		return proposeError(ctx, err)
+	}
+	return s.waitApplied(ctx, index)
+}
+
+// Range answers an etcd RangeRequest; serializable=false makes it linearizable.
+func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := etcdcheck.Range(r); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	if !r.Serializable {
+		if err := s.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var resp *pb.RangeResponse
+	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.Range(r); return err })
+	return resp, err
+}
+
+func (s *Storage) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if !mvcc.IsTxnSerializable(r) {
+		if err := s.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var resp *pb.TxnResponse
+	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.ReadTxn(r); return err })
+	return resp, err
+}
+
+// defaultHistoryPage and maxHistoryPage bound the events per History message.
+const (
+	defaultHistoryPage = 1000
+	maxHistoryPage     = 10000
+)
+
+// History sends every event of r in pages, in revision order. It fails with ErrGRPCCompacted when the start is
+// below the compact revision (also mid-stream, if a compaction overtakes it).
+func (s *Storage) History(ctx context.Context, r *storagepb.HistoryRequest, send func(*storagepb.HistoryResponse) error) error {
+	if len(r.Key) == 0 {
+		return rpctypes.ErrGRPCEmptyKey
+	}
+	pos := s.currentStore().Position()
+	q := mvcc.HistoryQuery{Key: r.Key, RangeEnd: r.RangeEnd, From: r.StartRevision, To: r.EndRevision, PrevKV: r.PrevKv,
+		Limit: int(r.PageSize)}
+	if q.From == 0 {
+		q.From = pos.Revision + 1
+	}
+	if q.To == 0 {
+		q.To = pos.Revision
+	}
+	if q.Limit <= 0 {
+		q.Limit = defaultHistoryPage
+	}
+	q.Limit = min(q.Limit, maxHistoryPage)
+	for {
+		if err := ctx.Err(); err != nil {
+			return ctxError(ctx)
+		}
+		var page *mvcc.HistoryPage
+		err := s.withStore(func(st *mvcc.Store) (err error) { page, err = st.History(q); return err })
+		if err != nil {
+			return err
+		}
+		if err := send(&storagepb.HistoryResponse{Events: page.Events, Revision: q.To, CompactRevision: page.CompactRev}); err != nil {
+			return err
+		}
+		if !page.More {
+			return nil
+		}
+		q.From, q.FromSub = page.NextFrom, page.NextSub
+	}
+}
+
+// Hash has etcd's HashKV semantics.
+func (s *Storage) Hash(_ context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	var resp *pb.HashKVResponse
+	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.Hash(r.Revision); return err })
+	return resp, err
+}
+
+// LeaseTimeToLive reports a lease as storage knows it (see storagepb).
+func (s *Storage) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	var resp *pb.LeaseTimeToLiveResponse
+	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.LeaseTimeToLive(r); return err })
+	return resp, err
+}
+
+// LeaseLeases lists every lease.
+func (s *Storage) LeaseLeases(context.Context, *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	var resp *pb.LeaseLeasesResponse
+	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.LeaseLeases(); return err })
+	return resp, err
+}
+
+// Status reports where storage stands; the raft fields come from the log when it answers quickly.
+func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error) {
+	st := s.currentStore()
+	pos := st.Position()
+	size, inUse := st.Size()
+	resp := &storagepb.StatusResponse{MemberId: s.cfg.MemberID, AppliedIndex: pos.AppliedIndex,
+		DurableIndex: pos.DurableIndex, Revision: pos.Revision, CompactRevision: pos.CompactRev, DbSize: size,
+		DbSizeInUse: inUse, Alarms: st.Alarms(pb.AlarmType_NONE), Unhealthy: s.unhealthyReason()}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if ls, err := s.log.Status(lctx); err == nil {
+		resp.RaftTerm, resp.Leader, resp.RaftIndex = ls.Term, ls.Leader, ls.CommitIndex
+	}
+	return resp, nil
+}
