@@ -1,5 +1,3 @@
-// Package consensustest starts real consensus clusters (real WALs, real gRPC on loopback) inside a test,
-// and offers a small state machine that consumes a member's committed log the way storage does.
 package consensustest
 
 import (
