@@ -1,0 +1,191 @@
+package watchhub
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+)
+
+// Defaults, as etcd's where etcd has the setting.
+const (
+	DefaultListenURL              = "http://127.0.0.1:23800"
+	DefaultStorageEndpoint        = "http://127.0.0.1:23790"
+	DefaultNATSURL                = "nats://127.0.0.1:4222"
+	DefaultWindowRevisions        = 10000
+	DefaultWindowBytes            = 64 << 20
+	DefaultProgressNotifyInterval = 10 * time.Minute // etcd's --watch-progress-notify-interval
+	DefaultMaxRequestBytes        = 1572864          // etcd's --max-request-bytes
+	DefaultWatcherBufferResponses = 64
+	DefaultStreamBufferBytes      = 16 << 20
+	DefaultStoragePollInterval    = 500 * time.Millisecond
+	DefaultStorageTimeout         = 5 * time.Second
+	DefaultHistoryPageSize        = 1000
+
+	// MinProgressNotifyInterval is etcd's floor for the progress notify interval.
+	MinProgressNotifyInterval = 100 * time.Millisecond
+	// grpcOverheadBytes is what etcd adds to --max-request-bytes for gRPC framing; fragments are cut there.
+	grpcOverheadBytes = 512 * 1024
+)
+
+// Config configures one watchhub. Zero fields take the defaults (WithDefaults); Validate reports what is
+// unusable.
+type Config struct {
+	// ListenURL is where the Watch gRPC service listens, http://host:port (port 0 picks one) (--listen-url).
+	ListenURL string
+	// StorageEndpoints are the storages to read history and status from, in order of preference; the hub fails
+	// over between them (--storage-endpoints, comma-separated).
+	StorageEndpoints []string
+	// NATSURL is the event bus (--nats-url; comma-separated for a NATS cluster).
+	NATSURL string
+	// SubjectPrefix is the cluster's subject prefix on the bus (--subject-prefix).
+	SubjectPrefix string
+	// WindowRevisions and WindowBytes bound the recent revisions kept in memory for watchers that start in the
+	// past or fall behind; older revisions are read from storage (--window-revisions, --window-bytes).
+	WindowRevisions int
+	WindowBytes     int
+	// ProgressNotifyInterval is how often watchers that asked for progress_notify get one when idle
+	// (--watch-progress-notify-interval); never below MinProgressNotifyInterval.
+	ProgressNotifyInterval time.Duration
+	// MaxRequestBytes is etcd's --max-request-bytes: responses of watchers that asked for fragment are cut into
+	// fragments of MaxRequestBytes plus gRPC overhead (512 KiB), as etcd cuts them.
+	MaxRequestBytes int
+	// WatcherBufferResponses is how many responses one watcher may have waiting to be written before it falls
+	// behind into catch-up (--watcher-buffer-responses).
+	WatcherBufferResponses int
+	// StreamBufferBytes bounds the bytes waiting to be written on one stream; past it, watchers fall behind
+	// (--stream-buffer-bytes).
+	StreamBufferBytes int
+	// StoragePollInterval is how often the hub asks storage for its revision, to notice a tail the bus did not
+	// deliver (--storage-poll-interval).
+	StoragePollInterval time.Duration
+	// StorageTimeout bounds one storage call (--storage-timeout).
+	StorageTimeout time.Duration
+	// HistoryPageSize is the events per History page asked of storage.
+	HistoryPageSize int
+	// AdminAddr is host:port for /metrics and /health; empty serves none (--admin-addr).
+	AdminAddr string
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.ListenURL == "" {
+		c.ListenURL = DefaultListenURL
+	}
+	if len(c.StorageEndpoints) == 0 {
+		c.StorageEndpoints = []string{DefaultStorageEndpoint}
+	}
+	if c.NATSURL == "" {
+		c.NATSURL = DefaultNATSURL
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = eventbus.DefaultSubjectPrefix
+	}
+	setDefault(&c.WindowRevisions, DefaultWindowRevisions)
+	setDefault(&c.WindowBytes, DefaultWindowBytes)
+	setDefault(&c.MaxRequestBytes, DefaultMaxRequestBytes)
+	setDefault(&c.WatcherBufferResponses, DefaultWatcherBufferResponses)
+	setDefault(&c.StreamBufferBytes, DefaultStreamBufferBytes)
+	setDefault(&c.HistoryPageSize, DefaultHistoryPageSize)
+	setDefault(&c.ProgressNotifyInterval, DefaultProgressNotifyInterval)
+	setDefault(&c.StoragePollInterval, DefaultStoragePollInterval)
+	setDefault(&c.StorageTimeout, DefaultStorageTimeout)
+	if c.ProgressNotifyInterval < MinProgressNotifyInterval {
+		c.ProgressNotifyInterval = MinProgressNotifyInterval // as etcd adjusts it
+	}
+	return c
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}
+
+// RegisterFlags binds the configuration to flags on fs; the current values are the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.ListenURL, "listen-url", c.ListenURL, "URL to serve the etcd Watch API on (http://host:port).")
+	fs.Var((*listFlag)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs to read history and status from.")
+	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS URL of the event bus (comma-separated for a cluster).")
+	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "Subject prefix of the cluster's records on the bus.")
+	fs.IntVar(&c.WindowRevisions, "window-revisions", c.WindowRevisions, "Recent revisions kept in memory.")
+	fs.IntVar(&c.WindowBytes, "window-bytes", c.WindowBytes, "Bytes of recent revisions kept in memory.")
+	fs.DurationVar(&c.ProgressNotifyInterval, "watch-progress-notify-interval", c.ProgressNotifyInterval, "Duration of periodic watch progress notifications.")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "etcd's --max-request-bytes; fragmented watch responses are cut at this plus 512 KiB.")
+	fs.IntVar(&c.WatcherBufferResponses, "watcher-buffer-responses", c.WatcherBufferResponses, "Responses one watcher may have unwritten before it falls behind into catch-up.")
+	fs.IntVar(&c.StreamBufferBytes, "stream-buffer-bytes", c.StreamBufferBytes, "Bytes one stream may have unwritten before its watchers fall behind into catch-up.")
+	fs.DurationVar(&c.StoragePollInterval, "storage-poll-interval", c.StoragePollInterval, "How often storage's revision is checked for records the bus did not deliver.")
+	fs.DurationVar(&c.StorageTimeout, "storage-timeout", c.StorageTimeout, "Timeout of one storage call.")
+	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "host:port to serve /metrics and /health on (empty: none).")
+}
+
+// Validate reports every unusable setting.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := listenHostPort(c.ListenURL); err != nil {
+		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
+	}
+	if len(c.StorageEndpoints) == 0 {
+		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
+	}
+	for _, e := range c.StorageEndpoints {
+		if _, err := listenHostPort(e); err != nil {
+			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
+		}
+	}
+	if c.NATSURL == "" {
+		errs = append(errs, errors.New("--nats-url must not be empty"))
+	}
+	for name, v := range map[string]int{"--window-revisions": c.WindowRevisions, "--window-bytes": c.WindowBytes,
+		"--max-request-bytes": c.MaxRequestBytes, "--watcher-buffer-responses": c.WatcherBufferResponses,
+		"--stream-buffer-bytes": c.StreamBufferBytes, "history page size": c.HistoryPageSize} {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("%s %d must be positive", name, v))
+		}
+	}
+	for name, d := range map[string]time.Duration{"--watch-progress-notify-interval": c.ProgressNotifyInterval,
+		"--storage-poll-interval": c.StoragePollInterval, "--storage-timeout": c.StorageTimeout} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %v must be positive", name, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// fragmentBytes is the response size at which fragmented responses are cut (etcd's
+// MaxRequestBytesWithOverhead).
+func (c Config) fragmentBytes() int { return c.MaxRequestBytes + grpcOverheadBytes }
+
+// listenHostPort returns the host:port of an http:// URL (or of a bare host:port).
+func listenHostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		if err == nil && u.Scheme != "" && u.Opaque != "" {
+			return raw, nil // host:port parsed as scheme:opaque
+		}
+		return "", fmt.Errorf("URL %q: want http://host:port", raw)
+	}
+	if u.Scheme != "http" {
+		return "", fmt.Errorf("URL %q: scheme %q, want http", raw, u.Scheme)
+	}
+	return u.Host, nil
+}
+
+// listFlag is a comma-separated list flag.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	*l = nil
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+// Package watchhub is Cairn's watch fan-out: a stateless service that follows the store's applied revisions
+// and serves etcd's Watch API (etcdserverpb.Watch) to any number of clients. More hubs mean more watchers;
+// a hub keeps nothing that another hub or storage cannot give back.
+//
+// # Data flow
+//
+//	storage ×N ──NATS (eventbus, lossy, duplicated)──▶ feed ──sequencer──▶ window + groups ──▶ streams
+//	     ▲                                               │
+//	     └──────── History (gaps, catch-up), Status ─────┘
+//
+// The feed takes every member's records from the bus, puts them in revision order and drops duplicates
+// (sequencer, pure), and fills every gap from storage History: a revision jump on the bus, or a stalled tail
+// (a revision storage's Status reported one poll ago that the bus has not delivered). Contiguous revisions go
+// to a bounded window of recent revisions and are fanned out to the synced watchers.
+//
+// Watchers with the same spec (range, filters, prev_kv, fragment) and position share a group: an event is
+// matched once per group (single keys by map, ranges by interval tree) and encoded once per group; each
+// watcher's response is its watch ID followed by the shared bytes (a gRPC codec writes them unchanged).
+// Every stream has one sender goroutine that writes its responses in order. A watcher that starts in the past,
+// or whose stream cannot take more (more than WatcherBufferResponses responses or StreamBufferBytes bytes
+// unwritten), catches up on the sender from the window, then from storage History below the window, in
+// batches of at most 1000 revisions (as etcd's unsynced watchers do), and rejoins its group at the head.
+//
+// # Promises
+//
+//   - Watch semantics are etcd v3.7's: many watches per stream; watch IDs chosen by the server or the client,
+//     a duplicate refused (created and canceled, watch ID -1, etcd's reason); key, range, prefix and from-key;
+//     start revision in the past (window or storage history), 0 (after the hub's head) or in the future;
+//     NOPUT/NODELETE; prev_kv; progress_notify every ProgressNotifyInterval to idle synced watchers; a
+//     ProgressRequest answered (watch ID -1, header at the head) only when every watcher on the stream is synced;
+//     fragments cut as etcd cuts them; a start below the compact revision answered created, then canceled with
+//     compact_revision (header revision 0). Headers carry the member and term of the storage last heard from.
+//   - Every watcher receives each event of its range exactly once, in revision order, with no gap: the window
+//     is contiguous, a watcher is live only from the head it caught up to, and a response carrying revision R
+//     (events or progress) is written only after every earlier one for that watcher. A client that resumes at
+//     its last mod_revision+1 (client/v3 does) on this hub or another loses nothing.
+//   - A slow watcher never holds up others and costs bounded memory: its queue is bounded, and past it the
+//     watcher reads from the window and storage on its own stream's sender. One whose next revision has been
+//     compacted is canceled with the compact revision.
+//   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval); losing a
+//     storage fails over to the next endpoint; stopping the hub ends its streams with Unavailable.
+//   - The watch event's trace continues the write's: the fan-out span's parent is the apply span carried in
+//     the NATS headers.
+//
+// "From now" (start revision 0) means after the hub's head, which may trail storage by the bus's latency:
+// like a watch on an etcd follower, a watch created right after a write may still receive that write.
+//
+// # Needs
+//
+// One or more storages (StorageEndpoints) serving History and Status, and the NATS bus they publish on.
+package watchhub

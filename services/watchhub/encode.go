@@ -1,0 +1,104 @@
+package watchhub
+
+import (
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// splitFragments cuts resp as etcd's sendFragments does: a response of at least limit bytes with two or more
+// events becomes consecutive responses of at most limit bytes (or one event), all but the last with
+// Fragment set. The events are shared with resp.
+func splitFragments(resp *pb.WatchResponse, limit int) []*pb.WatchResponse {
+	if proto.Size(resp) < limit || len(resp.Events) < 2 {
+		return []*pb.WatchResponse{resp}
+	}
+	var parts []*pb.WatchResponse
+	for idx := 0; idx < len(resp.Events); {
+		cur := &pb.WatchResponse{Header: resp.Header, WatchId: resp.WatchId, Created: resp.Created,
+			Canceled: resp.Canceled, CompactRevision: resp.CompactRevision, CancelReason: resp.CancelReason,
+			Fragment: true}
+		for _, ev := range resp.Events[idx:] {
+			cur.Events = append(cur.Events, ev)
+			if len(cur.Events) > 1 && proto.Size(cur) >= limit {
+				cur.Events = cur.Events[:len(cur.Events)-1]
+				break
+			}
+			idx++
+		}
+		if idx == len(resp.Events) {
+			cur.Fragment = false
+		}
+		parts = append(parts, cur)
+	}
+	return parts
+}
+
+// sharedResponse is one group's response at one revision, encoded once for every watcher of the group: each
+// part is a marshalled WatchResponse without a watch ID (more than one part when fragmented). A watcher's
+// copy is its watch ID field followed by the part's bytes: protobuf fields may come in any order, and a field
+// absent from the part is its default.
+type sharedResponse struct {
+	parts  [][]byte
+	bytes  int
+	events int
+	// received is when the hub got the revision, for the delivery latency metric.
+	received time.Time
+}
+
+// encodeShared encodes events at header for a group; fragmentLimit > 0 cuts it as etcd cuts fragments.
+func encodeShared(header *pb.ResponseHeader, events []*mvccpb.Event, fragmentLimit int) (*sharedResponse, error) {
+	resp := &pb.WatchResponse{Header: header, Events: events}
+	parts := []*pb.WatchResponse{resp}
+	if fragmentLimit > 0 {
+		parts = splitFragments(resp, fragmentLimit)
+	}
+	shared := &sharedResponse{parts: make([][]byte, len(parts)), events: len(events)}
+	for i, p := range parts {
+		b, err := proto.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		shared.parts[i] = b
+		shared.bytes += len(b)
+	}
+	return shared, nil
+}
+
+// encodedResponse is a WatchResponse ready for the wire: the watch ID, then a shared encoded part.
+type encodedResponse struct {
+	watchID int64
+	part    []byte
+}
+
+// codec is the gRPC codec of the hub's server: it writes encodedResponses without marshalling anything and
+// hands every other message to the standard protobuf codec.
+type codec struct {
+	proto encoding.CodecV2
+}
+
+func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
+
+// Marshal returns the wire form of v; an encodedResponse costs one small buffer for its watch ID.
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	r, ok := v.(*encodedResponse)
+	if !ok {
+		return c.proto.Marshal(v)
+	}
+	if r.watchID == 0 {
+		return mem.BufferSlice{mem.SliceBuffer(r.part)}, nil
+	}
+	id := protowire.AppendVarint(protowire.AppendTag(make([]byte, 0, 11), 2, protowire.VarintType), uint64(r.watchID))
+	return mem.BufferSlice{mem.SliceBuffer(id), mem.SliceBuffer(r.part)}, nil
+}
+
+// Unmarshal decodes requests with the protobuf codec.
+func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.proto.Unmarshal(data, v) }
+
+// Name is the protobuf codec's name: on the wire nothing differs.
+func (c codec) Name() string { return c.proto.Name() }

@@ -1,0 +1,251 @@
+package watchhub
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+)
+
+// Feed limits: records waiting for the feed goroutine (past it NATS records are dropped and later filled from
+// storage), revisions held ahead of a gap, and revisions read from storage per fill.
+const (
+	busQueueLength      = 16384
+	maxPendingRevisions = 8192
+	maxFillRevisions    = 10000
+	fillRetryDelay      = 100 * time.Millisecond
+)
+
+// busRecord is a record as it came off the bus.
+type busRecord struct {
+	rec      *eventpb.AppliedRecord
+	meta     eventbus.Meta
+	received time.Time
+}
+
+// feed follows the store: it takes records from the bus, puts them in revision order through the sequencer,
+// fills what the bus missed from storage history, and hands contiguous revisions to the hub. Everything but
+// onRecord runs on the feed's own goroutine.
+type feed struct {
+	hub     *Hub
+	records chan busRecord
+	seq     *sequencer
+
+	polledRev  int64     // the highest storage revision at the previous poll
+	retryAt    time.Time // a fill failed: not again before then
+	lastStatus atomic.Int64
+	lastWarn   time.Time
+}
+
+func newFeed(h *Hub) *feed { return &feed{hub: h, records: make(chan busRecord, busQueueLength)} }
+
+// onRecord is the bus handler; it never blocks NATS.
+func (f *feed) onRecord(rec *eventpb.AppliedRecord, meta eventbus.Meta) {
+	select {
+	case f.records <- busRecord{rec: rec, meta: meta, received: time.Now()}:
+	default:
+		f.hub.metrics.busRecords.WithLabelValues("queue_full").Inc()
+	}
+}
+
+func (f *feed) run(ctx context.Context) {
+	if !f.initialize(ctx) {
+		return
+	}
+	poll := time.NewTicker(f.hub.cfg.StoragePollInterval)
+	defer poll.Stop()
+	for {
+		for f.fillDue() && f.fill(ctx) {
+		}
+		var retry <-chan time.Time
+		if !f.retryAt.IsZero() {
+			retry = time.After(time.Until(f.retryAt))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case br := <-f.records:
+			f.handle(br)
+		case <-poll.C:
+			f.poll(ctx)
+		case <-retry:
+			f.retryAt = time.Time{}
+		}
+	}
+}
+
+// initialize learns the store's revision from storage, retrying until one answers.
+func (f *feed) initialize(ctx context.Context) bool {
+	for {
+		if head, compactRev, ok := f.pollStatus(ctx); ok {
+			f.seq = newSequencer(head, maxPendingRevisions)
+			f.polledRev = head
+			f.hub.initialize(head, compactRev)
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(f.hub.cfg.StoragePollInterval):
+		}
+	}
+}
+
+func (f *feed) handle(br busRecord) {
+	rec := br.rec
+	if rec.CompactRevision > 0 {
+		f.hub.noteCompacted(rec.CompactRevision)
+	}
+	if len(rec.Events) == 0 {
+		f.seq.noteExists(rec.Revision)
+		return
+	}
+	run, result := f.seq.offer(newRevisionEvents(rec.Revision, rec.Events, br.meta.Trace, br.received))
+	f.hub.metrics.busRecords.WithLabelValues(result.String()).Inc()
+	if len(run) > 0 {
+		f.hub.deliver(run)
+	}
+}
+
+func (r offerResult) String() string {
+	return [...]string{"delivered", "duplicate", "early", "dropped"}[r]
+}
+
+// poll asks every storage for its revision. What storage had reached at the previous poll should have come
+// over the bus by now: anything of it still missing is filled from history.
+func (f *feed) poll(ctx context.Context) {
+	rev, _, ok := f.pollStatus(ctx)
+	if !ok {
+		return
+	}
+	f.seq.noteExists(f.polledRev)
+	f.polledRev = rev
+}
+
+// pollStatus returns the highest revision and compact revision the storages report, and notes the cluster
+// header of the most advanced one; it prefers that storage for history.
+func (f *feed) pollStatus(ctx context.Context) (rev, compactRev int64, ok bool) {
+	answered, err := f.hub.pool.statuses(ctx)
+	if len(answered) == 0 {
+		f.warn("no storage answered Status", "err", err)
+		return 0, 0, false
+	}
+	best := answered[0]
+	for _, a := range answered {
+		compactRev = max(compactRev, a.status.CompactRevision)
+		if a.status.Revision > best.status.Revision {
+			best = a
+		}
+	}
+	f.lastStatus.Store(time.Now().UnixNano())
+	f.hub.noteStorage(best.status.MemberId, best.status.RaftTerm, compactRev)
+	if preferred := f.hub.pool.order()[0]; preferred != best.index {
+		if !statusAtLeast(answered, preferred, best.status.Revision) {
+			f.hub.pool.prefer(best.index)
+		}
+	}
+	return best.status.Revision, compactRev, true
+}
+
+func statusAtLeast(answered []storageStatus, index int, rev int64) bool {
+	for _, a := range answered {
+		if a.index == index {
+			return a.status.Revision >= rev
+		}
+	}
+	return false
+}
+
+func (f *feed) fillDue() bool {
+	if !f.retryAt.IsZero() {
+		return false
+	}
+	_, _, missing := f.seq.missing()
+	return missing
+}
+
+// fill reads the first missing interval (at most maxFillRevisions of it) from storage history and hands it
+// on; it reports whether it succeeded.
+func (f *feed) fill(ctx context.Context) bool {
+	from, to, _ := f.seq.missing()
+	to = min(to, from+maxFillRevisions-1)
+	f.hub.metrics.fills.Inc()
+	err := f.fillRange(ctx, from, to)
+	if err == nil {
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	f.hub.metrics.fillErrors.Inc()
+	f.warn("filling revisions from storage history failed; retrying", "from", from, "to", to, "err", err)
+	f.retryAt = time.Now().Add(fillRetryDelay)
+	return false
+}
+
+// fillRange hands on revisions [from, to] read from history (every key, with prev kvs). A revision without
+// retained events (a tombstone at the compact revision) is handed on empty.
+func (f *feed) fillRange(ctx context.Context, from, to int64) error {
+	req := &storagepb.HistoryRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: from, EndRevision: to,
+		PrevKv: true, PageSize: int64(f.hub.cfg.HistoryPageSize)}
+	var asm revisionAssembler
+	expected := from
+	offer := func(revs []revisionEvents, through int64) {
+		now := time.Now()
+		var run []revisionEvents
+		for _, r := range revs {
+			for ; expected < r.rev; expected++ {
+				part, _ := f.seq.offer(revisionEvents{rev: expected, received: now})
+				run = append(run, part...)
+			}
+			part, _ := f.seq.offer(newRevisionEvents(r.rev, r.events, nil, now))
+			run = append(run, part...)
+			expected = r.rev + 1
+		}
+		for ; expected <= through; expected++ {
+			part, _ := f.seq.offer(revisionEvents{rev: expected, received: now})
+			run = append(run, part...)
+		}
+		f.hub.metrics.filledRevisions.Add(float64(len(run)))
+		if len(run) > 0 {
+			f.hub.deliver(run)
+		}
+	}
+	compactRev, err := f.hub.pool.history(ctx, req, func(page *storagepb.HistoryResponse) error {
+		offer(asm.add(page.Events), 0)
+		return nil
+	})
+	switch {
+	case err == nil:
+		offer(asm.finish(), to)
+		return nil
+	case storageclient.IsCompacted(err) && compactRev > from:
+		f.hub.skipCompacted(compactRev)
+		f.seq.skipTo(compactRev)
+		return nil
+	}
+	return fmt.Errorf("history [%d, %d]: %w", from, to, err)
+}
+
+// health reports an error when no storage has answered for a while.
+func (f *feed) health() error {
+	last := time.Unix(0, f.lastStatus.Load())
+	if limit := max(10*f.hub.cfg.StoragePollInterval, 10*time.Second); time.Since(last) > limit {
+		return fmt.Errorf("no storage answered for %s", time.Since(last).Round(time.Second))
+	}
+	return nil
+}
+
+// warn logs at most every few seconds: while storage is away every poll fails the same way.
+func (f *feed) warn(msg string, args ...any) {
+	if time.Since(f.lastWarn) < 5*time.Second {
+		return
+	}
+	f.lastWarn = time.Now()
+	f.hub.logger.Warn(msg, args...)
+}

@@ -1,0 +1,369 @@
+package watchhub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/obs"
+)
+
+// Hub is one watchhub. Build it with New, run it with Start, end it with Stop.
+type Hub struct {
+	cfg     Config
+	tel     *obs.Telemetry
+	tracer  trace.Tracer
+	logger  *slog.Logger
+	metrics *metrics
+	pool    *storagePool
+	feed    *feed
+
+	// mu guards the window, the groups, every watcher's state and group membership, and every stream's
+	// watchers. Lock order: mu before any stream's mu.
+	mu         sync.RWMutex
+	win        *window
+	groups     *groupIndex
+	compactRev int64
+	header     pb.ResponseHeader // cluster, member and term of the storage last heard from; Revision unused
+	streams    map[*stream]struct{}
+
+	// headRev mirrors win.head for readers that must not take mu.
+	headRev   atomic.Int64
+	ready     chan struct{} // closed once the head is known
+	readyOnce sync.Once
+
+	nc         *nats.Conn
+	sub        *nats.Subscription
+	grpcServer *grpc.Server
+	health     *health.Server
+	listener   net.Listener
+	admin      *obs.AdminServer
+	cancel     context.CancelFunc
+	done       sync.WaitGroup // the feed
+	senders    sync.WaitGroup // every stream's sender
+	stopping   chan struct{}
+}
+
+// New checks cfg and prepares the hub; nothing runs until Start.
+func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("watchhub config: %w", err)
+	}
+	if tel == nil {
+		tel = obs.NoTelemetry()
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	h := &Hub{
+		cfg: cfg, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/watchhub"), logger: logger,
+		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}),
+		stopping: make(chan struct{}),
+	}
+	h.metrics = newMetrics()
+	pool, err := newStoragePool(cfg.StorageEndpoints, cfg.StorageTimeout, tel, logger)
+	if err != nil {
+		return nil, err
+	}
+	h.pool = pool
+	h.feed = newFeed(h)
+	return h, nil
+}
+
+// Start serves the Watch API (and the admin endpoint, if configured), subscribes to the bus and starts
+// following the store. Watch requests wait until the hub knows the store's revision.
+func (h *Hub) Start(ctx context.Context) error {
+	addr, err := listenHostPort(h.cfg.ListenURL)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("watchhub listener on %s: %w", addr, err)
+	}
+	h.listener = lis
+	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger)
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	h.nc = nc
+	sub, err := eventbus.Subscribe(nc, h.cfg.SubjectPrefix, h.feed.onRecord)
+	if err != nil {
+		nc.Close()
+		_ = lis.Close()
+		return err
+	}
+	h.sub = sub
+	h.grpcServer = grpc.NewServer(h.serverOptions()...)
+	pb.RegisterWatchServer(h.grpcServer, &watchServer{hub: h})
+	h.health = health.NewServer()
+	h.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(h.grpcServer, h.health)
+	go func() {
+		if err := h.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			h.logger.Error("watchhub gRPC server stopped", "addr", addr, "err", err)
+		}
+	}()
+	if h.cfg.AdminAddr != "" {
+		admin, err := obs.ListenAdmin(h.cfg.AdminAddr, obs.AdminMux(h.metrics.registry, h.Health), h.logger)
+		if err != nil {
+			h.grpcServer.Stop()
+			nc.Close()
+			return err
+		}
+		h.admin = admin
+		admin.Start()
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	h.cancel = cancel
+	h.done.Add(1)
+	go func() { defer h.done.Done(); h.feed.run(runCtx) }()
+	h.logger.Info("watchhub started", "url", h.URL(), "storage", h.cfg.StorageEndpoints, "nats", h.cfg.NATSURL)
+	return nil
+}
+
+// serverOptions are etcd's gRPC server settings for the Watch service, with otelgrpc and the hub's codec.
+func (h *Hub) serverOptions() []grpc.ServerOption {
+	return append(h.tel.ServerOptions(),
+		grpc.ForceServerCodecV2(newCodec()),
+		grpc.MaxRecvMsgSize(h.cfg.fragmentBytes()),
+		grpc.MaxSendMsgSize(1<<31-1),
+		grpc.MaxConcurrentStreams(1<<32-1),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: false}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
+	)
+}
+
+// URL is the http:// URL the Watch API is served on (with the real port once started).
+func (h *Hub) URL() string {
+	if h.listener == nil {
+		return h.cfg.ListenURL
+	}
+	return "http://" + h.listener.Addr().String()
+}
+
+// Addr is the host:port the Watch API is served on, for gRPC clients.
+func (h *Hub) Addr() string {
+	if h.listener == nil {
+		addr, _ := listenHostPort(h.cfg.ListenURL)
+		return addr
+	}
+	return h.listener.Addr().String()
+}
+
+// AdminAddr is the bound admin address, or "" when none is served.
+func (h *Hub) AdminAddr() string {
+	if h.admin == nil {
+		return ""
+	}
+	return h.admin.Addr()
+}
+
+// Stop ends every Watch stream (clients resume on another hub), leaves the bus and stops following the store.
+func (h *Hub) Stop(ctx context.Context) error {
+	close(h.stopping)
+	if h.grpcServer != nil {
+		h.grpcServer.Stop() // streams never end by themselves: do not wait for them
+	}
+	if h.admin != nil {
+		_ = h.admin.Stop(ctx)
+	}
+	if h.cancel != nil {
+		h.cancel()
+	}
+	if h.nc != nil {
+		h.nc.Close()
+	}
+	h.done.Wait()
+	waited := make(chan struct{})
+	go func() { h.senders.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-ctx.Done():
+		return fmt.Errorf("watchhub stop: stream senders still running: %w", ctx.Err())
+	}
+	err := h.pool.close()
+	h.logger.Info("watchhub stopped", "head", h.headRev.Load())
+	return err
+}
+
+// Health reports why the hub cannot serve, if it cannot.
+func (h *Hub) Health(context.Context) error {
+	select {
+	case <-h.ready:
+	default:
+		return errors.New("watchhub has not yet learned the store's revision from storage")
+	}
+	return h.feed.health()
+}
+
+// waitReady waits until the hub knows the store's revision.
+func (h *Hub) waitReady(ctx context.Context) error {
+	select {
+	case <-h.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-h.stopping:
+		return errors.New("watchhub stopping")
+	}
+}
+
+// initialize sets the head the hub starts from; called once by the feed.
+func (h *Hub) initialize(head, compactRev int64) {
+	h.mu.Lock()
+	h.win = newWindow(head, h.cfg.WindowRevisions, h.cfg.WindowBytes)
+	h.compactRev = compactRev
+	h.headRev.Store(head)
+	h.mu.Unlock()
+	h.readyOnce.Do(func() { close(h.ready) })
+	h.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	h.logger.Info("watchhub following the store", "head", head, "compact_revision", compactRev)
+}
+
+// responseHeader is the header of a response at rev; mu must be held.
+func (h *Hub) responseHeader(rev int64) *pb.ResponseHeader {
+	return &pb.ResponseHeader{ClusterId: h.header.ClusterId, MemberId: h.header.MemberId, Revision: rev,
+		RaftTerm: h.header.RaftTerm}
+}
+
+// noteStorage records what a storage status said of the cluster and compaction.
+func (h *Hub) noteStorage(memberID, raftTerm uint64, compactRev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.header.MemberId, h.header.RaftTerm = memberID, raftTerm
+	h.compactRev = max(h.compactRev, compactRev)
+}
+
+// noteCompacted records a compaction seen on the bus.
+func (h *Hub) noteCompacted(rev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.compactRev = max(h.compactRev, rev)
+}
+
+// deliver appends a contiguous run of revisions to the window and fans each out to the synced watchers.
+func (h *Hub) deliver(run []revisionEvents) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range run {
+		if err := h.win.append(r); err != nil {
+			h.logger.Error("revision out of order; dropped", "revision", r.rev, "err", err)
+			continue
+		}
+		h.fanOut(r)
+		h.headRev.Store(r.rev)
+	}
+	h.metrics.head.Set(float64(h.win.head))
+	h.metrics.windowRevisions.Set(float64(h.win.count))
+	h.metrics.windowBytes.Set(float64(h.win.bytes))
+}
+
+// fanOut matches r's events against the groups, encodes one response per matched group and queues it for
+// each of the group's watchers; a watcher whose stream cannot take it falls behind into catch-up. mu is held.
+func (h *Hub) fanOut(r revisionEvents) {
+	if len(r.events) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if r.trace != nil {
+		ctx = h.tel.Extract(ctx, r.trace)
+	}
+	_, span := h.tracer.Start(ctx, "watchhub.deliver", trace.WithAttributes(attribute.Int64("revision", r.rev)))
+	defer span.End()
+	var touched []*group
+	for _, ev := range r.events {
+		h.groups.matching(ev.Kv.Key, func(g *group) {
+			if !g.spec.keeps(ev) {
+				return
+			}
+			if len(g.batch) == 0 {
+				touched = append(touched, g)
+			}
+			g.batch = append(g.batch, g.spec.project(ev, h.compactRev))
+		})
+	}
+	queued := 0
+	for _, g := range touched {
+		limit := 0
+		if g.spec.fragment {
+			limit = h.cfg.fragmentBytes()
+		}
+		resp, err := encodeShared(h.responseHeader(r.rev), g.batch, limit)
+		clear(g.batch)
+		g.batch = g.batch[:0]
+		if err != nil {
+			h.logger.Error("watch response not encodable", "revision", r.rev, "err", err)
+			continue
+		}
+		h.metrics.encodedResponses.Inc()
+		resp.received = r.received
+		// Backwards, because a watcher that falls behind leaves the group by swapping the last one into its slot.
+		for i := len(g.watchers) - 1; i >= 0; i-- {
+			w := g.watchers[i]
+			if r.rev < w.minRev {
+				continue // started in the future
+			}
+			if w.stream.queueLive(w, resp) {
+				queued++
+				continue
+			}
+			h.fallBehind(w, r.rev)
+		}
+	}
+	span.SetAttributes(attribute.Int("groups", len(touched)), attribute.Int("responses", queued))
+}
+
+// fallBehind moves a synced watcher to catch-up from rev; mu is held.
+func (h *Hub) fallBehind(w *watcher, rev int64) {
+	h.groups.leave(w)
+	h.setState(w, stateCatchingUp)
+	w.stream.queueCatchUp(w, rev)
+	h.metrics.fellBehind.Inc()
+}
+
+// setState moves w to state, keeping the watcher gauges; mu is held.
+func (h *Hub) setState(w *watcher, state watcherState) {
+	if w.state != stateNone {
+		h.metrics.watchers[w.state].Dec()
+	}
+	w.state = state
+	if state != stateNone {
+		h.metrics.watchers[state].Inc()
+	}
+}
+
+// skipCompacted is the hub's answer to having been away so long that the revisions it lacks were compacted:
+// it cannot deliver [head+1, compactRev), so every synced watcher is canceled as compacted (as etcd cancels a
+// watcher that must start below the compact revision), and the hub resumes from compactRev.
+func (h *Hub) skipCompacted(compactRev int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.compactRev = max(h.compactRev, compactRev)
+	for _, g := range h.groups.byKey {
+		for i := len(g.watchers) - 1; i >= 0; i-- {
+			h.fallBehind(g.watchers[i], h.win.head+1) // catch-up finds it compacted and cancels it
+		}
+	}
+	h.win.reset(compactRev - 1)
+	h.headRev.Store(compactRev - 1)
+	h.logger.Warn("watchhub lost revisions to compaction; synced watchers canceled as compacted",
+		"compact_revision", compactRev)
+}

@@ -1,0 +1,84 @@
+package watchhub
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-kv/cairn/pkg/obs"
+)
+
+// metrics are the hub's Prometheus metrics, on its own registry (with the Go runtime's, so memory per
+// watcher is go_memstats_heap_inuse_bytes over cairn_watchhub_watchers).
+type metrics struct {
+	registry *prometheus.Registry
+
+	head              prometheus.Gauge
+	windowRevisions   prometheus.Gauge
+	windowBytes       prometheus.Gauge
+	streams           prometheus.Gauge
+	groups            prometheus.Gauge
+	watchers          [numWatcherStates]prometheus.Gauge
+	busRecords        *prometheus.CounterVec
+	fills             prometheus.Counter
+	fillErrors        prometheus.Counter
+	filledRevisions   prometheus.Counter
+	encodedResponses  prometheus.Counter
+	responsesSent     prometheus.Counter
+	eventsSent        prometheus.Counter
+	fellBehind        prometheus.Counter
+	compactedWatchers prometheus.Counter
+	deliveryLatency   prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	m := &metrics{registry: obs.NewRegistry()}
+	gauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "watchhub", Name: name, Help: help})
+		m.registry.MustRegister(g)
+		return g
+	}
+	counter := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "watchhub", Name: name, Help: help})
+		m.registry.MustRegister(c)
+		return c
+	}
+	m.head = gauge("head_revision", "The last revision the hub has, contiguously.")
+	m.windowRevisions = gauge("window_revisions", "Revisions held in the in-memory window.")
+	m.windowBytes = gauge("window_bytes", "Bytes of events held in the in-memory window.")
+	m.streams = gauge("streams", "Open Watch streams.")
+	m.groups = gauge("groups", "Groups of synced watchers sharing one spec (one match and one encoding per event).")
+	watchers := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "watchhub",
+		Name: "watchers", Help: "Watchers by state."}, []string{"state"})
+	m.registry.MustRegister(watchers)
+	for s := stateSynced; s < numWatcherStates; s++ {
+		m.watchers[s] = watchers.WithLabelValues(s.String())
+	}
+	m.busRecords = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "watchhub",
+		Name: "bus_records_total", Help: "Records with events from the bus, by what became of them."}, []string{"result"})
+	m.registry.MustRegister(m.busRecords)
+	m.fills = counter("history_fills_total", "Reads of storage history for revisions the bus did not deliver.")
+	m.fillErrors = counter("history_fill_errors_total", "Failed reads of storage history for missing revisions.")
+	m.filledRevisions = counter("filled_revisions_total", "Revisions delivered from storage history instead of the bus.")
+	m.encodedResponses = counter("encoded_responses_total", "Live responses encoded (once per group and revision).")
+	m.responsesSent = counter("responses_sent_total", "Watch responses written to clients.")
+	m.eventsSent = counter("events_sent_total", "Events written to clients.")
+	m.fellBehind = counter("watchers_fell_behind_total", "Times a synced watcher could not be queued and moved to catch-up.")
+	m.compactedWatchers = counter("watchers_compacted_total", "Watchers canceled because they needed compacted revisions.")
+	m.deliveryLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "watchhub",
+		Name: "delivery_latency_seconds", Help: "From a revision's arrival at the hub to a live response written.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
+	m.registry.MustRegister(m.deliveryLatency)
+	return m
+}
+
+// sent counts responses written; received is when a live response's revision arrived (zero otherwise).
+func (m *metrics) sent(responses, events int, received time.Time) {
+	m.responsesSent.Add(float64(responses))
+	if events > 0 {
+		m.eventsSent.Add(float64(events))
+	}
+	if !received.IsZero() {
+		m.deliveryLatency.Observe(time.Since(received).Seconds())
+	}
+}

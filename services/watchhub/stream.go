@@ -1,0 +1,372 @@
+package watchhub
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// etcd's watch IDs: 0 in a create request asks the server to choose; -1 answers for the whole stream.
+const (
+	autoWatchID    int64 = 0
+	invalidWatchID int64 = -1
+)
+
+// ctrlSlots bounds the control responses (created, canceled, progress) a stream's requests may have waiting;
+// past it the stream stops reading requests until the sender catches up, as etcd's ctrlStream does.
+const ctrlSlots = 64
+
+// watcherState is where a watcher is in its life; it changes only under Hub.mu.
+type watcherState uint8
+
+const (
+	stateNone       watcherState = iota // not registered (canceled, or its stream ended)
+	stateSynced                         // in a group: served live from the bus
+	stateCatchingUp                     // behind the head: its stream's sender reads the window or storage history
+	stateCompacted                      // told its start revision is compacted; waits for the client's cancel
+	numWatcherStates
+)
+
+func (s watcherState) String() string {
+	return [...]string{"none", "synced", "catching_up", "compacted"}[s]
+}
+
+// watcher is one watch on one stream. It is kept small: an idle watcher costs its struct, its key and a map
+// entry.
+type watcher struct {
+	id             int64
+	stream         *stream
+	spec           watchSpec
+	startRev       int64 // as requested; 0 means from now
+	minRev         int64 // the first revision it may receive live (above head for a watch from the future)
+	progressNotify bool
+
+	// Guarded by Hub.mu.
+	state watcherState
+	group *group
+	slot  int
+
+	// Guarded by stream.mu: responses queued and not yet taken by the sender.
+	queued int32
+
+	// Owned by the stream's sender goroutine.
+	nextRev    int64     // while catching up: the next revision to send
+	sentEvents bool      // events were written since the last progress tick
+	retryAt    time.Time // while catching up: storage failed; try again then
+
+	canceled atomic.Bool
+}
+
+// frame is one thing queued for a stream's sender.
+type frame struct {
+	w           *watcher
+	shared      *sharedResponse   // a group's live response for w
+	resp        *pb.WatchResponse // a response written as it is (created, canceled, progress)
+	catchUpFrom int64             // > 0: w fell behind here and catches up from it
+	ctrl        bool              // resp holds one of the stream's control slots
+	counted     bool              // counts in w.queued
+}
+
+// stream is one Watch RPC: the requests it reads, the watchers it carries and the sender goroutine that
+// writes their responses in order.
+type stream struct {
+	hub *Hub
+	srv pb.Watch_WatchServer
+	ctx context.Context
+
+	// Guarded by Hub.mu.
+	watchers map[int64]*watcher
+	nextID   int64
+	ended    bool
+
+	mu          sync.Mutex
+	outbox      []frame
+	spare       []frame
+	queuedBytes int
+
+	wake      chan struct{}
+	ctrlSlots chan struct{}
+	closed    chan struct{}
+	catchUp   []*watcher // sender only
+}
+
+func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
+	return &stream{hub: h, srv: srv, ctx: srv.Context(), watchers: map[int64]*watcher{},
+		wake: make(chan struct{}, 1), ctrlSlots: make(chan struct{}, ctrlSlots), closed: make(chan struct{})}
+}
+
+func (s *stream) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// queueLive queues a group's response for w unless w already has its share of the buffers; Hub.mu is held.
+func (s *stream) queueLive(w *watcher, resp *sharedResponse) bool {
+	s.mu.Lock()
+	full := int(w.queued) >= s.hub.cfg.WatcherBufferResponses ||
+		(s.queuedBytes > 0 && s.queuedBytes+resp.bytes > s.hub.cfg.StreamBufferBytes)
+	if !full {
+		s.outbox = append(s.outbox, frame{w: w, shared: resp, counted: true})
+		w.queued++
+		s.queuedBytes += resp.bytes
+	}
+	s.mu.Unlock()
+	if !full {
+		s.signal()
+	}
+	return !full
+}
+
+// queueCatchUp tells the sender that w catches up from rev once what is queued before is written.
+func (s *stream) queueCatchUp(w *watcher, rev int64) { s.queue(frame{w: w, catchUpFrom: rev}) }
+
+// queueControl queues a response written as it is.
+func (s *stream) queueControl(resp *pb.WatchResponse, ctrl bool) { s.queue(frame{resp: resp, ctrl: ctrl}) }
+
+func (s *stream) queue(f frame) {
+	s.mu.Lock()
+	s.outbox = append(s.outbox, f)
+	if f.counted {
+		f.w.queued++
+	}
+	s.mu.Unlock()
+	s.signal()
+}
+
+// take hands the sender everything queued; the buffers count as free again.
+func (s *stream) take() []frame {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	frames := s.outbox
+	s.outbox, s.spare = s.spare[:0], nil
+	for i := range frames {
+		if frames[i].counted {
+			frames[i].w.queued--
+		}
+	}
+	s.queuedBytes = 0
+	return frames
+}
+
+// giveBack returns a written batch's slice for reuse.
+func (s *stream) giveBack(frames []frame) {
+	clear(frames)
+	s.mu.Lock()
+	if s.spare == nil {
+		s.spare = frames[:0]
+	}
+	s.mu.Unlock()
+}
+
+// acquireSlot waits for room for one more control response.
+func (s *stream) acquireSlot() error {
+	select {
+	case s.ctrlSlots <- struct{}{}:
+		return nil
+	case <-s.closed:
+		return errStreamEnded
+	case <-s.ctx.Done():
+		return s.ctx.Err()
+	}
+}
+
+func (s *stream) releaseSlot() { <-s.ctrlSlots }
+
+var errStreamEnded = errors.New("watch stream ended")
+
+// recvLoop reads requests until the client closes its side (nil) or the stream fails.
+func (s *stream) recvLoop() error {
+	for {
+		req, err := s.srv.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch u := req.RequestUnion.(type) {
+		case *pb.WatchRequest_CreateRequest:
+			if u.CreateRequest != nil {
+				err = s.create(u.CreateRequest)
+			}
+		case *pb.WatchRequest_CancelRequest:
+			if u.CancelRequest != nil {
+				err = s.cancelWatch(u.CancelRequest.WatchId)
+			}
+		case *pb.WatchRequest_ProgressRequest:
+			if u.ProgressRequest != nil {
+				err = s.requestProgress()
+			}
+		default:
+			// etcd ignores a request it does not know rather than ending the stream.
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// create registers a watch as etcd does: a refused one is answered created and canceled with watch ID -1 and
+// etcd's reason; an accepted one is answered created, then served live (from now or a future revision) or
+// caught up (from a past revision).
+func (s *stream) create(req *pb.WatchCreateRequest) error {
+	h := s.hub
+	if err := h.waitReady(s.ctx); err != nil {
+		return err
+	}
+	if err := s.acquireSlot(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.ended {
+		s.releaseSlot()
+		return errStreamEnded
+	}
+	head := h.win.head
+	refuse := func(reason string) {
+		s.queueControl(&pb.WatchResponse{Header: h.responseHeader(head), WatchId: invalidWatchID, Created: true,
+			Canceled: true, CancelReason: reason}, true)
+	}
+	if req.StartRevision < 0 {
+		refuse(rpctypes.ErrCompacted.Error())
+		return nil
+	}
+	spec, err := specFromRequest(req)
+	if err != nil {
+		refuse(err.Error())
+		return nil
+	}
+	id := req.WatchId
+	if id == autoWatchID {
+		for s.watchers[s.nextID] != nil {
+			s.nextID++
+		}
+		id = s.nextID
+		s.nextID++
+	} else if _, dup := s.watchers[id]; dup {
+		refuse(errDuplicateWatchID.Error())
+		return nil
+	}
+	w := &watcher{id: id, stream: s, spec: spec, startRev: req.StartRevision, progressNotify: req.ProgressNotify}
+	s.watchers[id] = w
+	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(head), WatchId: id, Created: true}, true)
+	if req.StartRevision == 0 || req.StartRevision > head {
+		w.minRev = max(head+1, req.StartRevision)
+		h.groups.join(w)
+		h.setState(w, stateSynced)
+	} else {
+		h.setState(w, stateCatchingUp)
+		s.queueCatchUp(w, req.StartRevision)
+	}
+	h.metrics.groups.Set(float64(h.groups.len()))
+	return nil
+}
+
+// cancelWatch removes a watch and answers canceled; an unknown ID gets no answer, as in etcd.
+func (s *stream) cancelWatch(id int64) error {
+	h := s.hub
+	if err := s.acquireSlot(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w, ok := s.watchers[id]
+	if !ok || s.ended {
+		s.releaseSlot()
+		return nil
+	}
+	h.removeWatcher(w)
+	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(h.win.head), WatchId: id, Canceled: true}, true)
+	return nil
+}
+
+// requestProgress answers a ProgressRequest as etcd does: with one response for the whole stream (watch ID
+// -1) at the head, and only when every watcher on the stream is synced and has reached its start revision.
+func (s *stream) requestProgress() error {
+	h := s.hub
+	if err := s.acquireSlot(); err != nil {
+		return err
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	head := h.win.head
+	synced := len(s.watchers) > 0 && !s.ended
+	for _, w := range s.watchers {
+		if w.state != stateSynced || head < w.startRev {
+			synced = false
+			break
+		}
+	}
+	if !synced {
+		s.releaseSlot()
+		return nil
+	}
+	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(head), WatchId: invalidWatchID}, true)
+	return nil
+}
+
+// progressTick sends the periodic progress notifications: to each watcher that asked for them, is synced and
+// was sent no events since the last tick (etcd's rule).
+func (s *stream) progressTick() {
+	h := s.hub
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	head := h.win.head
+	for _, w := range s.watchers {
+		if !w.progressNotify {
+			continue
+		}
+		idle := !w.sentEvents
+		w.sentEvents = false
+		if !idle || w.state != stateSynced || head < w.startRev {
+			continue
+		}
+		s.mu.Lock()
+		busy := w.queued > 0
+		s.mu.Unlock()
+		if !busy {
+			s.queue(frame{w: w, resp: &pb.WatchResponse{Header: h.responseHeader(head), WatchId: w.id}, counted: true})
+		}
+	}
+}
+
+// removeWatcher takes w off its stream and out of the hub; Hub.mu is held.
+func (h *Hub) removeWatcher(w *watcher) {
+	w.canceled.Store(true)
+	if w.state == stateSynced {
+		h.groups.leave(w)
+		h.metrics.groups.Set(float64(h.groups.len()))
+	}
+	h.setState(w, stateNone)
+	delete(w.stream.watchers, w.id)
+}
+
+// end removes every watcher of the stream; the stream takes no more requests.
+func (s *stream) end() {
+	h := s.hub
+	h.mu.Lock()
+	s.ended = true
+	for _, w := range s.watchers {
+		h.removeWatcher(w)
+	}
+	delete(h.streams, s)
+	h.metrics.streams.Set(float64(len(h.streams)))
+	h.mu.Unlock()
+	close(s.closed)
+}
+
+// progressInterval is the configured interval plus etcd's jitter of up to a tenth of it.
+func (h *Hub) progressInterval() time.Duration {
+	d := h.cfg.ProgressNotifyInterval
+	return d + time.Duration(rand.Int64N(int64(d)/10+1))
+}
