@@ -56,7 +56,7 @@ func TestSemanticsMatchEtcd(t *testing.T) {
 				write: func(ctx context.Context, req *pb.InternalRaftRequest) (int64, error) {
 					return writeStorage(ctx, env, req)
 				},
-				conn:     dialHub(t, h.Addr()),
+				conn: dialHub(t, h.Addr()),
 				caughtUp: func(req *pb.InternalRaftRequest, rev int64) bool {
 					h.mu.RLock()
 					defer h.mu.RUnlock()

@@ -130,7 +130,9 @@ func (s *stream) queueLive(w *watcher, resp *sharedResponse) bool {
 func (s *stream) queueCatchUp(w *watcher, rev int64) { s.queue(frame{w: w, catchUpFrom: rev}) }
 
 // queueControl queues a response written as it is.
-func (s *stream) queueControl(resp *pb.WatchResponse, ctrl bool) { s.queue(frame{resp: resp, ctrl: ctrl}) }
+func (s *stream) queueControl(resp *pb.WatchResponse, ctrl bool) {
+	s.queue(frame{resp: resp, ctrl: ctrl})
+}
 
 func (s *stream) queue(f frame) {
 	s.mu.Lock()
