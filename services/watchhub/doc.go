@@ -42,8 +42,10 @@
 //   - The watch event's trace continues the write's: the fan-out span's parent is the apply span carried in
 //     the NATS headers.
 //
-// "From now" (start revision 0) means after the hub's head, which may trail storage by the bus's latency:
-// like a watch on an etcd follower, a watch created right after a write may still receive that write.
+// "Now" is storage's: before creating a watch the hub asks storage for its current revision (one Status call
+// for every create waiting at that moment) and waits until its head has reached it, so a watch created after a
+// write was acknowledged does not receive it and its created header carries etcd's revision. If storage or the
+// bus does not answer within StorageTimeout, the watch is created at the hub's head (later, never earlier).
 //
 // # Needs
 //

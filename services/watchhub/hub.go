@@ -32,6 +32,7 @@ type Hub struct {
 	metrics *metrics
 	pool    *storagePool
 	feed    *feed
+	fresh   *freshness
 
 	// mu guards the window, the groups, every watcher's state and group membership, and every stream's
 	// watchers. Lock order: mu before any stream's mu.
@@ -42,8 +43,11 @@ type Hub struct {
 	header     pb.ResponseHeader // cluster, member and term of the storage last heard from; Revision unused
 	streams    map[*stream]struct{}
 
-	// headRev mirrors win.head for readers that must not take mu.
-	headRev   atomic.Int64
+	// headRev mirrors win.head for readers that must not take mu; headAdvanced is closed and replaced
+	// (under headMu) whenever it grows.
+	headRev      atomic.Int64
+	headMu       sync.Mutex
+	headAdvanced chan struct{}
 	ready     chan struct{} // closed once the head is known
 	readyOnce sync.Once
 
@@ -74,7 +78,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
 	h := &Hub{
 		cfg: cfg, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/watchhub"), logger: logger,
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}),
-		stopping: make(chan struct{}),
+		stopping: make(chan struct{}), headAdvanced: make(chan struct{}),
 	}
 	h.metrics = newMetrics()
 	pool, err := newStoragePool(cfg.StorageEndpoints, cfg.StorageTimeout, tel, logger)
@@ -83,6 +87,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
 	}
 	h.pool = pool
 	h.feed = newFeed(h)
+	h.fresh = newFreshness(h)
 	return h, nil
 }
 
@@ -133,8 +138,9 @@ func (h *Hub) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
-	h.done.Add(1)
+	h.done.Add(2)
 	go func() { defer h.done.Done(); h.feed.run(runCtx) }()
+	go func() { defer h.done.Done(); h.fresh.run(runCtx) }()
 	h.logger.Info("watchhub started", "url", h.URL(), "storage", h.cfg.StorageEndpoints, "nats", h.cfg.NATSURL)
 	return nil
 }
@@ -274,6 +280,7 @@ func (h *Hub) deliver(run []revisionEvents) {
 	h.metrics.head.Set(float64(h.win.head))
 	h.metrics.windowRevisions.Set(float64(h.win.count))
 	h.metrics.windowBytes.Set(float64(h.win.bytes))
+	h.notifyHead()
 }
 
 // fanOut matches r's events against the groups, encodes one response per matched group and queues it for

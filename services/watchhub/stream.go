@@ -225,6 +225,7 @@ func (s *stream) create(req *pb.WatchCreateRequest) error {
 	if err := h.waitReady(s.ctx); err != nil {
 		return err
 	}
+	h.fresh.await(s.ctx)
 	if err := s.acquireSlot(); err != nil {
 		return err
 	}
