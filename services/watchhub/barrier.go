@@ -14,7 +14,9 @@ type freshness struct {
 	requests chan chan int64
 }
 
-func newFreshness(h *Hub) *freshness { return &freshness{hub: h, requests: make(chan chan int64, 1024)} }
+func newFreshness(h *Hub) *freshness {
+	return &freshness{hub: h, requests: make(chan chan int64, 1024)}
+}
 
 // run answers batches of requests with one storage revision each (0 when no storage answered).
 func (f *freshness) run(ctx context.Context) {

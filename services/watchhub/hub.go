@@ -48,8 +48,8 @@ type Hub struct {
 	headRev      atomic.Int64
 	headMu       sync.Mutex
 	headAdvanced chan struct{}
-	ready     chan struct{} // closed once the head is known
-	readyOnce sync.Once
+	ready        chan struct{} // closed once the head is known
+	readyOnce    sync.Once
 
 	nc         *nats.Conn
 	sub        *nats.Subscription
