@@ -2,6 +2,7 @@ package watchhub
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -21,12 +22,54 @@ const (
 	storageRetryDelay = 200 * time.Millisecond
 )
 
-// windowReadKind is what a watcher found when it looked at the window.
+// cohort is catching-up watchers of one stream with the same spec at the same next revision (typically a
+// group that fell behind together): they are read for and encoded for once, as the live path does.
+type cohort struct {
+	spec    watchSpec
+	nextRev int64
+	members []*watcher
+}
+
+// cohorts splits the watchers into cohorts, keeping their order.
+func cohorts(ws []*watcher) []*cohort {
+	type cohortKey struct {
+		spec    string
+		nextRev int64
+	}
+	var out []*cohort
+	index := map[cohortKey]*cohort{}
+	for _, w := range ws {
+		key := cohortKey{w.spec.groupKey(), w.nextRev}
+		c := index[key]
+		if c == nil {
+			c = &cohort{spec: w.spec, nextRev: w.nextRev}
+			index[key] = c
+			out = append(out, c)
+		}
+		c.members = append(c.members, w)
+	}
+	return out
+}
+
+// live drops the canceled members; it reports whether any is left.
+func (c *cohort) live() bool {
+	c.members = slices.DeleteFunc(c.members, func(w *watcher) bool { return w.canceled.Load() })
+	return len(c.members) > 0
+}
+
+// advance moves every member to rev.
+func (c *cohort) advance(rev int64) {
+	c.nextRev = rev
+	for _, w := range c.members {
+		w.nextRev = rev
+	}
+}
+
+// windowReadKind is what a cohort found when it looked at the window.
 type windowReadKind int
 
 const (
-	readCanceled  windowReadKind = iota // the watcher is gone
-	readCompacted                       // it must start below the compact revision
+	readCompacted windowReadKind = iota // it must start below the compact revision
 	readAtHead                          // nothing left to read: it can join its group
 	readBelow                           // it must start below the window: storage history first
 	readEvents                          // events (perhaps none) from the window
@@ -41,49 +84,45 @@ type windowRead struct {
 	compactRev int64 // readCompacted
 }
 
-// catchUpStep moves w one step towards the head: a batch from the window or from storage, or joining its
-// group once it has everything up to the head. It reports whether w is done catching up.
-func (s *stream) catchUpStep(w *watcher) (bool, error) {
+// catchUpStep moves a cohort one step towards the head: a batch from the window or from storage, or joining
+// the group once it has everything up to the head. It returns the members still catching up.
+func (s *stream) catchUpStep(c *cohort) ([]*watcher, error) {
+	if !c.live() {
+		return nil, nil
+	}
 	h := s.hub
 	h.mu.RLock()
-	read := h.readWindow(w)
+	read := h.readWindow(&c.spec, c.nextRev)
 	h.mu.RUnlock()
 	switch read.kind {
-	case readCanceled:
-		return true, nil
 	case readCompacted:
-		return true, s.sendCompacted(w, read.compactRev)
+		return nil, s.sendCompacted(c.members, read.compactRev)
 	case readAtHead:
-		return h.join(w), nil
+		return h.join(c.members), nil
 	case readBelow:
-		return false, s.catchUpFromStorage(w, read.first-1)
+		return c.members, s.catchUpFromStorage(c, read.first-1)
 	}
-	w.nextRev = read.next
-	if len(read.events) == 0 {
-		return false, nil
-	}
-	return false, s.sendEvents(w, &pb.WatchResponse{Header: read.header, WatchId: w.id, Events: read.events})
+	c.advance(read.next)
+	return c.members, s.sendEvents(c.members, read.header, read.events)
 }
 
-// readWindow collects w's next batch from the window; Hub.mu is held (shared).
-func (h *Hub) readWindow(w *watcher) windowRead {
+// readWindow collects the next batch for spec from rev on; Hub.mu is held (shared).
+func (h *Hub) readWindow(spec *watchSpec, from int64) windowRead {
 	switch {
-	case w.canceled.Load():
-		return windowRead{kind: readCanceled}
-	case w.nextRev < h.compactRev:
+	case from < h.compactRev:
 		return windowRead{kind: readCompacted, compactRev: h.compactRev}
-	case w.nextRev > h.win.head:
+	case from > h.win.head:
 		return windowRead{kind: readAtHead}
-	case w.nextRev < h.win.first():
+	case from < h.win.first():
 		return windowRead{kind: readBelow, first: h.win.first()}
 	}
 	read := windowRead{kind: readEvents, header: h.responseHeader(h.win.head)}
 	revsWithEvents := 0
-	rev := w.nextRev
-	for ; rev <= h.win.head && rev < w.nextRev+windowScanRevs && revsWithEvents < watchBatchMaxRevs; rev++ {
+	rev := from
+	for ; rev <= h.win.head && rev < from+windowScanRevs && revsWithEvents < watchBatchMaxRevs; rev++ {
 		r, _ := h.win.at(rev)
 		n := len(read.events)
-		read.events = w.spec.selectEvents(read.events, r.events, h.compactRev)
+		read.events = spec.selectEvents(read.events, r.events, h.compactRev)
 		if len(read.events) > n {
 			revsWithEvents++
 		}
@@ -92,39 +131,68 @@ func (h *Hub) readWindow(w *watcher) windowRead {
 	return read
 }
 
-// join makes a watcher that has read up to the head synced; false when the head moved on meanwhile.
-func (h *Hub) join(w *watcher) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case w.canceled.Load():
-		return true
-	case w.nextRev <= h.win.head:
-		return false
-	}
-	w.minRev = w.nextRev
-	h.groups.join(w)
-	h.setState(w, stateSynced)
-	h.metrics.groups.Set(float64(h.groups.len()))
-	return true
-}
-
-// sendCompacted tells w that its next revision is compacted, as etcd does: canceled, with the compact
-// revision and a header at revision 0. The watcher stays registered until the client cancels it.
-func (s *stream) sendCompacted(w *watcher, compactRev int64) error {
-	h := s.hub
-	h.mu.Lock()
-	if w.canceled.Load() {
-		h.mu.Unlock()
+// sendEvents writes one catch-up response to each watcher: encoded once, cut into fragments if they asked.
+func (s *stream) sendEvents(ws []*watcher, header *pb.ResponseHeader, events []*mvccpb.Event) error {
+	if len(events) == 0 {
 		return nil
 	}
-	h.setState(w, stateCompacted)
+	limit := 0
+	if ws[0].spec.fragment {
+		limit = s.hub.cfg.fragmentBytes()
+	}
+	shared, err := encodeShared(header, events, limit)
+	if err != nil {
+		return err
+	}
+	for _, w := range ws {
+		if err := s.writeShared(w, shared); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// join makes watchers that have read up to the head synced; it returns those that must read more because
+// the head moved on meanwhile.
+func (h *Hub) join(ws []*watcher) []*watcher {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var behind []*watcher
+	for _, w := range ws {
+		switch {
+		case w.canceled.Load():
+		case w.nextRev <= h.win.head:
+			behind = append(behind, w)
+		default:
+			w.minRev = w.nextRev
+			h.groups.join(w)
+			h.setState(w, stateSynced)
+		}
+	}
+	h.metrics.groups.Set(float64(h.groups.len()))
+	return behind
+}
+
+// sendCompacted tells watchers that their next revision is compacted, as etcd does: canceled, with the
+// compact revision and a header at revision 0. They stay registered until the client cancels them.
+func (s *stream) sendCompacted(ws []*watcher, compactRev int64) error {
+	h := s.hub
+	h.mu.Lock()
+	var told []*watcher
+	for _, w := range ws {
+		if !w.canceled.Load() {
+			h.setState(w, stateCompacted)
+			told = append(told, w)
+		}
+	}
 	header := h.responseHeader(0)
 	h.mu.Unlock()
-	h.metrics.compactedWatchers.Inc()
-	if err := s.srv.Send(&pb.WatchResponse{Header: header, WatchId: w.id, Canceled: true,
-		CompactRevision: compactRev}); err != nil {
-		return sendError{err}
+	for _, w := range told {
+		h.metrics.compactedWatchers.Inc()
+		if err := s.srv.Send(&pb.WatchResponse{Header: header, WatchId: w.id, Canceled: true,
+			CompactRevision: compactRev}); err != nil {
+			return sendError{err}
+		}
 	}
 	return nil
 }
@@ -132,29 +200,29 @@ func (s *stream) sendCompacted(w *watcher, compactRev int64) error {
 // errStepDone stops a history read once a step has read enough.
 var errStepDone = errors.New("catch-up step done")
 
-// catchUpFromStorage sends w the events of its range from storage history, from w.nextRev up to through
-// (the revision before the window), in responses cut at revision boundaries. On a storage failure w waits and
-// retries; on compaction it is canceled as etcd cancels it.
-func (s *stream) catchUpFromStorage(w *watcher, through int64) error {
+// catchUpFromStorage sends a cohort the events of its range from storage history, from its next revision up
+// to through (the revision before the window), in responses cut at revision boundaries. On a storage failure
+// the members wait and retry; on compaction they are canceled as etcd cancels them.
+func (s *stream) catchUpFromStorage(c *cohort, through int64) error {
 	h := s.hub
-	key, rangeEnd := w.spec.historyRange()
-	req := &storagepb.HistoryRequest{Key: key, RangeEnd: rangeEnd, StartRevision: w.nextRev, EndRevision: through,
-		PrevKv: w.spec.prevKV, PageSize: int64(h.cfg.HistoryPageSize)}
+	key, rangeEnd := c.spec.historyRange()
+	req := &storagepb.HistoryRequest{Key: key, RangeEnd: rangeEnd, StartRevision: c.nextRev, EndRevision: through,
+		PrevKv: c.spec.prevKV, PageSize: int64(h.cfg.HistoryPageSize)}
 	var asm revisionAssembler
 	read := 0
 	send := func(revs []revisionEvents) error {
+		if len(revs) == 0 {
+			return nil
+		}
 		h.mu.RLock()
 		header, compactRev := h.responseHeader(h.win.head), h.compactRev
 		h.mu.RUnlock()
 		var events []*mvccpb.Event
 		for _, r := range revs {
-			events = w.spec.selectEvents(events, r.events, compactRev)
-			w.nextRev = r.rev + 1
+			events = c.spec.selectEvents(events, r.events, compactRev)
 		}
-		if len(events) == 0 {
-			return nil
-		}
-		return s.sendEvents(w, &pb.WatchResponse{Header: header, WatchId: w.id, Events: events})
+		c.advance(revs[len(revs)-1].rev + 1)
+		return s.sendEvents(c.members, header, events)
 	}
 	compactRev, err := h.pool.history(s.ctx, req, func(page *storagepb.HistoryResponse) error {
 		read += len(page.Events)
@@ -171,7 +239,7 @@ func (s *stream) catchUpFromStorage(w *watcher, through int64) error {
 		if err := send(asm.finish()); err != nil {
 			return err
 		}
-		w.nextRev = through + 1
+		c.advance(through + 1)
 		return nil
 	case errors.Is(err, errStepDone):
 		return nil
@@ -182,13 +250,17 @@ func (s *stream) catchUpFromStorage(w *watcher, through int64) error {
 		h.mu.RLock()
 		compactRev = max(compactRev, h.compactRev)
 		h.mu.RUnlock()
-		return s.sendCompacted(w, compactRev)
+		err := s.sendCompacted(c.members, compactRev)
+		c.members = nil
+		return err
 	case s.ctx.Err() != nil:
 		return sendError{s.ctx.Err()}
 	}
-	h.logger.Warn("watch catch-up from storage failed; retrying", "watch_id", w.id, "from", w.nextRev,
+	h.logger.Warn("watch catch-up from storage failed; retrying", "watchers", len(c.members), "from", c.nextRev,
 		"through", through, "err", err)
-	w.retryAt = time.Now().Add(storageRetryDelay)
+	for _, w := range c.members {
+		w.retryAt = time.Now().Add(storageRetryDelay)
+	}
 	return nil
 }
 

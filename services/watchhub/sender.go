@@ -3,8 +3,6 @@ package watchhub
 import (
 	"errors"
 	"time"
-
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // sendError is a failed write to the client: the stream is over.
@@ -79,17 +77,7 @@ func (s *stream) write(f *frame) error {
 		}
 		return nil
 	case f.shared != nil:
-		if f.w.canceled.Load() {
-			return nil
-		}
-		for _, part := range f.shared.parts {
-			if err := s.srv.SendMsg(&encodedResponse{watchID: f.w.id, part: part}); err != nil {
-				return sendError{err}
-			}
-		}
-		f.w.sentEvents = true
-		s.hub.metrics.sent(len(f.shared.parts), f.shared.events, f.shared.received)
-		return nil
+		return s.writeShared(f.w, f.shared)
 	default:
 		if f.w != nil && f.w.canceled.Load() {
 			return nil
@@ -102,60 +90,66 @@ func (s *stream) write(f *frame) error {
 	}
 }
 
-// sendEvents writes a catch-up response for w, cut into fragments when w asked for them.
-func (s *stream) sendEvents(w *watcher, resp *pb.WatchResponse) error {
-	parts := []*pb.WatchResponse{resp}
-	if w.spec.fragment {
-		parts = splitFragments(resp, s.hub.cfg.fragmentBytes())
+// writeShared writes a shared response (all its fragments) to w, unless w is canceled.
+func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
+	if w.canceled.Load() {
+		return nil
 	}
-	for _, p := range parts {
-		if err := s.srv.Send(p); err != nil {
+	for _, part := range shared.parts {
+		if err := s.srv.SendMsg(&encodedResponse{watchID: w.id, part: part}); err != nil {
 			return sendError{err}
 		}
 	}
 	w.sentEvents = true
-	s.hub.metrics.sent(len(parts), len(resp.Events), time.Time{})
+	s.hub.metrics.sent(len(shared.parts), shared.events, shared.received)
 	return nil
 }
 
-// catchUpRound moves every catching-up watcher that is not waiting for a retry one step forward, writing
-// what was queued meanwhile after each step; it reports whether it did anything.
+// catchUpRound moves every cohort of catching-up watchers that is not waiting for a retry one step forward,
+// writing what was queued meanwhile after each step; it reports whether it did anything.
 func (s *stream) catchUpRound() (bool, error) {
 	if len(s.catchUp) == 0 {
 		return false, nil
 	}
 	now := time.Now()
-	pending := s.catchUp
-	s.catchUp = nil // watchers that fall behind during the round are appended here
-	var keep []*watcher
-	worked := false
-	for i, w := range pending {
+	var waiting, ready []*watcher
+	for _, w := range s.catchUp {
 		if w.retryAt.After(now) {
-			keep = append(keep, w)
-			continue
+			waiting = append(waiting, w)
+		} else {
+			ready = append(ready, w)
 		}
-		worked = true
-		done, err := s.catchUpStep(w)
+	}
+	if len(ready) == 0 {
+		return false, nil
+	}
+	s.catchUp = nil // watchers that fall behind during the round are appended here
+	keep := waiting
+	all := cohorts(ready)
+	for i, c := range all {
+		behind, err := s.catchUpStep(c)
+		keep = append(keep, behind...)
 		if err == nil {
 			err = s.flush()
 		}
 		if err != nil {
-			s.catchUp = append(append(keep, pending[i:]...), s.catchUp...)
+			for _, rest := range all[i+1:] {
+				keep = append(keep, rest.members...)
+			}
+			s.catchUp = append(keep, s.catchUp...)
 			return true, err
-		}
-		if !done {
-			keep = append(keep, w)
 		}
 	}
 	s.catchUp = append(keep, s.catchUp...)
-	return worked, nil
+	return true, nil
 }
 
 // retryTimer fires when the first watcher waiting for a storage retry may try again (never, if none waits).
 func (s *stream) retryTimer() <-chan time.Time {
 	var first time.Time
+	now := time.Now()
 	for _, w := range s.catchUp {
-		if !w.retryAt.IsZero() && (first.IsZero() || w.retryAt.Before(first)) {
+		if w.retryAt.After(now) && (first.IsZero() || w.retryAt.Before(first)) {
 			first = w.retryAt
 		}
 	}
