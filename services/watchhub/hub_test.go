@@ -1,0 +1,139 @@
+package watchhub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/cairn-kv/cairn/pkg/obs"
+)
+
+// TestWatchSpanContinuesTheWrite: the hub's fan-out span of a revision belongs to the trace of the client
+// request that wrote it (carried from storage's apply span through the NATS headers).
+func TestWatchSpanContinuesTheWrite(t *testing.T) {
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	env := newTestEnv(t, 1)
+	env.tel = &obs.Telemetry{Tracers: tp, Propagator: propagation.TraceContext{}}
+	env.stopStorage(0)
+	env.startStorage(0) // now tracing
+	h := env.startHub(Config{})
+	cli := newClient(t, h.Addr())
+	wch := cli.Watch(ctxT(t), "traced", clientv3.WithCreatedNotify())
+	<-wch
+
+	ctx, span := tp.Tracer("test").Start(ctxT(t), "client put")
+	if _, err := env.storages[0].svc.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("traced"), Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	recvEvents(t, wch, 1, 5*time.Second)
+	eventually(t, 5*time.Second, "the hub's span in the client's trace", func() bool {
+		for _, s := range recorder.Ended() {
+			if s.Name() == "watchhub.deliver" && s.SpanContext().TraceID() == span.SpanContext().TraceID() {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// TestHubWaitsForStorage: a hub started before any storage answers serves nothing until one does (watch
+// creates wait, /health and the gRPC health service say why), then serves normally.
+func TestHubWaitsForStorage(t *testing.T) {
+	env := newTestEnv(t, 1)
+	env.stopStorage(0)
+	cfg := Config{ListenURL: "http://127.0.0.1:0", AdminAddr: "127.0.0.1:0", NATSURL: env.natsURL(),
+		StorageEndpoints: []string{env.storages[0].cfg.ListenURL}, StoragePollInterval: 50 * time.Millisecond}
+	h, err := New(cfg, nil, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer stopHub(h)
+	health := func() (int, string) {
+		resp, err := http.Get("http://" + h.AdminAddr() + "/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := health(); code != http.StatusServiceUnavailable || !strings.Contains(body, "revision") {
+		t.Fatalf("/health before storage = %d %s", code, body)
+	}
+	conn := dialHub(t, h.Addr())
+	hs, err := healthpb.NewHealthClient(conn).Check(ctxT(t), &healthpb.HealthCheckRequest{})
+	if err != nil || hs.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC health before storage = %v %v", hs, err)
+	}
+	rs := openRaw(t, conn)
+	rs.create(&pb.WatchCreateRequest{Key: []byte("a")})
+	rs.none(300 * time.Millisecond)
+
+	env.startStorage(0)
+	if resp := rs.next(10 * time.Second); !resp.Created {
+		t.Fatalf("first response %v, want created", resp)
+	}
+	rev := env.put("a", "1")
+	if resp := rs.next(5 * time.Second); len(resp.Events) != 1 || resp.Events[0].Kv.ModRevision != rev {
+		t.Fatalf("response %v, want the put at %d", resp, rev)
+	}
+	if code, body := health(); code != http.StatusOK {
+		t.Fatalf("/health with storage = %d %s", code, body)
+	}
+	var status map[string]string
+	resp, err := http.Get("http://" + h.AdminAddr() + "/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil || status["health"] != "true" {
+		t.Fatalf("/health body %v %v", status, err)
+	}
+	metrics, err := http.Get("http://" + h.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer metrics.Body.Close()
+	body, _ := io.ReadAll(metrics.Body)
+	for _, name := range []string{"cairn_watchhub_watchers", "cairn_watchhub_head_revision " + fmt.Sprint(rev), "go_memstats_heap_inuse_bytes"} {
+		if !strings.Contains(string(body), name) {
+			t.Fatalf("/metrics lacks %q", name)
+		}
+	}
+}
+
+// TestStopEndsStreamsWithUnavailable: stopping a hub ends its streams with Unavailable, which client/v3
+// retries (on another endpoint, if it has one).
+func TestStopEndsStreamsWithUnavailable(t *testing.T) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(Config{})
+	rs := openRaw(t, dialHub(t, h.Addr()))
+	rs.create(&pb.WatchCreateRequest{Key: []byte("a")})
+	rs.next(5 * time.Second)
+	stopHub(h)
+	if _, ok := <-rs.resps; ok {
+		t.Fatal("response after stop")
+	}
+	rs.errMu.Lock()
+	defer rs.errMu.Unlock()
+	if !strings.Contains(rs.err.Error(), "Unavailable") {
+		t.Fatalf("stream ended with %v, want Unavailable", rs.err)
+	}
+}
