@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -18,6 +17,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 const goldenPath = "testdata/etcd-watch-golden.json"
@@ -251,34 +252,23 @@ func writeEtcd(ctx context.Context, kv pb.KVClient, req *pb.InternalRaftRequest)
 	return resp.GetHeader().GetRevision(), err
 }
 
-// startEtcd starts a single-member etcd on loopback with a fresh data dir and waits until it answers.
+// startEtcd starts a single-member reference etcd (pkg/etcdref) with a fresh data dir.
 func startEtcd(t *testing.T, bin string) (*grpc.ClientConn, pb.KVClient, func()) {
-	dir := t.TempDir()
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, "data"), "--name", "ref",
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "ref="+peer,
-		"--log-level", "error")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start etcd: %v", err)
-	}
-	conn, err := grpc.NewClient(strings.TrimPrefix(client, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	cluster, err := etcdref.New(etcdref.Config{Members: 1, Binaries: etcdref.Binaries{Etcd: bin},
+		Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv := pb.NewKVClient(conn)
-	eventually(t, 20*time.Second, "etcd to answer", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("probe")})
-		return err == nil
-	})
-	return conn, kv, func() {
+	if err := cluster.Start(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(strings.TrimPrefix(cluster.Endpoints()[0], "http://"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, pb.NewKVClient(conn), func() {
 		_ = conn.Close()
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		_ = cluster.Stop(context.Background())
 	}
 }
