@@ -42,6 +42,11 @@ type Hub struct {
 	compactRev int64
 	header     pb.ResponseHeader // cluster, member and term of the storage last heard from; Revision unused
 	streams    map[*stream]struct{}
+	// leaderless is closed once storage has reported no leader for leaderLostAfter; streams that require a
+	// leader end then, as etcd ends them. noLeaderSince is when the current leaderless spell began.
+	leaderless      chan struct{}
+	noLeaderSince   time.Time
+	leaderLostAfter time.Duration
 
 	// headRev mirrors win.head for readers that must not take mu; headAdvanced is closed and replaced
 	// (under headMu) whenever it grows.
@@ -78,7 +83,8 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
 	h := &Hub{
 		cfg: cfg, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/watchhub"), logger: logger,
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}),
-		stopping: make(chan struct{}), headAdvanced: make(chan struct{}),
+		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
+		leaderLostAfter: defaultLeaderLostAfter,
 	}
 	h.metrics = newMetrics()
 	pool, err := newStoragePool(cfg.StorageEndpoints, cfg.StorageTimeout, tel, logger)
@@ -250,12 +256,50 @@ func (h *Hub) responseHeader(rev int64) *pb.ResponseHeader {
 		RaftTerm: h.header.RaftTerm}
 }
 
-// noteStorage records what a storage status said of the cluster and compaction.
-func (h *Hub) noteStorage(memberID, raftTerm uint64, compactRev int64) {
+// defaultLeaderLostAfter is how long storage must report no leader before streams that require one end (etcd:
+// three election timeouts).
+const defaultLeaderLostAfter = 3 * time.Second
+
+// noteStorage records what a storage status said of the cluster, its leader and compaction.
+func (h *Hub) noteStorage(memberID, raftTerm, leader uint64, compactRev int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.header.MemberId, h.header.RaftTerm = memberID, raftTerm
 	h.compactRev = max(h.compactRev, compactRev)
+	switch {
+	case leader != 0:
+		h.noLeaderSince = time.Time{}
+		select {
+		case <-h.leaderless:
+			h.leaderless = make(chan struct{})
+		default:
+		}
+	case h.noLeaderSince.IsZero():
+		h.noLeaderSince = time.Now()
+	case time.Since(h.noLeaderSince) > h.leaderLostAfter:
+		select {
+		case <-h.leaderless:
+		default:
+			close(h.leaderless)
+			h.logger.Warn("storage reports no leader; ending the watch streams that require one",
+				"since", h.noLeaderSince)
+		}
+	}
+}
+
+// leaderLost returns a channel closed while the cluster is without a leader for too long, or nil when a
+// leader is known.
+func (h *Hub) leaderLost() <-chan struct{} {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.leaderless
+}
+
+// hasNoLeader reports whether storage last reported no leader.
+func (h *Hub) hasNoLeader() bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return !h.noLeaderSince.IsZero()
 }
 
 // noteCompacted records a compaction seen on the bus.

@@ -3,6 +3,7 @@ package watchhub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -135,5 +137,38 @@ func TestStopEndsStreamsWithUnavailable(t *testing.T) {
 	defer rs.errMu.Unlock()
 	if !strings.Contains(rs.err.Error(), "Unavailable") {
 		t.Fatalf("stream ended with %v, want Unavailable", rs.err)
+	}
+}
+
+// TestRequireLeader: a stream opened with client/v3's WithRequireLeader fails with etcd's "no leader" when
+// storage reports no leader for a while, and a new one is refused at once while it lasts.
+func TestRequireLeader(t *testing.T) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(Config{})
+	h.mu.Lock()
+	h.leaderLostAfter = 200 * time.Millisecond
+	h.mu.Unlock()
+	cli := newClient(t, h.Addr())
+	ctx := clientv3.WithRequireLeader(ctxT(t))
+	wch := cli.Watch(ctx, "a", clientv3.WithCreatedNotify())
+	if resp := <-wch; !resp.Created {
+		t.Fatalf("first response %+v", resp)
+	}
+	plain := cli.Watch(ctxT(t), "a", clientv3.WithCreatedNotify())
+	<-plain
+	env.log.SetProposeError(errors.New("no leader"))
+	select {
+	case resp := <-wch:
+		if !errors.Is(resp.Err(), rpctypes.ErrNoLeader) {
+			t.Fatalf("response %+v (%v), want no leader", resp, resp.Err())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream that requires a leader did not end")
+	}
+	env.log.SetProposeError(nil)
+	eventually(t, 5*time.Second, "the leader back", func() bool { return !h.hasNoLeader() })
+	rev := env.put("a", "1")
+	if got := recvEvents(t, plain, 1, 5*time.Second); got[0].Kv.ModRevision != rev {
+		t.Fatalf("plain watch got %v", describe(got))
 	}
 }

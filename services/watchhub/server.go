@@ -7,6 +7,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -23,6 +24,13 @@ var errHubStopping = status.Error(codes.Unavailable, "cairn watchhub stopping")
 // closes its side, responses are written until the stream ends.
 func (ws *watchServer) Watch(srv pb.Watch_WatchServer) error {
 	h := ws.hub
+	var leaderLost <-chan struct{}
+	if requiresLeader(srv.Context()) {
+		if h.hasNoLeader() {
+			return rpctypes.ErrGRPCNoLeader
+		}
+		leaderLost = h.leaderLost()
+	}
 	s := newStream(h, srv)
 	if !h.addStream(s) {
 		return errHubStopping
@@ -46,12 +54,22 @@ func (ws *watchServer) Watch(srv pb.Watch_WatchServer) error {
 		err = srv.Context().Err()
 	case <-h.stopping:
 		err = errHubStopping
+	case <-leaderLost:
+		err = rpctypes.ErrGRPCNoLeader
 	}
 	s.end()
 	if errors.Is(err, context.Canceled) {
 		err = rpctypes.ErrGRPCWatchCanceled
 	}
 	return err
+}
+
+// requiresLeader reports whether the client asked, as client/v3's WithRequireLeader does, that the stream
+// fail when the cluster has no leader.
+func requiresLeader(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	ks := md[rpctypes.MetadataRequireLeaderKey]
+	return len(ks) > 0 && ks[0] == rpctypes.MetadataHasLeader
 }
 
 // addStream registers a new stream unless the hub is stopping.
