@@ -41,6 +41,10 @@ type Storage struct {
 	ids     *requestIDs
 	waiters *waiters
 
+	// applyMu is held while the apply loop delivers a batch, so a defragmentation can swap the store between
+	// batches; it is taken before storeMu.
+	applyMu sync.Mutex
+
 	// storeMu guards the store pointer: readers hold it shared while they use the store; a snapshot install or a
 	// failure recovery swaps the store holding it exclusively.
 	storeMu sync.RWMutex
