@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"slices"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // healthKey is the key the health checks read (nothing needs to exist there).

@@ -233,7 +233,10 @@ func (p *pool) probe(ctx context.Context) {
 		wg.Go(func() { probeStorage(ctx, r) })
 	}
 	wg.Wait()
-	p.discover(consensus)
+	for _, r := range p.discover(consensus) {
+		wg.Go(func() { probeStorage(ctx, r) })
+	}
+	wg.Wait()
 	p.rebuild()
 }
 
@@ -267,10 +270,12 @@ func probeStorage(ctx context.Context, r *storageReplica) {
 	r.healthy.Store(st.Unhealthy == "")
 }
 
-// discover connects to every member's storage URL that consensus lists and the pool lacks.
-func (p *pool) discover(consensus []*consensusReplica) {
+// discover connects to every member's storage URL that consensus lists and the pool lacks, and returns the
+// new ones.
+func (p *pool) discover(consensus []*consensusReplica) []*storageReplica {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	known := len(p.storages)
 	for _, c := range consensus {
 		st := c.status.Load()
 		if st == nil {
@@ -285,4 +290,5 @@ func (p *pool) discover(consensus []*consensusReplica) {
 			}
 		}
 	}
+	return slices.Clone(p.storages[known:])
 }
