@@ -105,8 +105,40 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.members[i].consensus = cm
 	}
 	c.startAll(t)
+	c.WaitPublished(30 * time.Second)
 	c.WaitWritable(30 * time.Second)
 	return c
+}
+
+// WaitPublished waits until consensus membership lists every member with its storage URL (which consensus
+// publishes shortly after starting), and every frontend has discovered its home member's storage.
+func (c *Cluster) WaitPublished(timeout time.Duration) {
+	c.t.Helper()
+	c.Eventually(timeout, "every member's attributes published", func() bool {
+		st, err := c.members[0].Node().Status(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.StorageURL == "" {
+				return false
+			}
+		}
+		return len(st.Members) == len(c.members)
+	})
+	for i, fe := range c.frontends {
+		if i >= len(c.members) || fe.Frontend() == nil {
+			continue
+		}
+		cli := c.Client(c.t, fe.URL)
+		want := c.members[i].ID()
+		c.Eventually(timeout, "frontend "+fe.Name+" reads from its home member", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			resp, err := cli.Get(ctx, "testcluster/ready", clientv3.WithSerializable())
+			return err == nil && resp.Header.MemberId == want
+		})
+	}
 }
 
 func (c *Cluster) configureConsensus(cfg *consensus.Config) {
