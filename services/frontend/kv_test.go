@@ -3,6 +3,7 @@ package frontend_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -196,3 +197,5 @@ func TestKVHeadersAndRouting(t *testing.T) {
 		t.Fatalf("delete prefix: %v %v", del, err)
 	}
 }
+
+func writeFile(path string, data []byte) error { return os.WriteFile(path, data, 0o600) }
