@@ -23,7 +23,11 @@ func (f *Frontend) adminMux() *http.ServeMux {
 	mux.HandleFunc("/health", f.serveHealth)
 	mux.HandleFunc("/version", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]string{"etcdserver": ServerVersion, "etcdcluster": ClusterVersion + ".0"})
+		body, _ := json.Marshal(struct {
+			Server  string `json:"etcdserver"`
+			Cluster string `json:"etcdcluster"`
+		}{ServerVersion, ClusterVersion + ".0"})
+		_, _ = w.Write(body)
 	})
 	f.installChecks(mux, "/readyz", []namedCheck{
 		{"data_corruption", f.alarmCheck(pb.AlarmType_CORRUPT)},
