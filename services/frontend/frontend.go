@@ -156,7 +156,8 @@ func (f *Frontend) serve(what string, lis net.Listener, run func() error) {
 	f.done.Go(func() {
 		err := run()
 		if err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) &&
-			!errors.Is(err, cmux.ErrListenerClosed) && !errors.Is(err, net.ErrClosed) {
+			!errors.Is(err, cmux.ErrListenerClosed) && !errors.Is(err, cmux.ErrServerClosed) &&
+			!errors.Is(err, net.ErrClosed) {
 			f.logger.Error("frontend server stopped", "server", what, "addr", lis.Addr().String(), "err", err)
 		}
 	})

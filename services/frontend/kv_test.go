@@ -19,7 +19,6 @@ import (
 	"github.com/cairn-kv/cairn/pkg/testcluster"
 )
 
-
 func ctxFor(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
