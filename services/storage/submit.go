@@ -166,7 +166,7 @@ func wrapResponse(m proto.Message) (*storagepb.SubmitResponse, error) {
 // linearize waits until this storage has applied a ReadIndex from the log, so a following local read sees every
 // write acknowledged before the call.
 func (s *Storage) linearize(ctx context.Context) error {
-	index, err := s.log.ReadIndex(ctx)
+	index, err := s.reads.readIndex(ctx)
 	if err != nil {
 		return proposeError(ctx, err)
 	}
