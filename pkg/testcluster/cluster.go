@@ -88,7 +88,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		if i < len(c.members) {
 			name = c.members[i].Name
 		}
-		fe := &Frontend{Name: name, URL: "http://" + reserveAddr(t), cluster: c}
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fe := &Frontend{Name: name, URL: "http://" + lis.Addr().String(), cluster: c, reserved: lis}
 		c.frontends = append(c.frontends, fe)
 		if i < len(c.members) {
 			c.members[i].ClientURL = fe.URL

@@ -3,7 +3,9 @@ package testcluster
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,8 +205,9 @@ type Frontend struct {
 	URL     string
 	cluster *Cluster
 
-	mu sync.Mutex
-	fe *frontend.Frontend
+	mu       sync.Mutex
+	fe       *frontend.Frontend
+	reserved net.Listener // bound before the cluster starts, so no other process takes the port
 }
 
 // Frontend is the running frontend, or nil while it is stopped.
@@ -235,8 +238,19 @@ func (f *Frontend) Start() error {
 	if f.fe != nil {
 		return fmt.Errorf("frontend %s already running", f.Name)
 	}
-	fe, err := frontend.New(f.Config(), obs.NoTelemetry(), logger("frontend", f.Name))
+	cfg := f.Config()
+	lis := f.reserved
+	f.reserved = nil
+	if lis == nil { // a restart: the port was free while the frontend was down
+		var err error
+		if lis, err = net.Listen("tcp", strings.TrimPrefix(f.URL, "http://")); err != nil {
+			return fmt.Errorf("frontend %s: %w", f.Name, err)
+		}
+	}
+	cfg.ClientListeners = []net.Listener{lis}
+	fe, err := frontend.New(cfg, obs.NoTelemetry(), logger("frontend", f.Name))
 	if err != nil {
+		_ = lis.Close()
 		return fmt.Errorf("frontend %s: %w", f.Name, err)
 	}
 	if err := fe.Start(context.Background()); err != nil {

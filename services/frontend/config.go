@@ -66,6 +66,9 @@ type Config struct {
 	ConnsPerStorage int
 	// LogLevel is etcd's --log-level (debug, info, warn, error).
 	LogLevel string
+	// ClientListeners, when set, are served instead of listening on ListenClientURLs (one per URL, in
+	// order); tests bind their ports beforehand this way.
+	ClientListeners []net.Listener
 }
 
 // DefaultConfig returns etcd's defaults (and Cairn's for settings etcd lacks).

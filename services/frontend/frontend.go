@@ -140,6 +140,10 @@ func (f *Frontend) Start(ctx context.Context) error {
 }
 
 func (f *Frontend) listen() error {
+	if len(f.cfg.ClientListeners) > 0 {
+		f.listeners = append(f.listeners, f.cfg.ClientListeners...)
+		return nil
+	}
 	for _, u := range f.cfg.ListenClientURLs {
 		addr, _ := hostPort(u)
 		lis, err := net.Listen("tcp", addr)

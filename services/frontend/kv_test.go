@@ -187,7 +187,7 @@ func TestKVHeadersAndRouting(t *testing.T) {
 	if err != nil || !txn.Succeeded || txn.Header.ClusterId != clusterID || !ids[txn.Header.MemberId] {
 		t.Fatalf("txn: %v %v", txn, err)
 	}
-	ro, err := cli.Txn(ctx).Then(clientv3.OpGet("hdr/txn", clientv3.WithSerializable())).Commit()
+	ro, err := cli.Txn(ctx).Then(clientv3.OpGet("hdr/txn")).Commit()
 	if err != nil || ro.Header.Revision != txn.Header.Revision || string(ro.Responses[0].GetResponseRange().Kvs[0].Value) != "x" {
 		t.Fatalf("read-only txn: %v %v", ro, err)
 	}
