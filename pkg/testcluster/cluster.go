@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/frontend"
 	"github.com/cairn-kv/cairn/services/storage"
+	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
 // Options shape a cluster; the zero value is 3 members, one frontend per member, storages on consensusclient.
@@ -36,10 +37,15 @@ type Options struct {
 	HeartbeatInterval, ElectionTimeout time.Duration
 	// SnapshotCount and SnapshotCatchUpEntries are consensus's (defaults: etcd's 10000 and 5000).
 	SnapshotCount, SnapshotCatchUpEntries uint64
-	// ConfigureConsensus, ConfigureStorage and ConfigureFrontend adjust each service's configuration.
+	// Watchhubs is the number of watchhubs; with any, an embedded NATS server carries every storage's applied
+	// records to them, and the frontends relay Watch streams to them. Default 0: Watch is unavailable.
+	Watchhubs int
+	// ConfigureConsensus, ConfigureStorage, ConfigureFrontend and ConfigureWatchhub adjust each service's
+	// configuration.
 	ConfigureConsensus func(*consensus.Config)
 	ConfigureStorage   func(*storage.Config)
 	ConfigureFrontend  func(*frontend.Config)
+	ConfigureWatchhub  func(*watchhub.Config)
 }
 
 func (o Options) withDefaults() Options {
@@ -69,6 +75,8 @@ type Cluster struct {
 	Consensus *consensustest.Cluster
 	members   []*Member
 	frontends []*Frontend
+	watchhubs []*Watchhub
+	bus       *bus
 	stopOnce  sync.Once
 }
 
@@ -98,6 +106,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			c.members[i].ClientURL = fe.URL
 		}
 	}
+	c.addWatchhubs(t, opts.Watchhubs)
 	c.Consensus = consensustest.Start(t, consensustest.Options{
 		Members: opts.Members, ConsensusAPI: true,
 		HeartbeatInterval: opts.HeartbeatInterval, ElectionTimeout: opts.ElectionTimeout,
@@ -161,13 +170,17 @@ func (c *Cluster) configureConsensus(cfg *consensus.Config) {
 
 func (c *Cluster) startAll(t testing.TB) {
 	var wg sync.WaitGroup
-	errs := make([]error, len(c.members)+len(c.frontends))
+	errs := make([]error, len(c.members)+len(c.watchhubs)+len(c.frontends))
 	for i, m := range c.members {
 		wg.Go(func() { errs[i] = m.StartStorage() })
 	}
 	wg.Wait()
+	for i, w := range c.watchhubs {
+		wg.Go(func() { errs[len(c.members)+i] = w.Start() })
+	}
+	wg.Wait()
 	for i, fe := range c.frontends {
-		wg.Go(func() { errs[len(c.members)+i] = fe.Start() })
+		wg.Go(func() { errs[len(c.members)+len(c.watchhubs)+i] = fe.Start() })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -261,7 +274,8 @@ func (c *Cluster) Eventually(timeout time.Duration, what string, cond func() boo
 	c.Consensus.Eventually(timeout, what, cond)
 }
 
-// Stop stops every frontend, storage and consensus member (also run when the test ends).
+// Stop stops every frontend, watchhub, storage, the bus and every consensus member (also run when the test
+// ends).
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
 		var wg sync.WaitGroup
@@ -269,10 +283,17 @@ func (c *Cluster) Stop() {
 			wg.Go(fe.Stop)
 		}
 		wg.Wait()
+		for _, w := range c.watchhubs {
+			wg.Go(w.Stop)
+		}
+		wg.Wait()
 		for _, m := range c.members {
 			wg.Go(m.StopStorage)
 		}
 		wg.Wait()
+		if c.bus != nil {
+			c.bus.stop()
+		}
 		c.Consensus.StopAll()
 	})
 }

@@ -14,8 +14,10 @@
 // stopped and started. Addresses stay the same across restarts. Client returns a go.etcd.io/etcd/client/v3
 // client of the frontends.
 //
-// Later services (watchhub, leasekeeper) add themselves here: start them after the storages and pass their
-// URLs to the frontends through Options.ConfigureFrontend or their own Options fields.
+// With Options.Watchhubs > 0 an embedded NATS server (StopNATS/StartNATS, at a fixed address) carries every
+// storage's applied records, that many watchhubs follow them (each can be stopped and started), and the
+// frontends relay Watch streams to the hubs. Later services (leasekeeper) add themselves the same way: start
+// them after the storages and pass their URLs to the frontends.
 //
 // Logs are discarded unless CAIRN_TEST_LOG names a level (debug, info, warn, error).
 package testcluster

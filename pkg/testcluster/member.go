@@ -39,6 +39,7 @@ type Member struct {
 	mu      sync.Mutex
 	storage *storage.Storage
 	remote  *consensusclient.Client // the storage's log when it is remote
+	bus     *busSink                // the storage's publisher, when the cluster has watchhubs
 }
 
 // ID is the member's ID.
@@ -85,16 +86,21 @@ func (m *Member) StartStorage() error {
 	if m.cluster.opts.ConfigureStorage != nil {
 		m.cluster.opts.ConfigureStorage(&cfg)
 	}
-	st, err := storage.New(cfg, log, nil, obs.NoTelemetry(), logger("storage", m.Name))
+	bus, err := m.cluster.newBusSink(m.ID(), m.Name)
 	if err != nil {
 		m.closeRemote()
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
-	if err := st.Start(context.Background()); err != nil {
+	st, err := storage.New(cfg, log, bus.sink(m.ID()), obs.NoTelemetry(), logger("storage", m.Name))
+	if err == nil {
+		err = st.Start(context.Background())
+	}
+	if err != nil {
 		m.closeRemote()
+		bus.close(context.Background())
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
-	m.storage = st
+	m.storage, m.bus = st, bus
 	return nil
 }
 
@@ -127,7 +133,8 @@ func (m *Member) StopStorage() {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	_ = m.storage.Stop(ctx)
-	m.storage = nil
+	m.bus.close(ctx)
+	m.storage, m.bus = nil, nil
 	m.closeRemote()
 }
 
@@ -225,6 +232,7 @@ func (f *Frontend) Config() frontend.Config {
 	cfg.AdvertiseClientURLs = []string{f.URL}
 	cfg.ConsensusEndpoints = f.cluster.ConsensusEndpoints()
 	cfg.ProbeInterval = 100 * time.Millisecond
+	cfg.WatchEndpoints = f.cluster.WatchhubURLs()
 	if f.cluster.opts.ConfigureFrontend != nil {
 		f.cluster.opts.ConfigureFrontend(&cfg)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -187,6 +188,9 @@ func (h *Hub) AdminAddr() string {
 	}
 	return h.admin.Addr()
 }
+
+// Registry is the hub's Prometheus registry, served on /metrics.
+func (h *Hub) Registry() *prometheus.Registry { return h.metrics.registry }
 
 // Stop ends every Watch stream (clients resume on another hub), leaves the bus and stops following the store.
 func (h *Hub) Stop(ctx context.Context) error {
