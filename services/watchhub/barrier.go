@@ -2,16 +2,23 @@ package watchhub
 
 import (
 	"context"
+	"sync"
 	"time"
 )
 
 // freshness makes "now" mean now: before a watch is created, the hub learns storage's current revision and
 // waits until its own head has reached it, so a watch created after a write was acknowledged never receives
-// that write, and its created header carries the revision etcd would give. One Status call serves every
-// create that arrived before it started; creates arriving during a call wait for the next one.
+// that write, and its created header carries the revision etcd would give. A Status call that started after
+// a request was received answers for it: every write acknowledged before the client sent the request is
+// applied by then. So one call serves every create received before it started (a burst of creates costs one
+// or two calls), and creates received during a call wait for the next one.
 type freshness struct {
 	hub      *Hub
 	requests chan chan int64
+
+	mu        sync.Mutex
+	lastStart time.Time // when the last successful call started
+	lastRev   int64     // and what it answered
 }
 
 func newFreshness(h *Hub) *freshness {
@@ -36,7 +43,13 @@ func (f *freshness) run(ctx context.Context) {
 				drained = true
 			}
 		}
+		start := time.Now()
 		rev := f.storageRevision(ctx)
+		if rev > 0 {
+			f.mu.Lock()
+			f.lastStart, f.lastRev = start, rev
+			f.mu.Unlock()
+		}
 		for _, r := range batch {
 			r <- rev
 		}
@@ -56,17 +69,24 @@ func (f *freshness) storageRevision(ctx context.Context) int64 {
 	return 0
 }
 
-// await waits until the hub's head has reached storage's current revision, or until the storage timeout:
-// then the watch is created at the head the hub has (degraded, never wrong: it only starts later than asked).
-func (f *freshness) await(ctx context.Context) {
+// await waits until the hub's head has reached storage's revision at a time after received (when the create
+// request arrived), or until the storage timeout: then the watch is created at the head the hub has (degraded,
+// never wrong: it only starts later than asked).
+func (f *freshness) await(ctx context.Context, received time.Time) {
 	deadline := time.Now().Add(f.hub.cfg.StorageTimeout)
+	f.mu.Lock()
+	covered, rev := received.Before(f.lastStart), f.lastRev
+	f.mu.Unlock()
+	if covered {
+		f.hub.awaitHead(ctx, rev, deadline)
+		return
+	}
 	answer := make(chan int64, 1)
 	select {
 	case f.requests <- answer:
 	case <-ctx.Done():
 		return
 	}
-	var rev int64
 	select {
 	case rev = <-answer:
 	case <-ctx.Done():

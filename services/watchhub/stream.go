@@ -185,20 +185,39 @@ func (s *stream) releaseSlot() { <-s.ctrlSlots }
 
 var errStreamEnded = errors.New("watch stream ended")
 
-// recvLoop reads requests until the client closes its side (nil) or the stream fails.
+// received is a request with the time it came off the wire.
+type received struct {
+	req *pb.WatchRequest
+	at  time.Time
+}
+
+// recvLoop handles requests until the client closes its side (nil) or the stream fails. A reader goroutine
+// stamps each request as it arrives, so that one freshness check can answer for a burst of creates.
 func (s *stream) recvLoop() error {
-	for {
-		req, err := s.srv.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
+	requests := make(chan received, ctrlSlots)
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(requests)
+		for {
+			req, err := s.srv.Recv()
+			if err != nil {
+				readErr <- err
+				return
+			}
+			select {
+			case requests <- received{req: req, at: time.Now()}:
+			case <-s.closed:
+				readErr <- errStreamEnded
+				return
+			}
 		}
-		if err != nil {
-			return err
-		}
-		switch u := req.RequestUnion.(type) {
+	}()
+	for r := range requests {
+		var err error
+		switch u := r.req.RequestUnion.(type) {
 		case *pb.WatchRequest_CreateRequest:
 			if u.CreateRequest != nil {
-				err = s.create(u.CreateRequest)
+				err = s.create(u.CreateRequest, r.at)
 			}
 		case *pb.WatchRequest_CancelRequest:
 			if u.CancelRequest != nil {
@@ -215,17 +234,21 @@ func (s *stream) recvLoop() error {
 			return err
 		}
 	}
+	if err := <-readErr; !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 // create registers a watch as etcd does: a refused one is answered created and canceled with watch ID -1 and
 // etcd's reason; an accepted one is answered created, then served live (from now or a future revision) or
 // caught up (from a past revision).
-func (s *stream) create(req *pb.WatchCreateRequest) error {
+func (s *stream) create(req *pb.WatchCreateRequest, receivedAt time.Time) error {
 	h := s.hub
 	if err := h.waitReady(s.ctx); err != nil {
 		return err
 	}
-	h.fresh.await(s.ctx)
+	h.fresh.await(s.ctx, receivedAt)
 	if err := s.acquireSlot(); err != nil {
 		return err
 	}
