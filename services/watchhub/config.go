@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 )
 
@@ -69,6 +71,9 @@ type Config struct {
 	HistoryPageSize int
 	// AdminAddr is host:port for /metrics and /health; empty serves none (--admin-addr).
 	AdminAddr string
+	// Registry receives the hub's metrics; nil: a registry of its own (with the Go runtime's), served on
+	// AdminAddr and returned by Hub.Registry.
+	Registry *prometheus.Registry
 }
 
 // WithDefaults returns c with every zero field set to its default.

@@ -87,7 +87,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
 		leaderLostAfter: defaultLeaderLostAfter,
 	}
-	h.metrics = newMetrics()
+	h.metrics = newMetrics(cfg.Registry)
 	pool, err := newStoragePool(cfg.StorageEndpoints, cfg.StorageTimeout, tel, logger)
 	if err != nil {
 		return nil, err

@@ -31,8 +31,11 @@ type metrics struct {
 	deliveryLatency   prometheus.Histogram
 }
 
-func newMetrics() *metrics {
-	m := &metrics{registry: obs.NewRegistry()}
+func newMetrics(registry *prometheus.Registry) *metrics {
+	if registry == nil {
+		registry = obs.NewRegistry()
+	}
+	m := &metrics{registry: registry}
 	gauge := func(name, help string) prometheus.Gauge {
 		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "watchhub", Name: name, Help: help})
 		m.registry.MustRegister(g)
