@@ -1,0 +1,280 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// stampLen is the bytes of a put's value that carry its issue time (hex Unix nanoseconds).
+const stampLen = 16
+
+// WatchConfig configures the watch benchmarks (etcd's watch and watch-latency): Streams watch streams, each
+// with WatchersPerStream watchers; watcher i watches key i mod Keys.KeySpaceSize; the driven Op puts the keys
+// in turn. Every event's latency is from its put being issued to the watcher receiving it (etcd's
+// watch-latency measures the same).
+type WatchConfig struct {
+	Streams           int
+	WatchersPerStream int
+	Keys              KeySpace
+	// ValSize is the put value size; at least 16 (the value carries the put's issue time).
+	ValSize int
+	PrevKV  bool
+	// WatchEndpoints, when set, are dialled for the watch streams (e.g. watchhubs directly) while puts go to
+	// the runner's endpoints; by default streams use the runner's connections.
+	WatchEndpoints []string
+	// MemoryURLs are /metrics URLs of the servers that hold the watchers (watchhubs, or etcd members): the
+	// growth of their go_memstats_heap_inuse_bytes while the watchers are created, over the watchers, is
+	// the memory per idle watcher.
+	MemoryURLs []string
+	// EventTimeout bounds the wait for the last events once the puts are done. Default 60s.
+	EventTimeout time.Duration
+}
+
+// Validate reports a config that cannot run.
+func (c WatchConfig) Validate() error {
+	switch {
+	case c.Streams <= 0 || c.WatchersPerStream <= 0:
+		return fmt.Errorf("bench: want positive --streams and watchers per stream, got %d and %d", c.Streams, c.WatchersPerStream)
+	case c.ValSize < stampLen:
+		return fmt.Errorf("bench: --val-size %d is below %d (the value carries the put's time)", c.ValSize, stampLen)
+	}
+	return c.Keys.Validate()
+}
+
+// WatchStats are a watch run's figures besides the latency summary.
+type WatchStats struct {
+	Watchers, Streams int
+	// CreateSec is how long creating every watcher took.
+	CreateSec float64
+	// Puts were acknowledged; ExpectedEvents is what the watchers of their keys should receive.
+	Puts, ExpectedEvents, ReceivedEvents int64
+	// EventsPerSec is events received over the time from the first put to the last event.
+	EventsPerSec float64
+	// HeapBytesPerWatcher is the servers' heap growth per watcher; -1 without MemoryURLs.
+	HeapBytesPerWatcher float64
+}
+
+// Params renders the figures as Summary params.
+func (s WatchStats) Params() map[string]string {
+	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	return map[string]string{
+		"watchers": strconv.Itoa(s.Watchers), "streams": strconv.Itoa(s.Streams), "create_sec": f(s.CreateSec),
+		"puts": strconv.FormatInt(s.Puts, 10), "expected_events": strconv.FormatInt(s.ExpectedEvents, 10),
+		"received_events": strconv.FormatInt(s.ReceivedEvents, 10), "events_per_sec": f(s.EventsPerSec),
+		"heap_bytes_per_watcher": f(s.HeapBytesPerWatcher),
+	}
+}
+
+// WatchBench is one watch benchmark run: Open creates the watchers, Op is driven with Runner.Drive (one put
+// per request), Finish waits for the events and returns the figures, Close ends the streams.
+type WatchBench struct {
+	cfg    WatchConfig
+	report *Report
+	conns  []*grpc.ClientConn
+	cancel context.CancelFunc
+	value  string
+
+	watchersOnKey []int64
+	putsOnKey     []atomic.Int64
+	created       atomic.Int64
+	received      atomic.Int64
+	firstPut      atomic.Int64 // Unix nanoseconds
+	lastEvent     atomic.Int64
+	createSec     float64
+	heapBefore    float64
+}
+
+// NewWatchBench checks cfg; the report is named name.
+func NewWatchBench(name string, cfg WatchConfig) (*WatchBench, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.EventTimeout == 0 {
+		cfg.EventTimeout = 60 * time.Second
+	}
+	return &WatchBench{cfg: cfg, report: NewReport(name), value: strings.Repeat("v", cfg.ValSize-stampLen),
+		watchersOnKey: make([]int64, cfg.Keys.KeySpaceSize), putsOnKey: make([]atomic.Int64, cfg.Keys.KeySpaceSize)}, nil
+}
+
+// Report is where every event's latency is recorded; drive the Op with it.
+func (w *WatchBench) Report() *Report { return w.report }
+
+// Open opens the streams (on the runner's connections, or on WatchEndpoints) and creates every watcher, and
+// waits until all are created.
+func (w *WatchBench) Open(ctx context.Context, runner *Runner) error {
+	conns, err := w.streamConns(runner)
+	if err != nil {
+		return err
+	}
+	w.heapBefore = scrapeHeap(ctx, w.cfg.MemoryURLs)
+	streamCtx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	began := time.Now()
+	total := int64(w.cfg.Streams * w.cfg.WatchersPerStream)
+	for s := range w.cfg.Streams {
+		stream, err := pb.NewWatchClient(conns[s%len(conns)]).Watch(streamCtx)
+		if err != nil {
+			return fmt.Errorf("bench: watch stream %d: %w", s, err)
+		}
+		go w.receive(stream)
+		for i := s * w.cfg.WatchersPerStream; i < (s+1)*w.cfg.WatchersPerStream; i++ {
+			keyNum := i % w.cfg.Keys.KeySpaceSize
+			w.watchersOnKey[keyNum]++
+			req := &pb.WatchCreateRequest{Key: []byte(w.cfg.Keys.Key(int64(keyNum))), PrevKv: w.cfg.PrevKV}
+			if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: req}}); err != nil {
+				return fmt.Errorf("bench: create watcher %d: %w", i, err)
+			}
+		}
+	}
+	for w.created.Load() < total {
+		if ctx.Err() != nil {
+			return fmt.Errorf("bench: %d of %d watchers created: %w", w.created.Load(), total, ctx.Err())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w.createSec = time.Since(began).Seconds()
+	return nil
+}
+
+// streamConns are the connections the streams use.
+func (w *WatchBench) streamConns(runner *Runner) ([]*grpc.ClientConn, error) {
+	if len(w.cfg.WatchEndpoints) == 0 {
+		var conns []*grpc.ClientConn
+		for _, c := range runner.Clients() {
+			conns = append(conns, c.ActiveConnection())
+		}
+		return conns, nil
+	}
+	for _, e := range w.cfg.WatchEndpoints {
+		conn, err := grpc.NewClient(strings.TrimPrefix(e, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1)))
+		if err != nil {
+			return nil, fmt.Errorf("bench: watch endpoint %s: %w", e, err)
+		}
+		w.conns = append(w.conns, conn)
+	}
+	return w.conns, nil
+}
+
+// receive records every event of one stream.
+func (w *WatchBench) receive(stream pb.Watch_WatchClient) {
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return
+		}
+		if resp.Created {
+			w.created.Add(1)
+		}
+		if resp.Canceled {
+			w.report.Record(0, fmt.Errorf("watch %d canceled: %s (compact revision %d)", resp.WatchId, resp.CancelReason, resp.CompactRevision))
+		}
+		now := time.Now()
+		for _, ev := range resp.Events {
+			issued, err := strconv.ParseInt(string(ev.Kv.Value[:min(stampLen, len(ev.Kv.Value))]), 16, 64)
+			if err != nil {
+				w.report.Record(0, errors.New("event value without a put time"))
+				continue
+			}
+			w.report.Record(now.Sub(time.Unix(0, issued)), nil)
+		}
+		if n := len(resp.Events); n > 0 {
+			w.received.Add(int64(n))
+			w.lastEvent.Store(now.UnixNano())
+		}
+	}
+}
+
+// Op puts the watched keys in turn, each value stamped with its issue time.
+func (w *WatchBench) Op() Op {
+	return func(ctx context.Context, client *clientv3.Client, seq int64) error {
+		keyNum := seq % int64(w.cfg.Keys.KeySpaceSize)
+		now := time.Now()
+		w.firstPut.CompareAndSwap(0, now.UnixNano())
+		value := fmt.Sprintf("%016x", now.UnixNano()) + w.value
+		if _, err := client.Put(ctx, w.cfg.Keys.Key(keyNum), value); err != nil {
+			return err
+		}
+		w.putsOnKey[keyNum].Add(1)
+		return nil
+	}
+}
+
+// Finish waits until every event of the acknowledged puts has arrived (or EventTimeout) and returns the
+// figures; the servers' memory is read first, while every watcher is still open.
+func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
+	stats := WatchStats{Watchers: w.cfg.Streams * w.cfg.WatchersPerStream, Streams: w.cfg.Streams,
+		CreateSec: w.createSec, HeapBytesPerWatcher: -1}
+	for k := range w.putsOnKey {
+		puts := w.putsOnKey[k].Load()
+		stats.Puts += puts
+		stats.ExpectedEvents += puts * w.watchersOnKey[k]
+	}
+	deadline := time.Now().Add(w.cfg.EventTimeout)
+	for w.received.Load() < stats.ExpectedEvents && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stats.ReceivedEvents = w.received.Load()
+	if first, last := w.firstPut.Load(), w.lastEvent.Load(); last > first && first > 0 {
+		stats.EventsPerSec = float64(stats.ReceivedEvents) / time.Duration(last-first).Seconds()
+	}
+	if len(w.cfg.MemoryURLs) > 0 {
+		stats.HeapBytesPerWatcher = (scrapeHeap(ctx, w.cfg.MemoryURLs) - w.heapBefore) / float64(stats.Watchers)
+	}
+	if stats.ReceivedEvents < stats.ExpectedEvents {
+		return stats, fmt.Errorf("bench: %d of %d events received within %s", stats.ReceivedEvents, stats.ExpectedEvents, w.cfg.EventTimeout)
+	}
+	return stats, nil
+}
+
+// Close ends the streams.
+func (w *WatchBench) Close() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	for _, c := range w.conns {
+		_ = c.Close()
+	}
+}
+
+// scrapeHeap sums go_memstats_heap_inuse_bytes over the /metrics URLs (0 for one that does not answer).
+func scrapeHeap(ctx context.Context, urls []string) float64 {
+	var sum float64
+	for _, u := range urls {
+		sum += scrapeMetric(ctx, u, "go_memstats_heap_inuse_bytes")
+	}
+	return sum
+}
+
+func scrapeMetric(ctx context.Context, url, name string) float64 {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	scanner := bufio.NewScanner(resp.Body)
+	scanner.Buffer(make([]byte, 64<<10), 1<<20)
+	for scanner.Scan() {
+		if fields := strings.Fields(scanner.Text()); len(fields) == 2 && fields[0] == name {
+			v, _ := strconv.ParseFloat(fields[1], 64)
+			return v
+		}
+	}
+	return 0
+}
