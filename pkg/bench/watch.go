@@ -35,8 +35,8 @@ type WatchConfig struct {
 	// the runner's endpoints; by default streams use the runner's connections.
 	WatchEndpoints []string
 	// MemoryURLs are /metrics URLs of the servers that hold the watchers (watchhubs, or etcd members): the
-	// growth of their go_memstats_heap_inuse_bytes while the watchers are created, over the watchers, is
-	// the memory per idle watcher.
+	// growth of their go_memstats_heap_inuse_bytes from before the watchers are created to just after, over
+	// the watchers, is the memory per idle watcher (the servers' garbage not yet collected included).
 	MemoryURLs []string
 	// EventTimeout bounds the wait for the last events once the puts are done. Default 60s.
 	EventTimeout time.Duration
@@ -62,7 +62,8 @@ type WatchStats struct {
 	Puts, ExpectedEvents, ReceivedEvents int64
 	// EventsPerSec is events received over the time from the first put to the last event.
 	EventsPerSec float64
-	// HeapBytesPerWatcher is the servers' heap growth per watcher; -1 without MemoryURLs.
+	// HeapBytesPerWatcher is the servers' heap growth per watcher while the watchers were created; -1 without
+	// MemoryURLs.
 	HeapBytesPerWatcher float64
 }
 
@@ -93,7 +94,7 @@ type WatchBench struct {
 	firstPut      atomic.Int64 // Unix nanoseconds
 	lastEvent     atomic.Int64
 	createSec     float64
-	heapBefore    float64
+	heapPerWatch  float64
 }
 
 // NewWatchBench checks cfg; the report is named name.
@@ -118,7 +119,7 @@ func (w *WatchBench) Open(ctx context.Context, runner *Runner) error {
 	if err != nil {
 		return err
 	}
-	w.heapBefore = scrapeHeap(ctx, w.cfg.MemoryURLs)
+	heapBefore := scrapeHeap(ctx, w.cfg.MemoryURLs)
 	streamCtx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	began := time.Now()
@@ -145,6 +146,10 @@ func (w *WatchBench) Open(ctx context.Context, runner *Runner) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	w.createSec = time.Since(began).Seconds()
+	w.heapPerWatch = -1
+	if len(w.cfg.MemoryURLs) > 0 {
+		w.heapPerWatch = (scrapeHeap(ctx, w.cfg.MemoryURLs) - heapBefore) / float64(total)
+	}
 	return nil
 }
 
@@ -213,10 +218,10 @@ func (w *WatchBench) Op() Op {
 }
 
 // Finish waits until every event of the acknowledged puts has arrived (or EventTimeout) and returns the
-// figures; the servers' memory is read first, while every watcher is still open.
+// figures.
 func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 	stats := WatchStats{Watchers: w.cfg.Streams * w.cfg.WatchersPerStream, Streams: w.cfg.Streams,
-		CreateSec: w.createSec, HeapBytesPerWatcher: -1}
+		CreateSec: w.createSec, HeapBytesPerWatcher: w.heapPerWatch}
 	for k := range w.putsOnKey {
 		puts := w.putsOnKey[k].Load()
 		stats.Puts += puts
@@ -229,9 +234,6 @@ func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 	stats.ReceivedEvents = w.received.Load()
 	if first, last := w.firstPut.Load(), w.lastEvent.Load(); last > first && first > 0 {
 		stats.EventsPerSec = float64(stats.ReceivedEvents) / time.Duration(last-first).Seconds()
-	}
-	if len(w.cfg.MemoryURLs) > 0 {
-		stats.HeapBytesPerWatcher = (scrapeHeap(ctx, w.cfg.MemoryURLs) - w.heapBefore) / float64(stats.Watchers)
 	}
 	if stats.ReceivedEvents < stats.ExpectedEvents {
 		return stats, fmt.Errorf("bench: %d of %d events received within %s", stats.ReceivedEvents, stats.ExpectedEvents, w.cfg.EventTimeout)
