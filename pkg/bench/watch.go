@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -252,12 +253,27 @@ func (w *WatchBench) Close() {
 }
 
 // scrapeHeap sums go_memstats_heap_inuse_bytes over the /metrics URLs (0 for one that does not answer).
+// A server that serves /debug/pprof next to /metrics (Cairn's services and etcd with --enable-pprof) is
+// first made to collect its garbage, so the figure is live memory.
 func scrapeHeap(ctx context.Context, urls []string) float64 {
 	var sum float64
 	for _, u := range urls {
+		collectGarbage(ctx, strings.TrimSuffix(u, "/metrics")+"/debug/pprof/heap?gc=1")
 		sum += scrapeMetric(ctx, u, "go_memstats_heap_inuse_bytes")
 	}
 	return sum
+}
+
+// collectGarbage asks a Go server's pprof heap endpoint for a profile after a GC; failures are ignored.
+func collectGarbage(ctx context.Context, url string) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
 }
 
 func scrapeMetric(ctx context.Context, url, name string) float64 {
