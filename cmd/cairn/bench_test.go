@@ -53,6 +53,12 @@ func TestBenchCommandsAgainstEtcd(t *testing.T) {
 			"range", "a", "z", "--consistency=s"}, "range", 100, map[string]string{"consistency": "s", "end": "z"}},
 		{"txn-put", []string{"bench", "--endpoints", endpoints, "--output", "json", "txn-put", "--total", "30",
 			"--txn-ops", "3", "--key-space-size", "90"}, "txn-put", 30, map[string]string{"txn_ops": "3"}},
+		{"watch: 10 watchers on 2 keys, 20 puts", []string{"bench", "--endpoints", endpoints, "--output", "json",
+			"--total", "20", "watch", "--streams", "2", "--watch-per-stream", "5", "--watched-key-total", "2"},
+			"watch", 100, map[string]string{"watchers": "10", "streams": "2", "received_events": "100", "watched_keys": "2"}},
+		{"watch-latency, etcd's flags", []string{"bench", "--endpoints", endpoints, "--output", "json",
+			"watch-latency", "--streams", "2", "--watchers-per-stream", "3", "--put-total", "10", "--put-rate", "50", "--prevkv"},
+			"watch-latency", 60, map[string]string{"watchers": "6", "puts": "10", "prevkv": "true", "rate": "50"}},
 		{"duration alone bounds the run", []string{"bench", "--endpoints", endpoints, "--output", "json",
 			"--duration", "300ms", "put"}, "put", -1, map[string]string{"total": "0", "duration": "300ms"}},
 	}
@@ -95,6 +101,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{"range needs a key", []string{"bench", "range"}, "accepts between 1 and 2 arg"},
 		{"key too small", []string{"bench", "put", "--key-size", "1", "--key-space-size", "100000"}, "cannot hold"},
 		{"no bound", []string{"bench", "--total", "0", "put"}, "so the run ends"},
+		{"watch value too small for its stamp", []string{"bench", "watch", "--val-size", "8"}, "carries the put's time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

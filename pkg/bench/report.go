@@ -43,6 +43,13 @@ func (r *Report) Record(latency time.Duration, err error) {
 	r.latencies = append(r.latencies, latency)
 }
 
+// RecordLatencies adds successful samples in one step (for sources of many samples, such as a watch stream).
+func (r *Report) RecordLatencies(latencies []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latencies = append(r.latencies, latencies...)
+}
+
 // Summary computes the statistics of everything recorded so far; elapsed is the wall time of the run, over
 // which requests per second are counted.
 func (r *Report) Summary(elapsed time.Duration) Summary {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -96,6 +97,14 @@ type WatchBench struct {
 	lastEvent     atomic.Int64
 	createSec     float64
 	heapPerWatch  float64
+	streams       []*streamSamples
+}
+
+// streamSamples are one stream's event latencies, kept apart so that streams do not contend; Finish moves
+// them into the report.
+type streamSamples struct {
+	mu        sync.Mutex
+	latencies []time.Duration
 }
 
 // NewWatchBench checks cfg; the report is named name.
@@ -130,7 +139,9 @@ func (w *WatchBench) Open(ctx context.Context, runner *Runner) error {
 		if err != nil {
 			return fmt.Errorf("bench: watch stream %d: %w", s, err)
 		}
-		go w.receive(stream)
+		samples := &streamSamples{}
+		w.streams = append(w.streams, samples)
+		go w.receive(stream, samples)
 		for i := s * w.cfg.WatchersPerStream; i < (s+1)*w.cfg.WatchersPerStream; i++ {
 			keyNum := i % w.cfg.Keys.KeySpaceSize
 			w.watchersOnKey[keyNum]++
@@ -175,7 +186,7 @@ func (w *WatchBench) streamConns(runner *Runner) ([]*grpc.ClientConn, error) {
 }
 
 // receive records every event of one stream.
-func (w *WatchBench) receive(stream pb.Watch_WatchClient) {
+func (w *WatchBench) receive(stream pb.Watch_WatchClient, samples *streamSamples) {
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
@@ -188,14 +199,16 @@ func (w *WatchBench) receive(stream pb.Watch_WatchClient) {
 			w.report.Record(0, fmt.Errorf("watch %d canceled: %s (compact revision %d)", resp.WatchId, resp.CancelReason, resp.CompactRevision))
 		}
 		now := time.Now()
+		samples.mu.Lock()
 		for _, ev := range resp.Events {
 			issued, err := strconv.ParseInt(string(ev.Kv.Value[:min(stampLen, len(ev.Kv.Value))]), 16, 64)
 			if err != nil {
 				w.report.Record(0, errors.New("event value without a put time"))
 				continue
 			}
-			w.report.Record(now.Sub(time.Unix(0, issued)), nil)
+			samples.latencies = append(samples.latencies, now.Sub(time.Unix(0, issued)))
 		}
+		samples.mu.Unlock()
 		if n := len(resp.Events); n > 0 {
 			w.received.Add(int64(n))
 			w.lastEvent.Store(now.UnixNano())
@@ -233,6 +246,12 @@ func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stats.ReceivedEvents = w.received.Load()
+	for _, samples := range w.streams {
+		samples.mu.Lock()
+		w.report.RecordLatencies(samples.latencies)
+		samples.latencies = nil
+		samples.mu.Unlock()
+	}
 	if first, last := w.firstPut.Load(), w.lastEvent.Load(); last > first && first > 0 {
 		stats.EventsPerSec = float64(stats.ReceivedEvents) / time.Duration(last-first).Seconds()
 	}
