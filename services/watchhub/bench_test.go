@@ -12,6 +12,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -155,6 +156,10 @@ func BenchmarkEncodeForWatchers(b *testing.B) {
 	events := []*mvccpb.Event{{Kv: &mvccpb.KeyValue{Key: []byte("/registry/pods/default/x"), Value: make([]byte, 512),
 		CreateRevision: 10, ModRevision: 1234, Version: 7}}}
 	c := newCodec()
+	ids := make([]mem.Buffer, watchers)
+	for i := range ids {
+		ids[i] = watchIDField(int64(i))
+	}
 	b.Run("shared", func(b *testing.B) {
 		for b.Loop() {
 			shared, err := encodeShared(header, events, 0)
@@ -162,7 +167,7 @@ func BenchmarkEncodeForWatchers(b *testing.B) {
 				b.Fatal(err)
 			}
 			for id := range int64(watchers) {
-				if _, err := c.Marshal(&encodedResponse{watchID: id, part: shared.parts[0]}); err != nil {
+				if _, err := c.Marshal(&encodedResponse{watchID: ids[id], part: shared.boxed[0]}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -44,7 +44,9 @@ func splitFragments(resp *pb.WatchResponse, limit int) []*pb.WatchResponse {
 // copy is its watch ID field followed by the part's bytes: protobuf fields may come in any order, and a field
 // absent from the part is its default.
 type sharedResponse struct {
-	parts  [][]byte
+	parts [][]byte
+	// boxed are the parts as gRPC buffers, made once for every watcher.
+	boxed  []mem.Buffer
 	bytes  int
 	events int
 	// received is when the hub got the revision, for the delivery latency metric.
@@ -58,22 +60,32 @@ func encodeShared(header *pb.ResponseHeader, events []*mvccpb.Event, fragmentLim
 	if fragmentLimit > 0 {
 		parts = splitFragments(resp, fragmentLimit)
 	}
-	shared := &sharedResponse{parts: make([][]byte, len(parts)), events: len(events)}
+	shared := &sharedResponse{parts: make([][]byte, len(parts)), boxed: make([]mem.Buffer, len(parts)),
+		events: len(events)}
 	for i, p := range parts {
 		b, err := proto.Marshal(p)
 		if err != nil {
 			return nil, err
 		}
-		shared.parts[i] = b
+		shared.parts[i], shared.boxed[i] = b, mem.SliceBuffer(b)
 		shared.bytes += len(b)
 	}
 	return shared, nil
 }
 
-// encodedResponse is a WatchResponse ready for the wire: the watch ID, then a shared encoded part.
+// encodedResponse is a WatchResponse ready for the wire: the watcher's encoded watch ID field (nil for ID
+// 0, which protobuf omits), then a shared encoded part.
 type encodedResponse struct {
-	watchID int64
-	part    []byte
+	watchID mem.Buffer
+	part    mem.Buffer
+}
+
+// watchIDField is the encoded watch_id field of a response, made once per watcher (nil for ID 0).
+func watchIDField(id int64) mem.Buffer {
+	if id == 0 {
+		return nil
+	}
+	return mem.SliceBuffer(protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), uint64(id)))
 }
 
 // codec is the gRPC codec of the hub's server: it writes encodedResponses without marshalling anything and
@@ -84,17 +96,16 @@ type codec struct {
 
 func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
 
-// Marshal returns the wire form of v; an encodedResponse costs one small buffer for its watch ID.
+// Marshal returns the wire form of v; an encodedResponse costs only the slice that lists its two buffers.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	r, ok := v.(*encodedResponse)
 	if !ok {
 		return c.proto.Marshal(v)
 	}
-	if r.watchID == 0 {
-		return mem.BufferSlice{mem.SliceBuffer(r.part)}, nil
+	if r.watchID == nil {
+		return mem.BufferSlice{r.part}, nil
 	}
-	id := protowire.AppendVarint(protowire.AppendTag(make([]byte, 0, 11), 2, protowire.VarintType), uint64(r.watchID))
-	return mem.BufferSlice{mem.SliceBuffer(id), mem.SliceBuffer(r.part)}, nil
+	return mem.BufferSlice{r.watchID, r.part}, nil
 }
 
 // Unmarshal decodes requests with the protobuf codec.

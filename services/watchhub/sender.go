@@ -95,8 +95,9 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
 	if w.canceled.Load() {
 		return nil
 	}
-	for _, part := range shared.parts {
-		if err := s.srv.SendMsg(&encodedResponse{watchID: w.id, part: part}); err != nil {
+	for _, part := range shared.boxed {
+		s.enc = encodedResponse{watchID: w.idField, part: part}
+		if err := s.srv.SendMsg(&s.enc); err != nil {
 			return sendError{err}
 		}
 	}

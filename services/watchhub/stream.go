@@ -11,6 +11,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/mem"
 )
 
 // etcd's watch IDs: 0 in a create request asks the server to choose; -1 answers for the whole stream.
@@ -42,6 +43,7 @@ func (s watcherState) String() string {
 // entry.
 type watcher struct {
 	id             int64
+	idField        mem.Buffer // the encoded watch_id field of its shared responses
 	stream         *stream
 	spec           watchSpec
 	startRev       int64 // as requested; 0 means from now
@@ -94,7 +96,8 @@ type stream struct {
 	wake      chan struct{}
 	ctrlSlots chan struct{}
 	closed    chan struct{}
-	catchUp   []*watcher // sender only
+	catchUp   []*watcher      // sender only
+	enc       encodedResponse // sender only: reused for every shared response (SendMsg encodes before returning)
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
@@ -283,7 +286,8 @@ func (s *stream) create(req *pb.WatchCreateRequest, receivedAt time.Time) error 
 		refuse(errDuplicateWatchID.Error())
 		return nil
 	}
-	w := &watcher{id: id, stream: s, spec: spec, startRev: req.StartRevision, progressNotify: req.ProgressNotify}
+	w := &watcher{id: id, idField: watchIDField(id), stream: s, spec: spec, startRev: req.StartRevision,
+		progressNotify: req.ProgressNotify}
 	s.watchers[id] = w
 	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(head), WatchId: id, Created: true}, true)
 	if req.StartRevision == 0 || req.StartRevision > head {
