@@ -278,7 +278,7 @@ func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error)
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if ls, err := s.log.Status(lctx); err == nil {
-		resp.RaftTerm, resp.Leader, resp.RaftIndex = ls.Term, ls.Leader, ls.CommitIndex
+		resp.RaftTerm, resp.Leader, resp.RaftIndex, resp.ClusterId = ls.Term, ls.Leader, ls.CommitIndex, ls.ClusterID
 	}
 	return resp, nil
 }

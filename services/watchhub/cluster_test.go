@@ -167,11 +167,15 @@ func TestClientV3ThroughFrontends(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	clusterID := c.Members()[0].Node().ClusterID()
 	for i, wch := range chans {
 		select {
 		case resp := <-wch:
 			if len(resp.Events) != 1 || string(resp.Events[0].Kv.Key) != fmt.Sprintf("k%02d", i) {
 				t.Fatalf("watch %d got %+v", i, resp)
+			}
+			if h := resp.Header; h.ClusterId != clusterID || h.MemberId != c.Members()[0].ID() || h.RaftTerm == 0 {
+				t.Fatalf("watch %d header %+v, want cluster %x, member %x and a term", i, h, clusterID, c.Members()[0].ID())
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("watch %d got nothing", i)

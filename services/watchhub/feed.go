@@ -143,7 +143,7 @@ func (f *feed) pollStatus(ctx context.Context) (rev, compactRev int64, ok bool) 
 		}
 	}
 	f.lastStatus.Store(time.Now().UnixNano())
-	f.hub.noteStorage(best.status.MemberId, best.status.RaftTerm, best.status.Leader, compactRev)
+	f.hub.noteStorage(best.status, compactRev)
 	if preferred := f.hub.pool.order()[0]; preferred != best.index {
 		if !statusAtLeast(answered, preferred, best.status.Revision) {
 			f.hub.pool.prefer(best.index)

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
 )
@@ -264,14 +265,15 @@ func (h *Hub) responseHeader(rev int64) *pb.ResponseHeader {
 // three election timeouts).
 const defaultLeaderLostAfter = 3 * time.Second
 
-// noteStorage records what a storage status said of the cluster, its leader and compaction.
-func (h *Hub) noteStorage(memberID, raftTerm, leader uint64, compactRev int64) {
+// noteStorage records what a storage's status said of the cluster (the header fields of responses), its
+// leader, and the highest compact revision any storage reported.
+func (h *Hub) noteStorage(st *storagepb.StatusResponse, compactRev int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.header.MemberId, h.header.RaftTerm = memberID, raftTerm
+	h.header.ClusterId, h.header.MemberId, h.header.RaftTerm = st.ClusterId, st.MemberId, st.RaftTerm
 	h.compactRev = max(h.compactRev, compactRev)
 	switch {
-	case leader != 0:
+	case st.Leader != 0:
 		h.noLeaderSince = time.Time{}
 		select {
 		case <-h.leaderless:

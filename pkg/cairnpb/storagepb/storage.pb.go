@@ -633,7 +633,10 @@ type StatusResponse struct {
 	// unhealthy is empty when storage is applying normally, else why it is not.
 	Unhealthy string `protobuf:"bytes,12,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
 	// db_size_quota is the backend quota in bytes (--quota-backend-bytes); 0 when the quota is disabled.
-	DbSizeQuota   int64 `protobuf:"varint,13,opt,name=db_size_quota,json=dbSizeQuota,proto3" json:"db_size_quota,omitempty"`
+	DbSizeQuota int64 `protobuf:"varint,13,opt,name=db_size_quota,json=dbSizeQuota,proto3" json:"db_size_quota,omitempty"`
+	// cluster_id comes from the log's Status too (0 when it does not know), for services that answer with
+	// etcd's response header from storage alone (watchhubs).
+	ClusterId     uint64 `protobuf:"varint,14,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -755,6 +758,13 @@ func (x *StatusResponse) GetUnhealthy() string {
 func (x *StatusResponse) GetDbSizeQuota() int64 {
 	if x != nil {
 		return x.DbSizeQuota
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetClusterId() uint64 {
+	if x != nil {
+		return x.ClusterId
 	}
 	return 0
 }
@@ -950,7 +960,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
 	"total_size\x18\x04 \x01(\x04R\ttotalSize\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"\x0f\n" +
-	"\rStatusRequest\"\xc5\x03\n" +
+	"\rStatusRequest\"\xe4\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12#\n" +
@@ -966,7 +976,9 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	" \x01(\x04R\traftIndex\x121\n" +
 	"\x06alarms\x18\v \x03(\v2\x19.etcdserverpb.AlarmMemberR\x06alarms\x12\x1c\n" +
 	"\tunhealthy\x18\f \x01(\tR\tunhealthy\x12\"\n" +
-	"\rdb_size_quota\x18\r \x01(\x03R\vdbSizeQuota\"\x13\n" +
+	"\rdb_size_quota\x18\r \x01(\x03R\vdbSizeQuota\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x0e \x01(\x04R\tclusterId\"\x13\n" +
 	"\x11DefragmentRequest\"-\n" +
 	"\x12DefragmentResponse\x12\x17\n" +
 	"\adb_size\x18\x01 \x01(\x03R\x06dbSize\"T\n" +
