@@ -172,3 +172,35 @@ func TestRequireLeader(t *testing.T) {
 		t.Fatalf("plain watch got %v", describe(got))
 	}
 }
+
+// TestHubLostRevisionsToCompaction: a hub cut off from the bus and its storage while the revisions it lacks
+// are written and compacted cannot deliver them: its synced watchers are canceled with the compact revision
+// (as etcd cancels a watcher that must start below it), and it carries on from the compact revision.
+func TestHubLostRevisionsToCompaction(t *testing.T) {
+	env := newTestEnv(t, 2)
+	h := env.startHub(Config{StorageEndpoints: []string{env.storages[1].cfg.ListenURL}})
+	rs := openRaw(t, dialHub(t, h.Addr()))
+	rs.create(&pb.WatchCreateRequest{Key: []byte("k")})
+	rs.next(5 * time.Second)
+	env.stopNATS()
+	env.stopStorage(1)
+	var last int64
+	for i := range 10 {
+		last = env.put("k", fmt.Sprint(i))
+	}
+	if _, err := env.client().Compact(ctxT(t), &pb.CompactionRequest{Revision: last}); err != nil {
+		t.Fatal(err)
+	}
+	env.startStorage(1)
+	resp := rs.next(10 * time.Second)
+	if !resp.Canceled || resp.CompactRevision != last || len(resp.Events) != 0 {
+		t.Fatalf("response %v, want canceled at compact revision %d", resp, last)
+	}
+	later := openRaw(t, dialHub(t, h.Addr()))
+	later.create(&pb.WatchCreateRequest{Key: []byte("k")})
+	later.next(5 * time.Second)
+	rev := env.put("k", "after")
+	if resp := later.next(10 * time.Second); len(resp.Events) != 1 || resp.Events[0].Kv.ModRevision != rev {
+		t.Fatalf("response %v, want the put at %d", resp, rev)
+	}
+}
