@@ -20,6 +20,7 @@
 // or whose stream cannot take more (more than WatcherBufferResponses responses or StreamBufferBytes bytes
 // unwritten), catches up on the sender from the window, then from storage History below the window, in
 // batches of at most 1000 revisions (as etcd's unsynced watchers do), and rejoins its group at the head.
+// Watchers of one stream with one spec at one position catch up as a cohort: read and encoded once.
 //
 // # Promises
 //
@@ -29,7 +30,9 @@
 //     NOPUT/NODELETE; prev_kv; progress_notify every ProgressNotifyInterval to idle synced watchers; a
 //     ProgressRequest answered (watch ID -1, header at the head) only when every watcher on the stream is synced;
 //     fragments cut as etcd cuts them; a start below the compact revision answered created, then canceled with
-//     compact_revision (header revision 0). Headers carry the member and term of the storage last heard from.
+//     compact_revision (header revision 0). Headers carry the cluster ID, member and term of the storage last
+//     heard from. A stream opened with client/v3's WithRequireLeader ("hasleader") is refused, or ended, with
+//     etcd's "no leader" once storage has reported no leader for three seconds.
 //   - Every watcher receives each event of its range exactly once, in revision order, with no gap: the window
 //     is contiguous, a watcher is live only from the head it caught up to, and a response carrying revision R
 //     (events or progress) is written only after every earlier one for that watcher. A client that resumes at
