@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -99,14 +101,16 @@ func errBackendLost(what string, err error) error {
 	return status.Errorf(codes.Unavailable, "cairn frontend: %s backend lost: %v", what, status.Convert(err).Message())
 }
 
-// proxyStream relays one client stream to one backend stream until either ends. The client's half-close is
-// passed on and responses keep flowing until the backend ends; a backend failure ends the client stream
+// proxyStream relays one client stream to one backend stream until either ends. newReq and newResp make
+// the messages read from each side (rawMessages relay frames without decoding them). The client's half-close
+// is passed on and responses keep flowing until the backend ends; a backend failure ends the client stream
 // with codes.Unavailable, a backend's own status error is passed on unchanged.
-func proxyStream[Req, Resp any](what string, client grpc.BidiStreamingServer[Req, Resp], upstream grpc.BidiStreamingClient[Req, Resp]) error {
+func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any) error {
 	upErr := make(chan error, 1)
 	go func() {
 		for {
-			req, err := client.Recv()
+			req := newReq()
+			err := client.RecvMsg(req)
 			if errors.Is(err, io.EOF) {
 				_ = upstream.CloseSend()
 				return
@@ -114,19 +118,19 @@ func proxyStream[Req, Resp any](what string, client grpc.BidiStreamingServer[Req
 			if err != nil {
 				return // the client is gone; its context cancels the upstream
 			}
-			if err := upstream.Send(req); err != nil {
+			if err := upstream.SendMsg(req); err != nil {
 				return // the upstream's Recv reports why
 			}
 		}
 	}()
 	go func() {
 		for {
-			resp, err := upstream.Recv()
-			if err != nil {
+			resp := newResp()
+			if err := upstream.RecvMsg(resp); err != nil {
 				upErr <- err
 				return
 			}
-			if err := client.Send(resp); err != nil {
+			if err := client.SendMsg(resp); err != nil {
 				upErr <- err
 				return
 			}
@@ -143,3 +147,31 @@ func proxyStream[Req, Resp any](what string, client grpc.BidiStreamingServer[Req
 	}
 	return err
 }
+
+// rawMessage is a message relayed as its wire bytes: Watch frames pass between client and hub undecoded.
+type rawMessage struct{ data []byte }
+
+func newRawMessage() any { return new(rawMessage) }
+
+// relayCodec is the codec of the frontend's gRPC server and of its hub streams: a rawMessage passes through
+// as bytes, every other message is protobuf (so nothing differs on the wire).
+type relayCodec struct{ proto encoding.CodecV2 }
+
+func newRelayCodec() relayCodec { return relayCodec{proto: encoding.GetCodecV2("proto")} }
+
+func (c relayCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*rawMessage); ok {
+		return mem.BufferSlice{mem.SliceBuffer(r.data)}, nil
+	}
+	return c.proto.Marshal(v)
+}
+
+func (c relayCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	if r, ok := v.(*rawMessage); ok {
+		r.data = data.Materialize()
+		return nil
+	}
+	return c.proto.Unmarshal(data, v)
+}
+
+func (c relayCodec) Name() string { return c.proto.Name() }

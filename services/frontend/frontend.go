@@ -76,6 +76,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Frontend, error)
 // newGRPCServer builds the gRPC server with etcd's limits and keepalive policy.
 func (f *Frontend) newGRPCServer() *grpc.Server {
 	opts := append(f.tel.ServerOptions(),
+		grpc.ForceServerCodecV2(newRelayCodec()),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -15,7 +16,8 @@ var (
 	errNoLeasekeeper = status.Error(codes.Unimplemented, "cairn frontend: Lease is not available: no --lease-endpoints configured")
 )
 
-// watchServer forwards each Watch stream to one watchhub, spreading streams across hubs.
+// watchServer forwards each Watch stream to one watchhub, spreading streams across hubs. Frames are relayed
+// as bytes, never decoded.
 type watchServer struct {
 	pb.UnimplementedWatchServer
 	hubs *rotation
@@ -29,9 +31,10 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	defer cancel()
 	var err error
 	for _, hub := range s.hubs.order() {
-		var upstream pb.Watch_WatchClient
-		if upstream, err = pb.NewWatchClient(hub.conn).Watch(ctx); err == nil {
-			return proxyStream("watch", stream, upstream)
+		var upstream grpc.ClientStream
+		if upstream, err = hub.conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
+			grpc.ForceCodecV2(newRelayCodec())); err == nil {
+			return proxyStream("watch", stream, upstream, newRawMessage, newRawMessage)
 		}
 		if stream.Context().Err() != nil {
 			break
@@ -109,7 +112,8 @@ func (s *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 	if err != nil {
 		return err
 	}
-	err = proxyStream("lease keep-alive", stream, upstream)
+	err = proxyStream("lease keep-alive", stream, upstream,
+		func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) })
 	if err != nil && nextKeeper(err) {
 		s.active.Store((s.active.Load() + 1) % int32(len(s.keepers.backends)))
 		return errBackendLost("lease keep-alive", err)
