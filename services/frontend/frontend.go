@@ -37,6 +37,10 @@ type Frontend struct {
 	gatewayConn *grpc.ClientConn
 	cancel      context.CancelFunc
 	done        sync.WaitGroup
+	// stopping is closed when Stop begins: relayed Watch streams end then (with Unavailable, so clients
+	// resume elsewhere) instead of holding the graceful stop until its deadline.
+	stopping     chan struct{}
+	stoppingOnce sync.Once
 }
 
 // New checks cfg and prepares the frontend (connections are opened in the background); nothing is served
@@ -51,7 +55,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Frontend, error)
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	f := &Frontend{cfg: cfg, tel: tel, logger: logger}
+	f := &Frontend{cfg: cfg, tel: tel, logger: logger, stopping: make(chan struct{})}
 	var err error
 	if f.pool, err = newPool(cfg, tel, logger); err != nil {
 		return nil, err
@@ -89,7 +93,7 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	pb.RegisterClusterServer(s, &clusterServer{f: f})
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
 	pb.RegisterAuthServer(s, &authServer{f: f})
-	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch})
+	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping})
 	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease})
 	return s
 }
@@ -182,6 +186,7 @@ func (f *Frontend) ClientURLs() []string {
 
 // Stop stops serving: in-flight requests finish (until ctx ends), streams are then cut, connections closed.
 func (f *Frontend) Stop(ctx context.Context) error {
+	f.stoppingOnce.Do(func() { close(f.stopping) })
 	stopped := make(chan struct{})
 	go func() { f.grpcServer.GracefulStop(); close(stopped) }()
 	select {

@@ -20,7 +20,8 @@ var (
 // as bytes, never decoded.
 type watchServer struct {
 	pb.UnimplementedWatchServer
-	hubs *rotation
+	hubs     *rotation
+	stopping <-chan struct{}
 }
 
 func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
@@ -29,6 +30,13 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	}
 	ctx, cancel := context.WithCancel(forwardedContext(stream.Context()))
 	defer cancel()
+	go func() {
+		select {
+		case <-s.stopping: // the frontend stops: end the relay, the client resumes on another frontend
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	var err error
 	for _, hub := range s.hubs.order() {
 		var upstream grpc.ClientStream

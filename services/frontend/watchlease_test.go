@@ -171,6 +171,38 @@ func TestWatchAndLeaseForwarding(t *testing.T) {
 	})
 }
 
+// TestStopEndsRelayedWatches: a frontend that stops ends its relayed Watch streams with Unavailable (clients
+// resume on another frontend) rather than waiting for them until its stop deadline.
+func TestStopEndsRelayedWatches(t *testing.T) {
+	hubURL, _ := serveFake(t, func(s *grpc.Server) { pb.RegisterWatchServer(s, &fakeHub{name: "hub"}) })
+	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
+		cfg.WatchEndpoints = []string{hubURL}
+	}})
+	stream, err := pb.NewWatchClient(rawConn(t, c.Endpoints()[0])).Watch(ctxFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || !resp.Created {
+		t.Fatalf("created: %v %v", resp, err)
+	}
+	began := time.Now()
+	c.Frontends()[0].Stop()
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("stop took %s with a watch stream open", took)
+	}
+	for {
+		if _, err := stream.Recv(); err != nil {
+			if status.Code(err) != codes.Unavailable {
+				t.Fatalf("stream ended with %v, want Unavailable", err)
+			}
+			return
+		}
+	}
+}
+
 func TestWatchAndLeaseUnimplementedWithoutBackends(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Members: 1})
 	ctx := ctxFor(t)
