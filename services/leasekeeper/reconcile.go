@@ -1,0 +1,42 @@
+package leasekeeper
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+)
+
+// runReconcile compares the lease table with storage every ReconcileInterval: the bus may lose records.
+func (k *Keeper) runReconcile(ctx context.Context) {
+	tick := time.NewTicker(k.cfg.ReconcileInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if err := k.reconcile(ctx); err != nil {
+			k.logger.Warn("lease reconciliation failed", "err", err)
+		}
+	}
+}
+
+// reconcile loads every lease record from storage (linearizably) into the table.
+func (k *Keeper) reconcile(ctx context.Context) error {
+	requestedAt := time.Now()
+	var records []*storagepb.LeaseRecord
+	var applied uint64
+	err := k.storage(ctx, k.cfg.RequestTimeout, func(ctx context.Context, c *storageclient.Client) (err error) {
+		records, applied, err = c.LeaseRecords(ctx)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	k.table.reconcile(records, applied, requestedAt, time.Now())
+	k.metrics.reconciles.Inc()
+	return nil
+}
