@@ -17,7 +17,7 @@ import (
 const (
 	DefaultListenURL          = "http://127.0.0.1:2395"
 	DefaultNATSURL            = "nats://127.0.0.1:4222"
-	DefaultCheckpointInterval = 5 * time.Second
+	DefaultCheckpointInterval = time.Second
 	DefaultRevokeRate         = 1000 // etcd's leaseRevokeRate, leases per second
 	DefaultCheckpointRate     = 1000 // etcd's leaseCheckpointRate, checkpoint entries per second
 	DefaultCheckpointBatch    = 1000 // etcd's maxLeaseCheckpointBatchSize
@@ -42,7 +42,10 @@ type Config struct {
 	// NATSURL is the event bus (comma-separated for a NATS cluster); SubjectPrefix the cluster's subjects.
 	NATSURL       string
 	SubjectPrefix string
-	// CheckpointInterval spaces the checkpoints of one lease's remaining TTL (etcd: --lease-checkpoint-interval).
+	// CheckpointInterval is how long after a renewal a lease's remaining TTL is checkpointed (etcd:
+	// --lease-checkpoint-interval). A failover may keep a lease that was not renewed for up to about this much
+	// longer than its TTL; each lease renewed less often than this costs two checkpoint items per renewal
+	// (checkpoint and reset), batched CheckpointBatch to an entry.
 	CheckpointInterval time.Duration
 	// CheckpointRate bounds checkpoint entries per second; CheckpointBatch the checkpoints in one entry.
 	CheckpointRate  int

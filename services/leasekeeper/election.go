@@ -23,9 +23,12 @@ func (k *Keeper) runElection(ctx context.Context) {
 	tick := time.NewTicker(k.cfg.RenewInterval)
 	defer tick.Stop()
 	for {
-		if _, holder := k.holder(); holder {
+		_, holder := k.holder()
+		switch {
+		case k.pauseElection.Load():
+		case holder:
 			k.renewClaim(ctx)
-		} else {
+		default:
 			k.watchClaim(ctx, &seen)
 		}
 		select {

@@ -36,6 +36,8 @@ type Keeper struct {
 	pool    *storagePool
 
 	role         roleState
+	// pauseElection stops renewing and watching the claim (tests: a keeper cut off from storage's claim).
+	pauseElection atomic.Bool
 	lastRevision atomic.Int64 // the newest store revision seen, for response headers
 
 	revokeC     chan int64

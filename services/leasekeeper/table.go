@@ -247,8 +247,9 @@ func (t *table) expired(now time.Time, limit int, retry time.Duration) []int64 {
 }
 
 // dueCheckpoints returns up to limit checkpoints due by now, marking each lease as being written (done closes
-// when the caller has finished the write). A lease is checkpointed when time has run off it since its last
-// renewal and storage does not already hold that remaining TTL; every lease is looked at once per interval.
+// when the caller has finished the write). A lease is checkpointed once after each renewal (or grant or
+// takeover), when at least a second has run off it: a later checkpoint of a lease not renewed since would say
+// nothing new (checkpoint time + remaining is the same deadline). Every lease is looked at once per interval.
 func (t *table) dueCheckpoints(now time.Time, limit int, done chan struct{}) []*pb.LeaseCheckpoint {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -265,7 +266,7 @@ func (t *table) dueCheckpoints(now time.Time, limit int, done chan struct{}) []*
 		}
 		l.nextCheckpoint = now.Add(t.checkpointInterval)
 		remaining := int64(math.Ceil(l.remaining(now).Seconds()))
-		if remaining <= 0 || remaining >= l.ttl || remaining == l.storedRemaining {
+		if remaining <= 0 || remaining >= l.ttl || l.storedRemaining > 0 {
 			continue
 		}
 		l.writing = done
