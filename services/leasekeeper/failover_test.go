@@ -118,7 +118,10 @@ func TestFailoverKillActive(t *testing.T) {
 	var lastThroughout, lastAtKill atomic.Int64
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); r.keepAliveUntil(ctx, throughout, 300*time.Millisecond, stopThroughout, &lastThroughout) }()
+	go func() {
+		defer wg.Done()
+		r.keepAliveUntil(ctx, throughout, 300*time.Millisecond, stopThroughout, &lastThroughout)
+	}()
 	go func() { defer wg.Done(); r.keepAliveUntil(ctx, atKill, 300*time.Millisecond, stopAtKill, &lastAtKill) }()
 
 	time.Sleep(2 * time.Second) // checkpoints of the long lease go out meanwhile

@@ -35,10 +35,10 @@ type Keeper struct {
 	table   *table
 	pool    *storagePool
 
-	role         roleState
+	role roleState
 	// pauseElection stops renewing and watching the claim (tests: a keeper cut off from storage's claim).
 	pauseElection atomic.Bool
-	lastRevision atomic.Int64 // the newest store revision seen, for response headers
+	lastRevision  atomic.Int64 // the newest store revision seen, for response headers
 
 	revokeC     chan int64
 	resetC      chan *resetRequest
