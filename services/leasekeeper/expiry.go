@@ -72,7 +72,7 @@ func (k *Keeper) revokeExpired(ctx context.Context, id int64) {
 	case err == nil || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) || rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCLeaseNotFound):
 		k.metrics.expired.Inc()
 		k.table.mu.Lock()
-		k.table.remove(id, index, time.Now())
+		k.table.remove(id, index)
 		k.table.mu.Unlock()
 	case keeperclaim.IsStaleEpoch(err):
 		k.logger.Warn("revoke refused: this keeper's epoch is stale; standing by", "lease", id, "epoch", epoch, "err", err)

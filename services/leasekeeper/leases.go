@@ -45,7 +45,7 @@ func (k *Keeper) Revoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.Leas
 		return nil, err
 	}
 	k.table.mu.Lock()
-	k.table.remove(r.ID, resp.Index, time.Now())
+	k.table.remove(r.ID, resp.Index)
 	k.table.mu.Unlock()
 	return resp.GetLeaseRevoke(), nil
 }

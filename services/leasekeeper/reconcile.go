@@ -26,7 +26,6 @@ func (k *Keeper) runReconcile(ctx context.Context) {
 
 // reconcile loads every lease record from storage (linearizably) into the table.
 func (k *Keeper) reconcile(ctx context.Context) error {
-	requestedAt := time.Now()
 	var records []*storagepb.LeaseRecord
 	var applied uint64
 	err := k.storage(ctx, k.cfg.RequestTimeout, func(ctx context.Context, c *storageclient.Client) (err error) {
@@ -36,7 +35,7 @@ func (k *Keeper) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	k.table.reconcile(records, applied, requestedAt, time.Now())
+	k.table.reconcile(records, applied, time.Now())
 	k.metrics.reconciles.Inc()
 	return nil
 }

@@ -56,19 +56,17 @@ type table struct {
 	expiry expiryHeap
 	active bool
 	// tombstones remember revoked leases (id to revoke index) until a reconciliation at or past that index, so
-	// a late copy of their grant from the bus does not bring them back.
-	tombstones map[int64]tombstone
+	// a late copy of their grant from the bus does not bring them back; reconciledIndex is the applied index of
+	// the latest reconciliation: bus grants at or below it are old news.
+	tombstones      map[int64]uint64
+	reconciledIndex uint64
 	// checkpointInterval spaces the checkpoints of one lease.
 	checkpointInterval time.Duration
 }
 
-type tombstone struct {
-	index uint64
-	at    time.Time
-}
 
 func newTable(checkpointInterval time.Duration) *table {
-	return &table{leases: map[int64]*lease{}, tombstones: map[int64]tombstone{}, checkpointInterval: checkpointInterval}
+	return &table{leases: map[int64]*lease{}, tombstones: map[int64]uint64{}, checkpointInterval: checkpointInterval}
 }
 
 // add records a new lease (granted at or before now) unless it is known or was revoked after index. It returns
@@ -77,7 +75,7 @@ func (t *table) add(id, ttl int64, index uint64, now time.Time) *lease {
 	if l := t.leases[id]; l != nil {
 		return l
 	}
-	if ts, ok := t.tombstones[id]; ok && ts.index >= index {
+	if revokedAt, ok := t.tombstones[id]; ok && revokedAt >= index {
 		return nil
 	}
 	l := &lease{id: id, ttl: ttl, index: index, learnedAt: now, heapIndex: -1, gone: make(chan struct{})}
@@ -101,7 +99,7 @@ func (t *table) startClock(l *lease, now, deadline time.Time) {
 }
 
 // remove drops a lease revoked at index (0 when the index is unknown: storage said it was not found).
-func (t *table) remove(id int64, index uint64, now time.Time) {
+func (t *table) remove(id int64, index uint64) {
 	l := t.leases[id]
 	if l != nil && index != 0 && l.index > index {
 		return // the record is older than what the table knows
@@ -109,7 +107,7 @@ func (t *table) remove(id int64, index uint64, now time.Time) {
 	if index == 0 && l != nil {
 		index = l.index + 1
 	}
-	t.tombstones[id] = tombstone{index: index, at: now}
+	t.tombstones[id] = index
 	if l == nil {
 		return
 	}
@@ -138,9 +136,11 @@ func (t *table) applyRecord(rec *eventpb.AppliedRecord, now time.Time) {
 	for _, c := range rec.Leases {
 		switch c.Type {
 		case eventpb.LeaseChange_GRANTED:
-			t.add(c.Id, c.Ttl, rec.Index, now)
+			if rec.Index > t.reconciledIndex { // at or below it, a reconciliation already knew the lease
+				t.add(c.Id, c.Ttl, rec.Index, now)
+			}
 		case eventpb.LeaseChange_REVOKED:
-			t.remove(c.Id, rec.Index, now)
+			t.remove(c.Id, rec.Index)
 		case eventpb.LeaseChange_CHECKPOINTED:
 			t.checkpointed(c.Id, c.RemainingTtl, rec.Index, now)
 		}
@@ -149,9 +149,8 @@ func (t *table) applyRecord(rec *eventpb.AppliedRecord, now time.Time) {
 
 // reconcile makes the table agree with storage's records, read linearizably at appliedIndex: leases storage
 // lacks are dropped unless the table learned of them after that index, missing ones are added, and checkpoints
-// the bus lost are taken. Tombstones from before requestedAt (when the read was asked for) are dropped: the read
-// covers them.
-func (t *table) reconcile(records []*storagepb.LeaseRecord, appliedIndex uint64, requestedAt, now time.Time) {
+// the bus lost are taken. Tombstones at or below appliedIndex are dropped: the read covers them.
+func (t *table) reconcile(records []*storagepb.LeaseRecord, appliedIndex uint64, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	inStorage := make(map[int64]bool, len(records))
@@ -172,11 +171,13 @@ func (t *table) reconcile(records []*storagepb.LeaseRecord, appliedIndex uint64,
 	}
 	for id, l := range t.leases {
 		if !inStorage[id] && l.index <= appliedIndex {
-			t.remove(id, appliedIndex, now)
+			t.remove(id, appliedIndex)
 		}
 	}
-	for id, ts := range t.tombstones {
-		if ts.at.Before(requestedAt) {
+	// Past the read, the watermark turns away late copies of grants at or below it, so those tombstones can go.
+	t.reconciledIndex = max(t.reconciledIndex, appliedIndex)
+	for id, revokedAt := range t.tombstones {
+		if revokedAt <= t.reconciledIndex {
 			delete(t.tombstones, id)
 		}
 	}
@@ -192,7 +193,7 @@ func (t *table) reconcile(records []*storagepb.LeaseRecord, appliedIndex uint64,
 //     this keeper learned of it: its deadline was at most min(seen, oldStop) + remaining;
 //   - any other lease was renewed (or granted) at the latest by max(learned, oldStop): deadline + ttl.
 func (t *table) promote(records []*storagepb.LeaseRecord, appliedIndex uint64, oldStop time.Time, extension time.Duration, now time.Time) {
-	t.reconcile(records, appliedIndex, time.Time{}, now)
+	t.reconcile(records, appliedIndex, now)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.active = true
