@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 )
 
@@ -70,6 +72,8 @@ type Config struct {
 	RevokeRetry time.Duration
 	// AdminAddr is host:port for /metrics and /health; empty serves none.
 	AdminAddr string
+	// Registry, when set, also gets the keeper's metrics (a process serving several services' metrics).
+	Registry prometheus.Registerer
 }
 
 // DefaultConfig returns the defaults, for flags.

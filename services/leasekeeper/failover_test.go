@@ -220,3 +220,26 @@ func TestStaleKeeperIsFenced(t *testing.T) {
 	// The new keeper expires the lease by its own clock.
 	eventually(t, 8*time.Second, "expiry by the new keeper", func() bool { return !env.keyExists(ctx, "fenced/k") })
 }
+
+// TestStopHandsOver: a keeper that stops cleanly releases the claim, and the standby takes over without waiting
+// for the takeover timeout.
+func TestStopHandsOver(t *testing.T) {
+	env := newTestEnv(t, 1)
+	a := env.startKeeper(env.keeperConfig("a"))
+	waitActive(t, a, 5*time.Second)
+	b := env.startKeeper(env.keeperConfig("b"))
+	ctx := ctxT(t, 10*time.Second)
+	g, err := leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	if err := a.Stop(ctx); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	waitActive(t, b, b.cfg.TakeoverTimeout)
+	t.Logf("standby active %v after the stop", time.Since(stopped))
+	if ttl, err := b.Renew(ctx, g.ID); err != nil || ttl != 30 {
+		t.Fatalf("keep-alive on the new keeper: %d, %v", ttl, err)
+	}
+}

@@ -129,7 +129,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 		}
 	}()
 	if k.cfg.AdminAddr != "" {
-		if k.admin, err = obs.ListenAdmin(k.cfg.AdminAddr, obs.AdminMux(k.metrics.registry, k.health), k.logger); err != nil {
+		if k.admin, err = obs.ListenAdmin(k.cfg.AdminAddr, obs.AdminMux(k.metrics.registry, k.Health), k.logger); err != nil {
 			k.kill()
 			return err
 		}
@@ -167,25 +167,20 @@ func (k *Keeper) AdminAddr() string {
 	return k.admin.Addr()
 }
 
-// Stop stops serving and, if this keeper is active, releases the claim so a standby takes over at once.
+// Stop stops serving and, if this keeper is active, releases the claim so a standby takes over at once. Lease
+// calls in flight and open keep-alive streams are answered with keeperclaim.ErrNotActive or cut.
 func (k *Keeper) Stop(ctx context.Context) error {
-	if k.grpcServer != nil {
-		stopped := make(chan struct{})
-		go func() { k.grpcServer.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			k.grpcServer.Stop()
-		}
-	}
 	epoch, holder := k.stepDown()
 	if k.cancel != nil {
 		k.cancel()
 	}
-	k.done.Wait()
+	k.done.Wait() // no revoke or checkpoint of this keeper is in flight past here
 	var err error
 	if holder {
 		err = k.release(ctx, epoch)
+	}
+	if k.grpcServer != nil {
+		k.grpcServer.Stop()
 	}
 	k.closeConnections(ctx)
 	k.logger.Info("leasekeeper stopped", "released_epoch", epoch, "err", err)
@@ -232,8 +227,8 @@ func (k *Keeper) noteRevision(rev int64) {
 	}
 }
 
-// health is the admin /health check: the bus must be connected.
-func (k *Keeper) health(context.Context) error {
+// Health is the admin /health check: the bus must be connected (a standby is healthy too).
+func (k *Keeper) Health(context.Context) error {
 	if k.nc == nil || !k.nc.IsConnected() {
 		return errors.New("event bus not connected")
 	}

@@ -19,6 +19,8 @@ type metrics struct {
 	reconciles   prometheus.Counter
 }
 
+// newMetrics registers the series on the keeper's own registry (served on AdminAddr) and, when set, on
+// Config.Registry too (the process's, in `cairn dev` and `cairn up`).
 func newMetrics(k *Keeper) *metrics {
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: "cairn", Subsystem: "leasekeeper", Name: name, Help: help}
@@ -36,7 +38,15 @@ func newMetrics(k *Keeper) *metrics {
 	}
 	leases := prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("leases", "Leases this keeper knows.")),
 		func() float64 { return float64(k.table.count()) })
-	m.registry.MustRegister(m.active, m.epoch, m.takeovers, m.keepAlives, m.expired, m.revokeErrors, m.checkpoints,
-		m.reconciles, leases)
+	all := []prometheus.Collector{m.active, m.epoch, m.takeovers, m.keepAlives, m.expired, m.revokeErrors,
+		m.checkpoints, m.reconciles, leases}
+	m.registry.MustRegister(all...)
+	if k.cfg.Registry != nil {
+		for _, c := range all {
+			if err := k.cfg.Registry.Register(c); err != nil {
+				k.logger.Warn("registering leasekeeper metrics", "err", err)
+			}
+		}
+	}
 	return m
 }
