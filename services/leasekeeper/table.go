@@ -64,7 +64,6 @@ type table struct {
 	checkpointInterval time.Duration
 }
 
-
 func newTable(checkpointInterval time.Duration) *table {
 	return &table{leases: map[int64]*lease{}, tombstones: map[int64]uint64{}, checkpointInterval: checkpointInterval}
 }

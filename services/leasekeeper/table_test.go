@@ -106,15 +106,15 @@ func TestTableReconcile(t *testing.T) {
 	tb := newTable(time.Second)
 	tb.applyRecord(record(5, granted(1, 10), granted(2, 10)), at(0))
 	tb.applyRecord(record(30, granted(3, 10)), at(0)) // after the read
-	tb.applyRecord(record(31, revoked(4)), at(0))    // revoked after the read
+	tb.applyRecord(record(31, revoked(4)), at(0))     // revoked after the read
 	records := []*storagepb.LeaseRecord{
 		{Id: 1, Ttl: 10, RemainingTtl: 6, CheckpointIndex: 8}, // checkpoint the bus lost
-		{Id: 4, Ttl: 10},                                     // revoked after the read: stays revoked
-		{Id: 5, Ttl: 10},                                     // granted, the bus lost it
+		{Id: 4, Ttl: 10}, // revoked after the read: stays revoked
+		{Id: 5, Ttl: 10}, // granted, the bus lost it
 	}
 	tb.reconcile(records, 20, at(2*time.Second))
 	tb.applyRecord(record(5, granted(2, 10)), at(3*time.Second)) // a late copy from another member
-	want := map[int64]int64{1: 6, 3: 0, 5: 0} // 2 was revoked (absent from storage at 20)
+	want := map[int64]int64{1: 6, 3: 0, 5: 0}                    // 2 was revoked (absent from storage at 20)
 	if len(tb.leases) != len(want) {
 		t.Fatalf("leases %v, want %v", keysOf(tb.leases), want)
 	}
