@@ -22,7 +22,7 @@ import (
 // testEnv is a real store for keepers on loopback: an embedded NATS, storages applying one in-process log
 // (memlog) and publishing on the bus, and a storage client.
 type testEnv struct {
-	t        *testing.T
+	t        testing.TB
 	nats     *eventbus.Embedded
 	storages []*storage.Storage
 	store    *storageclient.Client
@@ -37,7 +37,7 @@ func testLogger(t testing.TB) *slog.Logger {
 }
 
 // newTestEnv starts NATS and the given number of storages (members 1..n) on one log.
-func newTestEnv(t *testing.T, storages int) *testEnv {
+func newTestEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
 	nats, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Port: -1})
 	if err != nil {
@@ -108,13 +108,13 @@ func (e *testEnv) startKeeper(cfg Config) *Keeper {
 }
 
 // waitActive waits until k is the active keeper.
-func waitActive(t *testing.T, k *Keeper, timeout time.Duration) {
+func waitActive(t testing.TB, k *Keeper, timeout time.Duration) {
 	t.Helper()
 	eventually(t, timeout, k.ID()+" active", func() bool { _, ok := k.activeEpoch(time.Now()); return ok })
 }
 
 // leaseClient is a raw etcd Lease client of a keeper.
-func leaseClient(t *testing.T, k *Keeper) pb.LeaseClient {
+func leaseClient(t testing.TB, k *Keeper) pb.LeaseClient {
 	t.Helper()
 	u, err := url.Parse(k.URL())
 	if err != nil {
@@ -129,7 +129,7 @@ func leaseClient(t *testing.T, k *Keeper) pb.LeaseClient {
 }
 
 // eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -140,7 +140,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	}
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
+func ctxT(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -44,6 +44,9 @@ type Keeper struct {
 	resetC      chan *resetRequest
 	revokeLimit *rate.Limiter
 
+	// stopping is closed when the keeper stops; nothing in flight waits on its loops after that.
+	stopping   chan struct{}
+	stopOnce   sync.Once
 	nc         *nats.Conn
 	sub        *nats.Subscription
 	grpcServer *grpc.Server
@@ -80,6 +83,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Keeper, error) {
 		revokeC:     make(chan int64, cfg.RevokeRate),
 		resetC:      make(chan *resetRequest, cfg.CheckpointBatch),
 		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, cfg.RevokeRate/10)),
+		stopping:    make(chan struct{}),
 	}
 	k.metrics = newMetrics(k)
 	pool, err := newStoragePool(cfg.StorageEndpoints, tel.DialOptions(), k.logger)
@@ -171,6 +175,7 @@ func (k *Keeper) AdminAddr() string {
 // calls in flight and open keep-alive streams are answered with keeperclaim.ErrNotActive or cut.
 func (k *Keeper) Stop(ctx context.Context) error {
 	epoch, holder := k.stepDown()
+	k.stopOnce.Do(func() { close(k.stopping) })
 	if k.cancel != nil {
 		k.cancel()
 	}
@@ -193,6 +198,7 @@ func (k *Keeper) kill() {
 		k.grpcServer.Stop()
 	}
 	k.stepDown()
+	k.stopOnce.Do(func() { close(k.stopping) })
 	if k.cancel != nil {
 		k.cancel()
 	}

@@ -104,10 +104,8 @@ func (k *Keeper) Renew(ctx context.Context, id int64) (int64, error) {
 			reset := &resetRequest{id: id, done: make(chan struct{})}
 			l.writing = reset.done
 			k.table.mu.Unlock()
-			k.resetC <- reset
-			<-reset.done
-			if reset.err != nil {
-				return 0, reset.err
+			if err := k.awaitReset(ctx, reset); err != nil {
+				return 0, err
 			}
 		default:
 			k.table.renew(l, now)
@@ -116,6 +114,25 @@ func (k *Keeper) Renew(ctx context.Context, id int64) (int64, error) {
 			k.metrics.keepAlives.Inc()
 			return ttl, nil
 		}
+	}
+}
+
+// awaitReset hands reset to the reset writer and waits for it to be written.
+func (k *Keeper) awaitReset(ctx context.Context, reset *resetRequest) error {
+	select {
+	case k.resetC <- reset:
+	case <-ctx.Done():
+		k.table.finishWrite([]*pb.LeaseCheckpoint{{ID: reset.id}}, 0, time.Now())
+		close(reset.done)
+		return status.FromContextError(ctx.Err()).Err()
+	case <-k.stopping:
+		return keeperclaim.ErrNotActive
+	}
+	select {
+	case <-reset.done:
+		return reset.err
+	case <-k.stopping:
+		return keeperclaim.ErrNotActive
 	}
 }
 
