@@ -82,7 +82,8 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Keeper, error) {
 		table:       newTable(cfg.CheckpointInterval),
 		revokeC:     make(chan int64, cfg.RevokeRate),
 		resetC:      make(chan *resetRequest, cfg.CheckpointBatch),
-		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, cfg.RevokeRate/10)),
+		// The bucket holds two expiry ticks of revokes, so a late tick loses none of the rate.
+		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, int(2*float64(cfg.RevokeRate)*cfg.ExpiryTick.Seconds()))),
 		stopping:    make(chan struct{}),
 	}
 	k.metrics = newMetrics(k)
