@@ -79,9 +79,9 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Keeper, error) {
 	id := keeperID(cfg.Name)
 	k := &Keeper{
 		cfg: cfg, id: id, tel: tel, logger: logger.With("keeper", id),
-		table:       newTable(cfg.CheckpointInterval),
-		revokeC:     make(chan int64, cfg.RevokeRate),
-		resetC:      make(chan *resetRequest, cfg.CheckpointBatch),
+		table:   newTable(cfg.CheckpointInterval),
+		revokeC: make(chan int64, cfg.RevokeRate),
+		resetC:  make(chan *resetRequest, cfg.CheckpointBatch),
 		// The bucket holds two expiry ticks of revokes, so a late tick loses none of the rate.
 		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, int(2*float64(cfg.RevokeRate)*cfg.ExpiryTick.Seconds()))),
 		stopping:    make(chan struct{}),
