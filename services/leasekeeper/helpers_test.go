@@ -13,9 +13,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/cairn-kv/cairn/pkg/commitlog"
 	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -36,50 +38,78 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// newTestEnv starts NATS and the given number of storages (members 1..n) on one log.
+// newTestEnv starts NATS and the given number of storages (members 1..n) on one in-process log.
 func newTestEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
-	nats, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Port: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nats.Shutdown)
-	env := &testEnv{t: t, nats: nats, prefix: "test"}
+	env := startBus(t)
 	log, err := memlog.Open(memlog.Config{MemberID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for member := uint64(1); member <= uint64(storages); member++ {
-		nc, err := eventbus.Connect(nats.ClientURL(), fmt.Sprintf("storage-%d", member), testLogger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: env.prefix, MemberID: member}, nil, testLogger(t))
-		pub.Start()
-		s, err := storage.New(storage.Config{MemberID: member, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0",
-			BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, QuotaBackendBytes: -1},
-			log, storage.BusSink{Publisher: pub, MemberID: member}, nil, testLogger(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = s.Stop(ctx)
-			_ = pub.Stop(ctx)
-			nc.Close()
-		})
-		env.storages = append(env.storages, s)
+		env.addStorage(member, log)
 	}
-	env.store, err = storageclient.Dial(env.storages[0].URL())
+	env.dialStore()
+	return env
+}
+
+// newRaftEnv starts NATS and a real 3-member consensus cluster (WAL fsyncs, gRPC transport, etcd's default
+// heartbeat and election timeout) with a storage on each member.
+func newRaftEnv(t testing.TB) *testEnv {
+	t.Helper()
+	env := startBus(t)
+	cluster := consensustest.Start(t, consensustest.Options{HeartbeatInterval: 100 * time.Millisecond,
+		ElectionTimeout: time.Second})
+	for _, m := range cluster.Members() {
+		env.addStorage(m.Node().ID(), m.Node())
+	}
+	env.dialStore()
+	return env
+}
+
+func startBus(t testing.TB) *testEnv {
+	nats, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Port: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.store.Close() })
-	return env
+	t.Cleanup(nats.Shutdown)
+	return &testEnv{t: t, nats: nats, prefix: "test"}
+}
+
+// addStorage starts a storage of member on log, publishing on the bus.
+func (e *testEnv) addStorage(member uint64, log commitlog.Log) {
+	t := e.t
+	nc, err := eventbus.Connect(e.nats.ClientURL(), fmt.Sprintf("storage-%x", member), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: e.prefix, MemberID: member}, nil, testLogger(t))
+	pub.Start()
+	s, err := storage.New(storage.Config{MemberID: member, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0",
+		BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, QuotaBackendBytes: -1},
+		log, storage.BusSink{Publisher: pub, MemberID: member}, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+		_ = pub.Stop(ctx)
+		nc.Close()
+	})
+	e.storages = append(e.storages, s)
+}
+
+func (e *testEnv) dialStore() {
+	var err error
+	if e.store, err = storageclient.Dial(e.storages[0].URL()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = e.store.Close() })
 }
 
 // keeperConfig is a keeper on this env with fast test timings.
