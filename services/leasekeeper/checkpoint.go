@@ -119,6 +119,9 @@ func (k *Keeper) writeResets(ctx context.Context, batch []*resetRequest) {
 	if ok {
 		index, err = k.writeCheckpoints(ctx, cps, epoch)
 	}
+	if keeperclaim.IsStaleEpoch(err) {
+		err = keeperclaim.ErrNotActive // the client's keep-alive goes to the active keeper
+	}
 	k.table.finishWrite(cps, index, time.Now())
 	for _, r := range batch {
 		r.err = err

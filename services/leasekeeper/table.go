@@ -237,11 +237,13 @@ func (t *table) expired(now time.Time, limit int, retry time.Duration) []int64 {
 		if l.expiryKey.After(now) {
 			break
 		}
-		l.expiryKey = now.Add(retry)
-		heap.Fix(&t.expiry, 0)
-		if !l.deadline.After(now) {
+		if l.deadline.After(now) { // a revoke retry time passed, but the lease was extended meanwhile
+			l.expiryKey = l.deadline
+		} else {
+			l.expiryKey = now.Add(retry)
 			ids = append(ids, l.id)
 		}
+		heap.Fix(&t.expiry, 0)
 	}
 	return ids
 }
