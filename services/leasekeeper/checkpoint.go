@@ -18,21 +18,14 @@ const checkpointTick = 500 * time.Millisecond
 // due checkpoints go out in entries of up to CheckpointBatch, at most CheckpointRate entries per second. A new
 // keeper then starts each lease from its checkpoint instead of its full TTL.
 func (k *Keeper) runCheckpoints(ctx context.Context) {
-	tick := time.NewTicker(checkpointTick)
-	defer tick.Stop()
 	perTick := max(1, k.cfg.CheckpointRate*int(checkpointTick/time.Millisecond)/1000)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	every(ctx, checkpointTick, func(ctx context.Context) {
 		for range perTick {
 			if !k.checkpointBatch(ctx) {
-				break
+				return
 			}
 		}
-	}
+	})
 }
 
 // checkpointBatch writes one entry of due checkpoints; it reports whether a full batch went out (more may be due).

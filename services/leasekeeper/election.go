@@ -126,12 +126,7 @@ func (k *Keeper) claim(ctx context.Context, c *storagepb.KeeperClaim, timeout ti
 // promote makes this keeper active at the claimed state's epoch: it loads every lease from storage (read after
 // the claim, so it includes every renewal reset and checkpoint the previous keeper made) and starts the clock.
 func (k *Keeper) promote(ctx context.Context, state *storagepb.KeeperState, oldStop, claimSent time.Time) {
-	var records []*storagepb.LeaseRecord
-	var applied uint64
-	err := k.storage(ctx, k.cfg.RequestTimeout, func(ctx context.Context, c *storageclient.Client) (err error) {
-		records, applied, err = c.LeaseRecords(ctx)
-		return err
-	})
+	records, applied, err := k.leaseRecords(ctx)
 	if err != nil {
 		// Not renewing lets the claim lapse; watchClaim tries again (or a standby takes over).
 		k.logger.Error("loading leases for promotion failed", "epoch", state.Epoch, "err", err)

@@ -16,34 +16,38 @@ import (
 // runExpiry finds expired leases every ExpiryTick, while active, and hands them to the revoke workers no faster
 // than RevokeRate per second (etcd's leaseRevokeRate): an expiry storm is revoked in paced batches, and other
 // writes keep their share of the log.
-func (k *Keeper) runExpiry(ctx context.Context) {
-	tick := time.NewTicker(k.cfg.ExpiryTick)
+func (k *Keeper) runExpiry(ctx context.Context) { every(ctx, k.cfg.ExpiryTick, k.dispatchExpired) }
+
+func (k *Keeper) dispatchExpired(ctx context.Context) {
+	now := time.Now()
+	if _, ok := k.activeEpoch(now); !ok {
+		return
+	}
+	budget := min(int(k.revokeLimit.TokensAt(now)), cap(k.revokeC)-len(k.revokeC))
+	if budget <= 0 {
+		return
+	}
+	ids := k.table.expired(now, budget, k.cfg.RevokeRetry)
+	k.revokeLimit.AllowN(now, len(ids))
+	for _, id := range ids {
+		select {
+		case k.revokeC <- id:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// every calls f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-		}
-		now := time.Now()
-		if _, ok := k.activeEpoch(now); !ok {
-			continue
-		}
-		budget := int(k.revokeLimit.TokensAt(now))
-		if budget <= 0 {
-			continue
-		}
-		ids := k.table.expired(now, min(budget, cap(k.revokeC)-len(k.revokeC)), k.cfg.RevokeRetry)
-		if len(ids) == 0 {
-			continue
-		}
-		k.revokeLimit.AllowN(now, len(ids))
-		for _, id := range ids {
-			select {
-			case k.revokeC <- id:
-			case <-ctx.Done():
-				return
-			}
+			f(ctx)
 		}
 	}
 }
