@@ -35,6 +35,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(
 		newVersionCommand(),
 		newBenchCommand(),
+		newFrontendCommand(),
 	)
 	return root
 }

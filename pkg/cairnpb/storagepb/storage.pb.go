@@ -988,7 +988,9 @@ type StatusResponse struct {
 	RaftIndex uint64                      `protobuf:"varint,10,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`
 	Alarms    []*etcdserverpb.AlarmMember `protobuf:"bytes,11,rep,name=alarms,proto3" json:"alarms,omitempty"`
 	// unhealthy is empty when storage is applying normally, else why it is not.
-	Unhealthy     string `protobuf:"bytes,12,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	Unhealthy string `protobuf:"bytes,12,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	// db_size_quota is the backend quota in bytes (--quota-backend-bytes); 0 when the quota is disabled.
+	DbSizeQuota   int64 `protobuf:"varint,13,opt,name=db_size_quota,json=dbSizeQuota,proto3" json:"db_size_quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1107,6 +1109,94 @@ func (x *StatusResponse) GetUnhealthy() string {
 	return ""
 }
 
+func (x *StatusResponse) GetDbSizeQuota() int64 {
+	if x != nil {
+		return x.DbSizeQuota
+	}
+	return 0
+}
+
+type DefragmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DefragmentRequest) Reset() {
+	*x = DefragmentRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DefragmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DefragmentRequest) ProtoMessage() {}
+
+func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
+func (*DefragmentRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+}
+
+type DefragmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// db_size is the size of the database file after defragmentation.
+	DbSize        int64 `protobuf:"varint,1,opt,name=db_size,json=dbSize,proto3" json:"db_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DefragmentResponse) Reset() {
+	*x = DefragmentResponse{}
+	mi := &file_storagepb_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DefragmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DefragmentResponse) ProtoMessage() {}
+
+func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
+func (*DefragmentResponse) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DefragmentResponse) GetDbSize() int64 {
+	if x != nil {
+		return x.DbSize
+	}
+	return 0
+}
+
 // LeaseRecord is a lease as stored in the lease bucket.
 type LeaseRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1122,7 +1212,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1224,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1237,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -1249,7 +1339,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
 	"total_size\x18\x04 \x01(\x04R\ttotalSize\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"\x0f\n" +
-	"\rStatusRequest\"\xa1\x03\n" +
+	"\rStatusRequest\"\xc5\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12#\n" +
@@ -1264,19 +1354,25 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"raft_index\x18\n" +
 	" \x01(\x04R\traftIndex\x121\n" +
 	"\x06alarms\x18\v \x03(\v2\x19.etcdserverpb.AlarmMemberR\x06alarms\x12\x1c\n" +
-	"\tunhealthy\x18\f \x01(\tR\tunhealthy\"\x7f\n" +
+	"\tunhealthy\x18\f \x01(\tR\tunhealthy\x12\"\n" +
+	"\rdb_size_quota\x18\r \x01(\x03R\vdbSizeQuota\"\x13\n" +
+	"\x11DefragmentRequest\"-\n" +
+	"\x12DefragmentResponse\x12\x17\n" +
+	"\adb_size\x18\x01 \x01(\x03R\x06dbSize\"\x7f\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
 	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl\x12)\n" +
-	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\x93\x06\n" +
+	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xe6\x06\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
 	"\aHistory\x12\x1d.cairn.storage.HistoryRequest\x1a\x1e.cairn.storage.HistoryResponse0\x01\x12A\n" +
 	"\x04Hash\x12\x1b.etcdserverpb.HashKVRequest\x1a\x1c.etcdserverpb.HashKVResponse\x12J\n" +
 	"\bSnapshot\x12\x1e.cairn.storage.SnapshotRequest\x1a\x1c.cairn.storage.SnapshotChunk0\x01\x12E\n" +
-	"\x06Status\x12\x1c.cairn.storage.StatusRequest\x1a\x1d.cairn.storage.StatusResponse\x12^\n" +
+	"\x06Status\x12\x1c.cairn.storage.StatusRequest\x1a\x1d.cairn.storage.StatusResponse\x12Q\n" +
+	"\n" +
+	"Defragment\x12 .cairn.storage.DefragmentRequest\x1a!.cairn.storage.DefragmentResponse\x12^\n" +
 	"\x0fLeaseTimeToLive\x12$.etcdserverpb.LeaseTimeToLiveRequest\x1a%.etcdserverpb.LeaseTimeToLiveResponse\x12R\n" +
 	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponse\x12Y\n" +
 	"\fLeaseRecords\x12\".cairn.storage.LeaseRecordsRequest\x1a#.cairn.storage.LeaseRecordsResponse0\x01\x12N\n" +
@@ -1294,7 +1390,7 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_storagepb_storage_proto_goTypes = []any{
 	(*Entry)(nil),                                // 0: cairn.storage.Entry
 	(*KeeperClaim)(nil),                          // 1: cairn.storage.KeeperClaim
@@ -1310,68 +1406,72 @@ var file_storagepb_storage_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),                        // 11: cairn.storage.SnapshotChunk
 	(*StatusRequest)(nil),                        // 12: cairn.storage.StatusRequest
 	(*StatusResponse)(nil),                       // 13: cairn.storage.StatusResponse
-	(*LeaseRecord)(nil),                          // 14: cairn.storage.LeaseRecord
-	nil,                                          // 15: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.InternalRaftRequest)(nil),     // 16: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),             // 17: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),     // 18: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),             // 19: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),      // 20: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),      // 21: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 22: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 23: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),           // 24: etcdserverpb.AlarmResponse
-	(*mvccpb.Event)(nil),                         // 25: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),             // 26: etcdserverpb.AlarmMember
-	(*etcdserverpb.RangeRequest)(nil),            // 27: etcdserverpb.RangeRequest
-	(*etcdserverpb.HashKVRequest)(nil),           // 28: etcdserverpb.HashKVRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 29: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 30: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.RangeResponse)(nil),           // 31: etcdserverpb.RangeResponse
-	(*etcdserverpb.HashKVResponse)(nil),          // 32: etcdserverpb.HashKVResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 33: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 34: etcdserverpb.LeaseLeasesResponse
+	(*DefragmentRequest)(nil),                    // 14: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                   // 15: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                          // 16: cairn.storage.LeaseRecord
+	nil,                                          // 17: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.InternalRaftRequest)(nil),     // 18: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),             // 19: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),     // 20: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),             // 21: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),      // 22: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),      // 23: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 24: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 25: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),           // 26: etcdserverpb.AlarmResponse
+	(*mvccpb.Event)(nil),                         // 27: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),             // 28: etcdserverpb.AlarmMember
+	(*etcdserverpb.RangeRequest)(nil),            // 29: etcdserverpb.RangeRequest
+	(*etcdserverpb.HashKVRequest)(nil),           // 30: etcdserverpb.HashKVRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 31: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 32: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.RangeResponse)(nil),           // 33: etcdserverpb.RangeResponse
+	(*etcdserverpb.HashKVResponse)(nil),          // 34: etcdserverpb.HashKVResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 35: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 36: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	16, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	15, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	18, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	17, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
 	1,  // 2: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	14, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
-	16, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	16, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
+	18, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
 	1,  // 5: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	17, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	18, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	19, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	20, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	21, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	22, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	23, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	24, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	19, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	20, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	21, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	22, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	23, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	24, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	25, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	26, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
 	2,  // 14: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
-	25, // 15: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	26, // 16: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	27, // 15: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	28, // 16: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
 	6,  // 17: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	27, // 18: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	29, // 18: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
 	8,  // 19: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	28, // 20: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	30, // 20: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
 	10, // 21: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
 	12, // 22: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	29, // 23: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	30, // 24: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	4,  // 25: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
-	3,  // 26: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	7,  // 27: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	31, // 28: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	9,  // 29: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	32, // 30: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	11, // 31: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	13, // 32: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	33, // 33: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	34, // 34: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	5,  // 35: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	2,  // 36: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	27, // [27:37] is the sub-list for method output_type
-	17, // [17:27] is the sub-list for method input_type
+	14, // 23: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	31, // 24: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	32, // 25: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	4,  // 26: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
+	3,  // 27: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
+	7,  // 28: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	33, // 29: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	9,  // 30: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	34, // 31: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	11, // 32: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	13, // 33: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	15, // 34: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	35, // 35: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	36, // 36: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	5,  // 37: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	2,  // 38: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -1399,7 +1499,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
