@@ -14,10 +14,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/frontend"
+	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -40,6 +42,10 @@ type Options struct {
 	ConfigureConsensus func(*consensus.Config)
 	ConfigureStorage   func(*storage.Config)
 	ConfigureFrontend  func(*frontend.Config)
+	// Leasekeepers is the number of leasekeepers (the first to claim is active, the others stand by); with
+	// any, an embedded NATS carries every storage's applied records and the frontends forward Lease to them.
+	Leasekeepers         int
+	ConfigureLeasekeeper func(*leasekeeper.Config)
 }
 
 func (o Options) withDefaults() Options {
@@ -69,6 +75,8 @@ type Cluster struct {
 	Consensus *consensustest.Cluster
 	members   []*Member
 	frontends []*Frontend
+	keepers   []*Leasekeeper
+	bus       *eventbus.Embedded // nil without leasekeepers
 	stopOnce  sync.Once
 }
 
@@ -82,6 +90,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 		name := fmt.Sprintf("m%d", i+1) // consensustest's member names
 		c.members = append(c.members, &Member{Name: name, cluster: c, StorageURL: "http://" + reserveAddr(t),
 			dataDir: filepath.Join(c.dir, name+".storage")})
+	}
+	if opts.Leasekeepers > 0 {
+		c.startBus(t)
+	}
+	for i := range opts.Leasekeepers {
+		c.keepers = append(c.keepers, &Leasekeeper{Name: fmt.Sprintf("lk%d", i+1), URL: "http://" + reserveAddr(t), cluster: c})
 	}
 	for i := range opts.Frontends {
 		name := fmt.Sprintf("fe%d", i+1)
@@ -166,6 +180,11 @@ func (c *Cluster) startAll(t testing.TB) {
 		wg.Go(func() { errs[i] = m.StartStorage() })
 	}
 	wg.Wait()
+	for _, k := range c.keepers {
+		if err := k.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, fe := range c.frontends {
 		wg.Go(func() { errs[len(c.members)+i] = fe.Start() })
 	}
@@ -267,6 +286,10 @@ func (c *Cluster) Stop() {
 		var wg sync.WaitGroup
 		for _, fe := range c.frontends {
 			wg.Go(fe.Stop)
+		}
+		wg.Wait()
+		for _, k := range c.keepers {
+			wg.Go(k.Stop)
 		}
 		wg.Wait()
 		for _, m := range c.members {

@@ -39,6 +39,7 @@ type Member struct {
 	mu      sync.Mutex
 	storage *storage.Storage
 	remote  *consensusclient.Client // the storage's log when it is remote
+	sink    *busSink                // the storage's publisher on the cluster's bus, if any
 }
 
 // ID is the member's ID.
@@ -85,15 +86,23 @@ func (m *Member) StartStorage() error {
 	if m.cluster.opts.ConfigureStorage != nil {
 		m.cluster.opts.ConfigureStorage(&cfg)
 	}
-	st, err := storage.New(cfg, log, nil, obs.NoTelemetry(), logger("storage", m.Name))
+	sink, err := m.cluster.newBusSink(m.ID(), m.Name)
 	if err != nil {
 		m.closeRemote()
+		return err
+	}
+	st, err := storage.New(cfg, log, sink.appliedSink(), obs.NoTelemetry(), logger("storage", m.Name))
+	if err != nil {
+		m.closeRemote()
+		sink.stop()
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
 	if err := st.Start(context.Background()); err != nil {
 		m.closeRemote()
+		sink.stop()
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
+	m.sink = sink
 	m.storage = st
 	return nil
 }
@@ -129,6 +138,8 @@ func (m *Member) StopStorage() {
 	_ = m.storage.Stop(ctx)
 	m.storage = nil
 	m.closeRemote()
+	m.sink.stop()
+	m.sink = nil
 }
 
 // WipeStorage deletes the stopped storage's data directory, so the next start begins empty and must catch up
@@ -225,6 +236,7 @@ func (f *Frontend) Config() frontend.Config {
 	cfg.AdvertiseClientURLs = []string{f.URL}
 	cfg.ConsensusEndpoints = f.cluster.ConsensusEndpoints()
 	cfg.ProbeInterval = 100 * time.Millisecond
+	cfg.LeaseEndpoints = f.cluster.LeasekeeperURLs()
 	if f.cluster.opts.ConfigureFrontend != nil {
 		f.cluster.opts.ConfigureFrontend(&cfg)
 	}

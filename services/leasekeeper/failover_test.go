@@ -131,7 +131,7 @@ func TestFailoverKillActive(t *testing.T) {
 	}
 	close(stopAtKill)
 	killed := time.Now()
-	a.kill()
+	a.Crash()
 	waitActive(t, b, 3*time.Second)
 	t.Logf("standby active %v after the kill", time.Since(killed))
 

@@ -133,7 +133,7 @@ func (e *testEnv) startKeeper(cfg Config) *Keeper {
 	if err := k.Start(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(k.kill)
+	e.t.Cleanup(k.Crash)
 	return k
 }
 

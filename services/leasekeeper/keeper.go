@@ -95,6 +95,12 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Keeper, error) {
 	return k, nil
 }
 
+// Active reports whether this keeper is the active one now (it holds the claim and may serve).
+func (k *Keeper) Active() bool {
+	_, ok := k.activeEpoch(time.Now())
+	return ok
+}
+
 // ID is this keeper's claimant ID (its name plus a random suffix).
 func (k *Keeper) ID() string { return k.id }
 
@@ -135,7 +141,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 	}()
 	if k.cfg.AdminAddr != "" {
 		if k.admin, err = obs.ListenAdmin(k.cfg.AdminAddr, obs.AdminMux(k.metrics.registry, k.Health), k.logger); err != nil {
-			k.kill()
+			k.Crash()
 			return err
 		}
 		k.admin.Start()
@@ -193,8 +199,9 @@ func (k *Keeper) Stop(ctx context.Context) error {
 	return err
 }
 
-// kill stops everything at once without releasing the claim, as a crash would (tests).
-func (k *Keeper) kill() {
+// Crash stops everything at once without releasing the claim, as a crash would: a standby takes over only after
+// its takeover timeout. For fault tests.
+func (k *Keeper) Crash() {
 	if k.grpcServer != nil {
 		k.grpcServer.Stop()
 	}
