@@ -14,8 +14,11 @@
 // stopped and started. Addresses stay the same across restarts. Client returns a go.etcd.io/etcd/client/v3
 // client of the frontends.
 //
-// Later services (watchhub, leasekeeper) add themselves here: start them after the storages and pass their
-// URLs to the frontends through Options.ConfigureFrontend or their own Options fields.
+// Leasekeepers (Options.Leasekeepers): an embedded NATS carries every storage's applied records, the keepers
+// start after the storages (the first to claim is active, the others stand by) and every frontend forwards
+// Lease to them; each can be stopped (releasing its claim), crashed (keeping it) and started again on its URL.
+// Later services (watchhub) add themselves the same way: start them after the storages and pass their URLs to
+// the frontends through Options.ConfigureFrontend or their own Options fields.
 //
 // Logs are discarded unless CAIRN_TEST_LOG names a level (debug, info, warn, error).
 package testcluster

@@ -25,9 +25,10 @@
 // entries per second), and the first keep-alive after a checkpoint first resets that stored remaining TTL to 0
 // through the log, as etcd's Renew does. So a stored remaining TTL means "not renewed since", and a new keeper
 // starts each lease from it (counted from when it learned of the checkpoint) or, without one, from the full TTL
-// counted from when the old keeper stopped at the latest; plus DeadlineExtension (at least the election timeout,
-// as etcd's Promote). No lease gets a deadline earlier than the one it had, and long leases are not reset to
-// their full TTL.
+// counted from when the old keeper stopped at the latest; and no deadline comes sooner than DeadlineExtension
+// (the election timeout, as etcd's Promote extends by) after the takeover. No lease gets a deadline earlier than
+// the one it had, long leases are not reset to their full TTL, and an abandoned lease is gone within about
+// TTL + 2s of its last keep-alive.
 //
 // Expiry storms: expired leases are revoked at most RevokeRate per second (etcd's leaseRevokeRate, 1000), one
 // entry per lease from a pool of workers, so other writes keep their share of the log.

@@ -184,13 +184,16 @@ func (t *table) reconcile(records []*storagepb.LeaseRecord, appliedIndex uint64,
 
 // promote starts the active keeper's clock on every lease, after a takeover, from storage's records read
 // linearizably after the claim. oldStop is the latest time the previous keeper could still have renewed a lease
-// or proposed a checkpoint; extension (at least the election timeout, as etcd's Promote) is added to every
-// deadline so clients have time to find the new keeper. No lease gets a deadline earlier than the one it could
-// have had:
+// or proposed a checkpoint. Each lease gets the latest deadline it could have had (so none expires early):
 //   - a lease whose stored remaining TTL is set was not renewed since that checkpoint (a renewal resets it
 //     through the log before it is answered), and the checkpoint was proposed before both oldStop and the time
 //     this keeper learned of it: its deadline was at most min(seen, oldStop) + remaining;
-//   - any other lease was renewed (or granted) at the latest by max(learned, oldStop): deadline + ttl.
+//   - any other lease was renewed (or granted) at the latest by max(learned, oldStop): that + ttl;
+//
+// and every deadline is at least extension (the election timeout, as etcd's Promote extends by) after now, so
+// clients cut off during the failover have that long to find the new keeper. Unlike etcd, which adds the
+// extension to the remaining TTL, the extension is not added to a deadline already past it: the bound above is
+// already as late as the lease could have lived, and adding to it would keep abandoned leases longer.
 func (t *table) promote(records []*storagepb.LeaseRecord, appliedIndex uint64, oldStop time.Time, extension time.Duration, now time.Time) {
 	t.reconcile(records, appliedIndex, now)
 	t.mu.Lock()
@@ -205,7 +208,7 @@ func (t *table) promote(records []*storagepb.LeaseRecord, appliedIndex uint64, o
 		} else {
 			base = maxTime(l.learnedAt, oldStop).Add(seconds(l.ttl))
 		}
-		t.startClock(l, now, base.Add(extension))
+		t.startClock(l, now, maxTime(base, now.Add(extension)))
 	}
 }
 

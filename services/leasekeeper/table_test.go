@@ -69,18 +69,19 @@ func TestTablePromoteDeadlines(t *testing.T) {
 		name     string
 		bus      []*eventpb.AppliedRecord // seen at 3s
 		record   *storagepb.LeaseRecord
-		learned  time.Duration // when the table learned the lease (0: from the bus at 3s, or at promotion)
 		deadline time.Duration
 	}{
 		{"never checkpointed: full TTL from when the old keeper stopped", []*eventpb.AppliedRecord{record(5, granted(1, 20))},
-			&storagepb.LeaseRecord{Id: 1, Ttl: 20}, 0, 10*time.Second + 20*time.Second + extension},
-		{"checkpoint seen on the bus: from when it was seen", []*eventpb.AppliedRecord{record(5, granted(1, 20)), record(6, checkpointed(1, 7))},
-			&storagepb.LeaseRecord{Id: 1, Ttl: 20, RemainingTtl: 7, CheckpointIndex: 6}, 0, 3*time.Second + 7*time.Second + extension},
+			&storagepb.LeaseRecord{Id: 1, Ttl: 20}, 10*time.Second + 20*time.Second},
+		{"checkpoint seen on the bus: from when it was seen", []*eventpb.AppliedRecord{record(5, granted(1, 20)), record(6, checkpointed(1, 15))},
+			&storagepb.LeaseRecord{Id: 1, Ttl: 20, RemainingTtl: 15, CheckpointIndex: 6}, 3*time.Second + 15*time.Second},
 		{"checkpoint first learned at promotion: from when the old keeper stopped", []*eventpb.AppliedRecord{record(5, granted(1, 20))},
-			&storagepb.LeaseRecord{Id: 1, Ttl: 20, RemainingTtl: 7, CheckpointIndex: 6}, 0, 10*time.Second + 7*time.Second + extension},
+			&storagepb.LeaseRecord{Id: 1, Ttl: 20, RemainingTtl: 7, CheckpointIndex: 6}, 10*time.Second + 7*time.Second},
 		{"reset after the checkpoint: full TTL", []*eventpb.AppliedRecord{record(5, granted(1, 20)), record(6, checkpointed(1, 7)), record(7, checkpointed(1, 0))},
-			&storagepb.LeaseRecord{Id: 1, Ttl: 20, CheckpointIndex: 7}, 0, 10*time.Second + 20*time.Second + extension},
-		{"lease first learned at promotion", nil, &storagepb.LeaseRecord{Id: 1, Ttl: 5}, 0, 12*time.Second + 5*time.Second + extension},
+			&storagepb.LeaseRecord{Id: 1, Ttl: 20, CheckpointIndex: 7}, 10*time.Second + 20*time.Second},
+		{"lease first learned at promotion", nil, &storagepb.LeaseRecord{Id: 1, Ttl: 5}, 12*time.Second + 5*time.Second},
+		{"a deadline that already passed gets the extension from now", []*eventpb.AppliedRecord{record(5, granted(1, 20)), record(6, checkpointed(1, 1))},
+			&storagepb.LeaseRecord{Id: 1, Ttl: 20, RemainingTtl: 1, CheckpointIndex: 6}, 12*time.Second + extension},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
