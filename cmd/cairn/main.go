@@ -36,6 +36,7 @@ func newRootCommand() *cobra.Command {
 		newVersionCommand(),
 		newBenchCommand(),
 		newFrontendCommand(),
+		newLeasekeeperCommand(),
 	)
 	return root
 }
