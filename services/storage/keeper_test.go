@@ -114,3 +114,41 @@ func TestKeeperClaimAndFencing(t *testing.T) {
 		t.Fatalf("after restart: %v, %v; want %v", got, err, state)
 	}
 }
+
+// TestLeaseRecordsPages: LeaseRecords sends every record once, by ID, in pages of the asked size, all stamped
+// with the one applied index they were read at; an empty store sends one empty page.
+func TestLeaseRecordsPages(t *testing.T) {
+	m := startMember(t, testConfig(t, 1), newMemlog(t, 1), nil)
+	ctx := ctxT(t)
+	collect := func(pageSize int64) []*storagepb.LeaseRecordsResponse {
+		var pages []*storagepb.LeaseRecordsResponse
+		if err := m.LeaseRecords(ctx, &storagepb.LeaseRecordsRequest{PageSize: pageSize}, func(p *storagepb.LeaseRecordsResponse) error {
+			pages = append(pages, p)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return pages
+	}
+	if pages := collect(2); len(pages) != 1 || len(pages[0].Records) != 0 {
+		t.Fatalf("empty store: %v", pages)
+	}
+	for id := int64(5); id >= 1; id-- {
+		if _, err := m.client.LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: 60}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages := collect(2)
+	var ids []int64
+	for _, p := range pages {
+		if p.AppliedIndex != pages[0].AppliedIndex || p.AppliedIndex == 0 {
+			t.Fatalf("pages read at different indexes: %v", pages)
+		}
+		for _, r := range p.Records {
+			ids = append(ids, r.Id)
+		}
+	}
+	if len(pages) != 3 || len(ids) != 5 || ids[0] != 1 || ids[4] != 5 {
+		t.Fatalf("%d pages with leases %v, want 3 pages of 1..5 in order", len(pages), ids)
+	}
+}
