@@ -33,6 +33,11 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage: true,
 	}
 	root.AddCommand(
+		newConsensusCommand(),
+		newStorageCommand(),
+		newNATSCommand(),
+		newDevCommand(),
+		newUpCommand(),
 		newVersionCommand(),
 		newBenchCommand(),
 	)

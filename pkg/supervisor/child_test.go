@@ -66,6 +66,17 @@ func runChild(mode string) int {
 			resp.Body.Close()
 		}
 		os.WriteFile(os.Getenv(childMarkerEnv), []byte(result), 0o644)
+	case "probe-on-term": // a service that still needs its dependency while it shuts down
+		<-terms
+		result := "ok"
+		resp, err := http.Get(os.Getenv(childProbeEnv))
+		if err != nil {
+			result = "fail: " + err.Error()
+		} else {
+			resp.Body.Close()
+		}
+		os.WriteFile(os.Getenv(childMarkerEnv), []byte(result), 0o644)
+		return 0
 	case "grandchild": // a service that forks a helper which ignores SIGTERM and is not cleaned up by it
 		helper := exec.Command(os.Args[0])
 		helperReady := os.Getenv(childReadyEnv) + ".helper"
