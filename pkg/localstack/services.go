@@ -25,7 +25,7 @@ type service struct {
 
 // services are the kinds of service a stack runs, in start order. A new kind is one more entry.
 func services() []service {
-	return []service{natsService(), consensusService(), storageService()}
+	return []service{natsService(), consensusService(), storageService(), frontendService()}
 }
 
 func natsService() service {
@@ -82,7 +82,7 @@ func frontendService() service {
 			// The member with the frontend's number is listed first: it is the frontend's nearest.
 			first := wrap(i, p.layout.Members)
 			return []string{
-				"--name", fmt.Sprintf("frontend-%d", i),
+				"--name", p.frontendName(i),
 				"--listen-client-urls", self,
 				"--advertise-client-urls", self,
 				"--consensus-endpoints", strings.Join(p.memberURLs("consensus", "api", first), ","),
@@ -106,7 +106,22 @@ type plan struct {
 	layout *layout
 }
 
-func (p *plan) frontends() int { return p.cfg.Frontends }
+// frontends is the number of frontends: Config.Frontends, or one per member.
+func (p *plan) frontends() int {
+	if p.cfg.Frontends == 0 {
+		return p.layout.Members
+	}
+	return p.cfg.Frontends
+}
+
+// frontendName is frontend i's --name: the name of member i, which makes it the frontend's home member,
+// or frontend-i beyond the members.
+func (p *plan) frontendName(i int) string {
+	if i <= p.layout.Members {
+		return memberName(i)
+	}
+	return fmt.Sprintf("frontend-%d", i)
+}
 
 // child is the name of instance i of the named service.
 func (p *plan) child(service string, i int) string { return fmt.Sprintf("%s-%d", service, i) }

@@ -23,7 +23,9 @@ type Config struct {
 	// Members is the number of members (consensus + storage). 0 means what DataDir's layout says, or 3 for a
 	// new stack; a different number than the layout's is refused.
 	Members int
-	// Frontends is how many frontends run side by side. Default 1.
+	// Frontends is how many frontends run side by side. Default one per member: frontend i is named after
+	// member i, which makes that member its home (Status, HashKV and Snapshot describe it, and member i
+	// advertises it as its client URL), so each member has an endpoint of its own, as in etcd.
 	Frontends int
 	// ClientPort is the first frontend's client port. Default 2379.
 	ClientPort int
@@ -49,9 +51,6 @@ type Config struct {
 
 // withDefaults fills in the zero fields.
 func (c Config) withDefaults() Config {
-	if c.Frontends == 0 {
-		c.Frontends = 1
-	}
 	if c.ClientPort == 0 {
 		c.ClientPort = 2379
 	}
@@ -229,7 +228,7 @@ func (s *Stack) ClientEndpoints() []string {
 	if s.plan == nil {
 		return nil
 	}
-	urls := make([]string, s.cfg.Frontends)
+	urls := make([]string, s.plan.frontends())
 	for i := range urls {
 		urls[i] = s.plan.url(s.plan.child("frontend", i+1), "client")
 	}
