@@ -131,22 +131,18 @@ func (s *Stack) Start(ctx context.Context) error {
 	if s.sup != nil {
 		return errors.New("localstack: already started")
 	}
-	if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
-		return fmt.Errorf("localstack: %w", err)
-	}
-	l, err := loadLayout(s.cfg.DataDir, s.cfg.Members)
+	children, err := s.Plan()
 	if err != nil {
 		return err
 	}
-	s.plan = &plan{cfg: s.cfg, layout: l}
-	if err := l.assignPorts(s.wantedPorts(), map[string]map[string]int{"frontend-1": {"client": s.cfg.ClientPort}}); err != nil {
-		return err
+	if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
+		return fmt.Errorf("localstack: %w", err)
 	}
-	if err := l.save(s.cfg.DataDir); err != nil {
+	if err := s.plan.layout.save(s.cfg.DataDir); err != nil {
 		return err
 	}
 	sup, err := supervisor.New(supervisor.Config{
-		Children:     s.children(),
+		Children:     children,
 		StackFile:    s.StackFile(),
 		Meta:         s.meta(),
 		ReadyTimeout: s.cfg.ReadyTimeout,
@@ -161,6 +157,20 @@ func (s *Stack) Start(ctx context.Context) error {
 	}
 	s.sup = sup
 	return nil
+}
+
+// Plan lays the stack out (DataDir's layout, or a new one) and returns the child processes Start runs; it
+// writes nothing.
+func (s *Stack) Plan() ([]supervisor.ChildSpec, error) {
+	l, err := loadLayout(s.cfg.DataDir, s.cfg.Members)
+	if err != nil {
+		return nil, err
+	}
+	s.plan = &plan{cfg: s.cfg, layout: l}
+	if err := l.assignPorts(s.wantedPorts(), map[string]map[string]int{"frontend-1": {"client": s.cfg.ClientPort}}); err != nil {
+		return nil, err
+	}
+	return s.children(), nil
 }
 
 // wantedPorts lists every child's named ports.

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/cairn-kv/cairn/pkg/supervisor"
 )
 
 func TestLayoutIsKeptAcrossRuns(t *testing.T) {
@@ -63,22 +65,18 @@ func TestLayoutRefusesAnotherMemberCount(t *testing.T) {
 }
 
 // testStack lays out a stack without starting it.
-func testStack(t *testing.T, cfg Config) *Stack {
+func testStack(t *testing.T, cfg Config) (*Stack, []supervisor.ChildSpec) {
 	t.Helper()
 	cfg.Binary, cfg.DataDir = "/bin/cairn", t.TempDir()
 	s, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := loadLayout(s.cfg.DataDir, s.cfg.Members)
+	children, err := s.Plan()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.plan = &plan{cfg: s.cfg, layout: l}
-	if err := l.assignPorts(s.wantedPorts(), map[string]map[string]int{"frontend-1": {"client": s.cfg.ClientPort}}); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return s, children
 }
 
 // flagValue is the value after --name in argv.
@@ -91,10 +89,10 @@ func flagValue(argv []string, name string) string {
 }
 
 func TestChildrenOfAThreeMemberStack(t *testing.T) {
-	s := testStack(t, Config{ClientPort: 2379, ExtraArgs: map[string][]string{"consensus": {"--heartbeat-interval", "50"}}})
+	s, children := testStack(t, Config{ClientPort: 2379, ExtraArgs: map[string][]string{"consensus": {"--heartbeat-interval", "50"}}})
 	byName := map[string][]string{}
 	deps := map[string][]string{}
-	for _, spec := range s.children() {
+	for _, spec := range children {
 		byName[spec.Name] = spec.Argv
 		deps[spec.Name] = spec.DependsOn
 		if spec.Ready == nil || spec.LogFile == "" || spec.Ports["metrics"] == 0 {
