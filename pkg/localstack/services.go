@@ -13,6 +13,8 @@ type service struct {
 	// single.
 	name   string
 	single bool
+	// pprof says the subcommand takes --enable-pprof.
+	pprof bool
 	// count is how many instances the stack runs.
 	count func(p *plan) int
 	// ports are the named ports each instance needs, "metrics" among them.
@@ -30,7 +32,7 @@ func services() []service {
 
 func natsService() service {
 	return service{
-		name: "nats", single: true, count: one, ports: []string{"client", "metrics"},
+		name: "nats", single: true, pprof: true, count: one, ports: []string{"client", "metrics"},
 		args: func(p *plan, _ int) []string {
 			return []string{"--addr", p.cfg.Host, "--port", p.portString("nats", "client")}
 		},
@@ -39,7 +41,7 @@ func natsService() service {
 
 func consensusService() service {
 	return service{
-		name: "consensus", count: members, ports: []string{"peer", "api", "metrics"},
+		name: "consensus", pprof: true, count: members, ports: []string{"peer", "api", "metrics"},
 		args: func(p *plan, i int) []string {
 			self := p.child("consensus", i)
 			return []string{
@@ -60,7 +62,7 @@ func consensusService() service {
 
 func storageService() service {
 	return service{
-		name: "storage", count: members, ports: []string{"api", "metrics"},
+		name: "storage", pprof: true, count: members, ports: []string{"api", "metrics"},
 		args: func(p *plan, i int) []string {
 			return []string{
 				"--name", memberName(i),

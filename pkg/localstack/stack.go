@@ -33,7 +33,7 @@ type Config struct {
 	Host string
 	// LogLevel is every child's --log-level. Default info.
 	LogLevel string
-	// EnablePprof serves /debug/pprof on every child's metrics port.
+	// EnablePprof serves /debug/pprof on the metrics port of every child whose subcommand has --enable-pprof.
 	EnablePprof bool
 	// ExtraArgs are appended to the command line of every instance of the named service (e.g. "consensus":
 	// {"--heartbeat-interval", "50"}).
@@ -198,7 +198,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 	s.eachInstance(func(svc service, i int, name string) {
 		argv := append([]string{s.cfg.Binary, svc.name}, svc.args(s.plan, i)...)
 		argv = append(argv, "--listen-metrics-urls", s.plan.url(name, "metrics"), "--log-level", s.cfg.LogLevel)
-		if s.cfg.EnablePprof {
+		if s.cfg.EnablePprof && svc.pprof {
 			argv = append(argv, "--enable-pprof")
 		}
 		argv = append(argv, s.cfg.ExtraArgs[svc.name]...)
