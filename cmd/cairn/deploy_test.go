@@ -109,18 +109,27 @@ func referencedHosts(command []string) []string {
 }
 
 func TestLocalStackCommandLines(t *testing.T) {
-	stack, err := localstack.New(localstack.Config{Binary: "cairn", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
+	configs := map[string]localstack.Config{
+		"default":                          {},
+		"5 members, 2 frontends, pprof on": {Members: 5, Frontends: 2, EnablePprof: true, LogLevel: "debug"},
 	}
-	specs, err := stack.Plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, spec := range specs {
-		if err := parseCommandLine(t, spec.Argv[1:]); err != nil {
-			t.Errorf("%s: cairn %s: %v", spec.Name, strings.Join(spec.Argv[1:], " "), err)
-		}
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			cfg.Binary, cfg.DataDir = "cairn", t.TempDir()
+			stack, err := localstack.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs, err := stack.Plan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, spec := range specs {
+				if err := parseCommandLine(t, spec.Argv[1:]); err != nil {
+					t.Errorf("%s: cairn %s: %v", spec.Name, strings.Join(spec.Argv[1:], " "), err)
+				}
+			}
+		})
 	}
 }
 
