@@ -52,6 +52,7 @@ type Client struct {
 	conn     *grpc.ClientConn
 	api      consensuspb.ConsensusClient
 	inflight chan struct{}
+	reads    *readBatcher
 
 	mu      sync.Mutex
 	propose *proposeStream
@@ -86,10 +87,15 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consensusclient: dial %s: %w", cfg.Target, err)
 	}
-	return &Client{
+	c := &Client{
 		cfg: cfg, conn: conn, api: consensuspb.NewConsensusClient(conn),
 		inflight: make(chan struct{}, cfg.MaxInflight),
-	}, nil
+	}
+	c.reads = &readBatcher{call: func(ctx context.Context) (uint64, error) {
+		resp, err := c.api.ReadIndex(ctx, &consensuspb.ReadIndexRequest{})
+		return resp.GetIndex(), err
+	}}
+	return c, nil
 }
 
 // Close ends the proposal stream and the connection; calls in flight fail.
@@ -209,10 +215,10 @@ func deliverError(err error) error {
 	return err
 }
 
-// ReadIndex implements commitlog.Log.
+// ReadIndex implements commitlog.Log. Concurrent calls share RPCs (see readBatcher): each gets an index
+// confirmed after it was called.
 func (c *Client) ReadIndex(ctx context.Context) (uint64, error) {
-	resp, err := c.api.ReadIndex(ctx, &consensuspb.ReadIndexRequest{})
-	return resp.GetIndex(), err
+	return c.reads.readIndex(ctx)
 }
 
 // Compact implements commitlog.Log.
