@@ -35,6 +35,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(
 		newConsensusCommand(),
 		newStorageCommand(),
+		newFrontendCommand(),
 		newNATSCommand(),
 		newDevCommand(),
 		newUpCommand(),

@@ -145,34 +145,52 @@ func (c *Client) Hash(ctx context.Context, rev int64) (*pb.HashKVResponse, error
 // Snapshot writes the storage's whole database to w, checks its SHA-256, and returns the first chunk's
 // description (applied index, revision, size; no blob).
 func (c *Client) Snapshot(ctx context.Context, w io.Writer) (*storagepb.SnapshotChunk, error) {
-	stream, err := c.rpc.Snapshot(ctx, &storagepb.SnapshotRequest{})
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.New()
 	var info *storagepb.SnapshotChunk
 	var written uint64
-	for {
-		chunk, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("snapshot stream ended without a checksum after %d bytes", written)
-		}
-		if err != nil {
-			return nil, err
-		}
+	err := c.SnapshotChunks(ctx, func(chunk *storagepb.SnapshotChunk) error {
 		if info == nil {
 			info = &storagepb.SnapshotChunk{AppliedIndex: chunk.AppliedIndex, Revision: chunk.Revision, TotalSize: chunk.TotalSize}
 		}
-		sum.Write(chunk.Blob)
 		if _, err := w.Write(chunk.Blob); err != nil {
-			return nil, fmt.Errorf("write snapshot at offset %d: %w", written, err)
+			return fmt.Errorf("write snapshot at offset %d: %w", written, err)
 		}
 		written += uint64(len(chunk.Blob))
+		return nil
+	})
+	return info, err
+}
+
+// SnapshotChunks calls each with every chunk of the storage's database, in order. The SHA-256 and size are
+// checked before the last chunk (the one carrying the checksum) is handed over, so a corrupt or truncated
+// stream ends with an error instead of its last chunk.
+func (c *Client) SnapshotChunks(ctx context.Context, each func(*storagepb.SnapshotChunk) error) error {
+	stream, err := c.rpc.Snapshot(ctx, &storagepb.SnapshotRequest{})
+	if err != nil {
+		return err
+	}
+	sum := sha256.New()
+	var total, received uint64
+	for first := true; ; first = false {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("snapshot stream ended without a checksum after %d bytes", received)
+		}
+		if err != nil {
+			return err
+		}
+		if first {
+			total = chunk.TotalSize
+		}
+		sum.Write(chunk.Blob)
+		received += uint64(len(chunk.Blob))
+		if chunk.Sha256 != nil && (!bytes.Equal(chunk.Sha256, sum.Sum(nil)) || received != total) {
+			return fmt.Errorf("snapshot corrupt: %d bytes of %d, checksum mismatch", received, total)
+		}
+		if err := each(chunk); err != nil {
+			return err
+		}
 		if chunk.Sha256 != nil {
-			if !bytes.Equal(chunk.Sha256, sum.Sum(nil)) || written != info.TotalSize {
-				return nil, fmt.Errorf("snapshot corrupt: %d bytes of %d, checksum mismatch", written, info.TotalSize)
-			}
-			return info, nil
+			return nil
 		}
 	}
 }
@@ -180,6 +198,11 @@ func (c *Client) Snapshot(ctx context.Context, w io.Writer) (*storagepb.Snapshot
 // Status reports the storage's position and health.
 func (c *Client) Status(ctx context.Context) (*storagepb.StatusResponse, error) {
 	return c.rpc.Status(ctx, &storagepb.StatusRequest{})
+}
+
+// Defragment rewrites the storage's database compactly and returns its new size.
+func (c *Client) Defragment(ctx context.Context) (*storagepb.DefragmentResponse, error) {
+	return c.rpc.Defragment(ctx, &storagepb.DefragmentRequest{})
 }
 
 // LeaseTimeToLive reports a lease as storage knows it.

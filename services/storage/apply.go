@@ -50,6 +50,8 @@ func (s *Storage) runApplyLoop(ctx context.Context) {
 
 // deliver applies one batch of committed entries in order.
 func (s *Storage) deliver(ctx context.Context, entries []commitlog.Entry) error {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
 	defer s.notifyApplied()
 	for i := range entries {
 		if err := s.applyEntry(ctx, &entries[i]); err != nil {

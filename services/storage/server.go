@@ -49,6 +49,10 @@ func (g *server) Status(ctx context.Context, _ *storagepb.StatusRequest) (*stora
 	return g.s.Status(ctx)
 }
 
+func (g *server) Defragment(ctx context.Context, _ *storagepb.DefragmentRequest) (*storagepb.DefragmentResponse, error) {
+	return g.s.Defragment(ctx)
+}
+
 func (g *server) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	return g.s.LeaseTimeToLive(ctx, r)
 }

@@ -40,6 +40,11 @@ type Storage struct {
 	metrics *metrics
 	ids     *requestIDs
 	waiters *waiters
+	reads   *readBarrier
+
+	// applyMu is held while the apply loop delivers a batch, so a defragmentation can swap the store between
+	// batches; it is taken before storeMu.
+	applyMu sync.Mutex
 
 	// storeMu guards the store pointer: readers hold it shared while they use the store; a snapshot install or a
 	// failure recovery swaps the store holding it exclusively.
@@ -85,6 +90,7 @@ func New(cfg Config, log commitlog.Log, sink AppliedSink, tel *obs.Telemetry, lo
 		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
 		waiters: newWaiters(), appliedCh: make(chan struct{}), failedCh: make(chan struct{}, 1),
 	}
+	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout)
 	s.metrics = newMetrics(s)
 	st, err := s.openStore()
 	if err != nil {

@@ -166,7 +166,7 @@ func wrapResponse(m proto.Message) (*storagepb.SubmitResponse, error) {
 // linearize waits until this storage has applied a ReadIndex from the log, so a following local read sees every
 // write acknowledged before the call.
 func (s *Storage) linearize(ctx context.Context) error {
-	index, err := s.log.ReadIndex(ctx)
+	index, err := s.reads.readIndex(ctx)
 	if err != nil {
 		return proposeError(ctx, err)
 	}
@@ -273,7 +273,8 @@ func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error)
 	size, inUse := st.Size()
 	resp := &storagepb.StatusResponse{MemberId: s.cfg.MemberID, AppliedIndex: pos.AppliedIndex,
 		DurableIndex: pos.DurableIndex, Revision: pos.Revision, CompactRevision: pos.CompactRev, DbSize: size,
-		DbSizeInUse: inUse, Alarms: st.Alarms(pb.AlarmType_NONE), Unhealthy: s.unhealthyReason()}
+		DbSizeInUse: inUse, Alarms: st.Alarms(pb.AlarmType_NONE), Unhealthy: s.unhealthyReason(),
+		DbSizeQuota: max(s.cfg.QuotaBackendBytes, 0)}
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if ls, err := s.log.Status(lctx); err == nil {

@@ -631,7 +631,9 @@ type StatusResponse struct {
 	RaftIndex uint64                      `protobuf:"varint,10,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`
 	Alarms    []*etcdserverpb.AlarmMember `protobuf:"bytes,11,rep,name=alarms,proto3" json:"alarms,omitempty"`
 	// unhealthy is empty when storage is applying normally, else why it is not.
-	Unhealthy     string `protobuf:"bytes,12,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	Unhealthy string `protobuf:"bytes,12,opt,name=unhealthy,proto3" json:"unhealthy,omitempty"`
+	// db_size_quota is the backend quota in bytes (--quota-backend-bytes); 0 when the quota is disabled.
+	DbSizeQuota   int64 `protobuf:"varint,13,opt,name=db_size_quota,json=dbSizeQuota,proto3" json:"db_size_quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -750,6 +752,94 @@ func (x *StatusResponse) GetUnhealthy() string {
 	return ""
 }
 
+func (x *StatusResponse) GetDbSizeQuota() int64 {
+	if x != nil {
+		return x.DbSizeQuota
+	}
+	return 0
+}
+
+type DefragmentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DefragmentRequest) Reset() {
+	*x = DefragmentRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DefragmentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DefragmentRequest) ProtoMessage() {}
+
+func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
+func (*DefragmentRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
+}
+
+type DefragmentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// db_size is the size of the database file after defragmentation.
+	DbSize        int64 `protobuf:"varint,1,opt,name=db_size,json=dbSize,proto3" json:"db_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DefragmentResponse) Reset() {
+	*x = DefragmentResponse{}
+	mi := &file_storagepb_storage_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DefragmentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DefragmentResponse) ProtoMessage() {}
+
+func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
+func (*DefragmentResponse) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DefragmentResponse) GetDbSize() int64 {
+	if x != nil {
+		return x.DbSize
+	}
+	return 0
+}
+
 // LeaseRecord is a lease as stored in the lease bucket.
 type LeaseRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -763,7 +853,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +865,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +878,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -860,7 +950,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
 	"total_size\x18\x04 \x01(\x04R\ttotalSize\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"\x0f\n" +
-	"\rStatusRequest\"\xa1\x03\n" +
+	"\rStatusRequest\"\xc5\x03\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12#\n" +
@@ -875,18 +965,24 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"raft_index\x18\n" +
 	" \x01(\x04R\traftIndex\x121\n" +
 	"\x06alarms\x18\v \x03(\v2\x19.etcdserverpb.AlarmMemberR\x06alarms\x12\x1c\n" +
-	"\tunhealthy\x18\f \x01(\tR\tunhealthy\"T\n" +
+	"\tunhealthy\x18\f \x01(\tR\tunhealthy\x12\"\n" +
+	"\rdb_size_quota\x18\r \x01(\x03R\vdbSizeQuota\"\x13\n" +
+	"\x11DefragmentRequest\"-\n" +
+	"\x12DefragmentResponse\x12\x17\n" +
+	"\adb_size\x18\x01 \x01(\x03R\x06dbSize\"T\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
-	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl2\xe8\x04\n" +
+	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl2\xbb\x05\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
 	"\aHistory\x12\x1d.cairn.storage.HistoryRequest\x1a\x1e.cairn.storage.HistoryResponse0\x01\x12A\n" +
 	"\x04Hash\x12\x1b.etcdserverpb.HashKVRequest\x1a\x1c.etcdserverpb.HashKVResponse\x12J\n" +
 	"\bSnapshot\x12\x1e.cairn.storage.SnapshotRequest\x1a\x1c.cairn.storage.SnapshotChunk0\x01\x12E\n" +
-	"\x06Status\x12\x1c.cairn.storage.StatusRequest\x1a\x1d.cairn.storage.StatusResponse\x12^\n" +
+	"\x06Status\x12\x1c.cairn.storage.StatusRequest\x1a\x1d.cairn.storage.StatusResponse\x12Q\n" +
+	"\n" +
+	"Defragment\x12 .cairn.storage.DefragmentRequest\x1a!.cairn.storage.DefragmentResponse\x12^\n" +
 	"\x0fLeaseTimeToLive\x12$.etcdserverpb.LeaseTimeToLiveRequest\x1a%.etcdserverpb.LeaseTimeToLiveResponse\x12R\n" +
 	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponseB1Z/github.com/cairn-kv/cairn/pkg/cairnpb/storagepbb\x06proto3"
 
@@ -902,7 +998,7 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_storagepb_storage_proto_goTypes = []any{
 	(*Entry)(nil),                                // 0: cairn.storage.Entry
 	(*SubmitRequest)(nil),                        // 1: cairn.storage.SubmitRequest
@@ -913,60 +1009,64 @@ var file_storagepb_storage_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),                        // 6: cairn.storage.SnapshotChunk
 	(*StatusRequest)(nil),                        // 7: cairn.storage.StatusRequest
 	(*StatusResponse)(nil),                       // 8: cairn.storage.StatusResponse
-	(*LeaseRecord)(nil),                          // 9: cairn.storage.LeaseRecord
-	nil,                                          // 10: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.InternalRaftRequest)(nil),     // 11: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),             // 12: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),     // 13: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),             // 14: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),      // 15: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),      // 16: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 17: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 18: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),           // 19: etcdserverpb.AlarmResponse
-	(*mvccpb.Event)(nil),                         // 20: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),             // 21: etcdserverpb.AlarmMember
-	(*etcdserverpb.RangeRequest)(nil),            // 22: etcdserverpb.RangeRequest
-	(*etcdserverpb.HashKVRequest)(nil),           // 23: etcdserverpb.HashKVRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 24: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 25: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.RangeResponse)(nil),           // 26: etcdserverpb.RangeResponse
-	(*etcdserverpb.HashKVResponse)(nil),          // 27: etcdserverpb.HashKVResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 28: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 29: etcdserverpb.LeaseLeasesResponse
+	(*DefragmentRequest)(nil),                    // 9: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                   // 10: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                          // 11: cairn.storage.LeaseRecord
+	nil,                                          // 12: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.InternalRaftRequest)(nil),     // 13: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),             // 14: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),     // 15: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),             // 16: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),      // 17: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),      // 18: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 19: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 20: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),           // 21: etcdserverpb.AlarmResponse
+	(*mvccpb.Event)(nil),                         // 22: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),             // 23: etcdserverpb.AlarmMember
+	(*etcdserverpb.RangeRequest)(nil),            // 24: etcdserverpb.RangeRequest
+	(*etcdserverpb.HashKVRequest)(nil),           // 25: etcdserverpb.HashKVRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 26: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 27: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.RangeResponse)(nil),           // 28: etcdserverpb.RangeResponse
+	(*etcdserverpb.HashKVResponse)(nil),          // 29: etcdserverpb.HashKVResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 30: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 31: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	11, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	10, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
-	11, // 2: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
-	12, // 3: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	13, // 4: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	14, // 5: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	15, // 6: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	16, // 7: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	17, // 8: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	18, // 9: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	19, // 10: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
-	20, // 11: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	21, // 12: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	13, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	12, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	13, // 2: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	14, // 3: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	15, // 4: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	16, // 5: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	17, // 6: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	18, // 7: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	19, // 8: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	20, // 9: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	21, // 10: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	22, // 11: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	23, // 12: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
 	1,  // 13: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	22, // 14: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	24, // 14: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
 	3,  // 15: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	23, // 16: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	25, // 16: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
 	5,  // 17: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
 	7,  // 18: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	24, // 19: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	25, // 20: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	2,  // 21: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	26, // 22: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	4,  // 23: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	27, // 24: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	6,  // 25: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	8,  // 26: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	28, // 27: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	29, // 28: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	21, // [21:29] is the sub-list for method output_type
-	13, // [13:21] is the sub-list for method input_type
+	9,  // 19: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	26, // 20: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	27, // 21: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	2,  // 22: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	28, // 23: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	4,  // 24: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	29, // 25: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	6,  // 26: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	8,  // 27: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	10, // 28: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	30, // 29: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	31, // 30: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	22, // [22:31] is the sub-list for method output_type
+	13, // [13:22] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -993,7 +1093,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

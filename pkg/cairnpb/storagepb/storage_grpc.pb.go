@@ -30,6 +30,7 @@ const (
 	Storage_Hash_FullMethodName            = "/cairn.storage.Storage/Hash"
 	Storage_Snapshot_FullMethodName        = "/cairn.storage.Storage/Snapshot"
 	Storage_Status_FullMethodName          = "/cairn.storage.Storage/Status"
+	Storage_Defragment_FullMethodName      = "/cairn.storage.Storage/Defragment"
 	Storage_LeaseTimeToLive_FullMethodName = "/cairn.storage.Storage/LeaseTimeToLive"
 	Storage_LeaseLeases_FullMethodName     = "/cairn.storage.Storage/LeaseLeases"
 )
@@ -57,6 +58,9 @@ type StorageClient interface {
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	// Status reports applied index, revisions, database size and health.
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Defragment rewrites the database into a new, compact file (etcd's Maintenance.Defragment for this member);
+	// writes and reads wait while it runs.
+	Defragment(ctx context.Context, in *DefragmentRequest, opts ...grpc.CallOption) (*DefragmentResponse, error)
 	// LeaseTimeToLive reports a lease's granted TTL, its last checkpointed remaining TTL (as TTL; the granted TTL
 	// when never checkpointed; -1 when the lease does not exist) and, if asked, its keys.
 	LeaseTimeToLive(ctx context.Context, in *etcdserverpb.LeaseTimeToLiveRequest, opts ...grpc.CallOption) (*etcdserverpb.LeaseTimeToLiveResponse, error)
@@ -150,6 +154,16 @@ func (c *storageClient) Status(ctx context.Context, in *StatusRequest, opts ...g
 	return out, nil
 }
 
+func (c *storageClient) Defragment(ctx context.Context, in *DefragmentRequest, opts ...grpc.CallOption) (*DefragmentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DefragmentResponse)
+	err := c.cc.Invoke(ctx, Storage_Defragment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *storageClient) LeaseTimeToLive(ctx context.Context, in *etcdserverpb.LeaseTimeToLiveRequest, opts ...grpc.CallOption) (*etcdserverpb.LeaseTimeToLiveResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(etcdserverpb.LeaseTimeToLiveResponse)
@@ -193,6 +207,9 @@ type StorageServer interface {
 	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	// Status reports applied index, revisions, database size and health.
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Defragment rewrites the database into a new, compact file (etcd's Maintenance.Defragment for this member);
+	// writes and reads wait while it runs.
+	Defragment(context.Context, *DefragmentRequest) (*DefragmentResponse, error)
 	// LeaseTimeToLive reports a lease's granted TTL, its last checkpointed remaining TTL (as TTL; the granted TTL
 	// when never checkpointed; -1 when the lease does not exist) and, if asked, its keys.
 	LeaseTimeToLive(context.Context, *etcdserverpb.LeaseTimeToLiveRequest) (*etcdserverpb.LeaseTimeToLiveResponse, error)
@@ -225,6 +242,9 @@ func (UnimplementedStorageServer) Snapshot(*SnapshotRequest, grpc.ServerStreamin
 }
 func (UnimplementedStorageServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedStorageServer) Defragment(context.Context, *DefragmentRequest) (*DefragmentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Defragment not implemented")
 }
 func (UnimplementedStorageServer) LeaseTimeToLive(context.Context, *etcdserverpb.LeaseTimeToLiveRequest) (*etcdserverpb.LeaseTimeToLiveResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaseTimeToLive not implemented")
@@ -347,6 +367,24 @@ func _Storage_Status_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Storage_Defragment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DefragmentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServer).Defragment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Storage_Defragment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServer).Defragment(ctx, req.(*DefragmentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Storage_LeaseTimeToLive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(etcdserverpb.LeaseTimeToLiveRequest)
 	if err := dec(in); err != nil {
@@ -405,6 +443,10 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Storage_Status_Handler,
+		},
+		{
+			MethodName: "Defragment",
+			Handler:    _Storage_Defragment_Handler,
 		},
 		{
 			MethodName: "LeaseTimeToLive",

@@ -1,0 +1,186 @@
+package frontend
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+	"github.com/cairn-kv/cairn/pkg/obs"
+)
+
+// Defaults, etcd's where etcd has the setting.
+const (
+	DefaultListenClientURL = "http://localhost:2379"
+	// DefaultRequestTimeout is etcd's client-facing request timeout with its default election timeout:
+	// 5s + 2 × 1000 ms.
+	DefaultRequestTimeout = 7 * time.Second
+	// DefaultProbeInterval is how often every storage and consensus replica is asked for its status.
+	DefaultProbeInterval = 500 * time.Millisecond
+	// DefaultConnsPerStorage is how many gRPC connections the frontend keeps open to each storage.
+	DefaultConnsPerStorage = 2
+)
+
+// grpcOverheadBytes is etcd's allowance over --max-request-bytes for gRPC framing: the server's
+// MaxRecvMsgSize is max-request-bytes + 512 KiB, so a slightly oversized request reaches etcdcheck and gets
+// etcd's "request is too large" instead of gRPC's own error.
+const grpcOverheadBytes = 512 * 1024
+
+// Config configures a frontend. Flag names and defaults are etcd's where etcd has the setting.
+type Config struct {
+	// Name is the frontend's name (--name). When a member has the same name, that member is this
+	// frontend's home member: Status, HashKV and Snapshot describe it, as an etcd endpoint describes itself.
+	Name string
+	// ListenClientURLs are where the etcd API (gRPC and the JSON gateway on one port) is served
+	// (--listen-client-urls); port 0 picks a free port (see ClientURLs).
+	ListenClientURLs []string
+	// AdvertiseClientURLs are the URLs clients reach this frontend at (--advertise-client-urls).
+	AdvertiseClientURLs []string
+	// ListenMetricsURLs serve /metrics, /health, /readyz and /livez on their own listeners
+	// (--listen-metrics-urls); the client URLs serve them too.
+	ListenMetricsURLs []string
+	// ConsensusEndpoints are consensus API URLs (http://host:port) (--consensus-endpoints).
+	ConsensusEndpoints []string
+	// StorageEndpoints are storage API URLs (--storage-endpoints); optional, since every member's storage
+	// URL is also discovered from consensus membership.
+	StorageEndpoints []string
+	// WatchEndpoints are watchhubs serving etcdserverpb.Watch (--watch-endpoints); none: Watch is
+	// codes.Unimplemented.
+	WatchEndpoints []string
+	// LeaseEndpoints are leasekeepers serving etcdserverpb.Lease (--lease-endpoints); none: Lease is
+	// codes.Unimplemented.
+	LeaseEndpoints []string
+	// MaxRequestBytes is etcd's --max-request-bytes (1.5 MiB).
+	MaxRequestBytes uint
+	// MaxTxnOps is etcd's --max-txn-ops (128).
+	MaxTxnOps uint
+	// RequestTimeout bounds one client request across every replica it is tried on (--request-timeout).
+	RequestTimeout time.Duration
+	// ProbeInterval is how often replicas are asked for their status (--probe-interval).
+	ProbeInterval time.Duration
+	// ConnsPerStorage is how many gRPC connections are kept to each storage (--conns-per-storage).
+	ConnsPerStorage int
+	// LogLevel is etcd's --log-level (debug, info, warn, error).
+	LogLevel string
+	// ClientListeners, when set, are served instead of listening on ListenClientURLs (one per URL, in
+	// order); tests bind their ports beforehand this way.
+	ClientListeners []net.Listener
+}
+
+// DefaultConfig returns etcd's defaults (and Cairn's for settings etcd lacks).
+func DefaultConfig() Config {
+	return Config{
+		Name:             "default",
+		ListenClientURLs: []string{DefaultListenClientURL},
+		MaxRequestBytes:  etcdcheck.DefaultMaxRequestBytes,
+		MaxTxnOps:        etcdcheck.DefaultMaxTxnOps,
+		RequestTimeout:   DefaultRequestTimeout,
+		ProbeInterval:    DefaultProbeInterval,
+		ConnsPerStorage:  DefaultConnsPerStorage,
+		LogLevel:         "info",
+	}
+}
+
+// RegisterFlags binds the configuration to etcd-named flags on fs; the current values are the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Name, "name", c.Name, "Name of this frontend; a member of the same name is its home member (Status, HashKV, Snapshot).")
+	fs.Var((*urlList)(&c.ListenClientURLs), "listen-client-urls", "List of URLs to listen on for client traffic (gRPC and HTTP).")
+	fs.Var((*urlList)(&c.AdvertiseClientURLs), "advertise-client-urls", "List of this frontend's client URLs to advertise to the public.")
+	fs.Var((*urlList)(&c.ListenMetricsURLs), "listen-metrics-urls", "List of URLs to listen on for /metrics and the health endpoints.")
+	fs.Var((*urlList)(&c.ConsensusEndpoints), "consensus-endpoints", "Comma-separated consensus API URLs (http://host:port).")
+	fs.Var((*urlList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage API URLs; optional, they are discovered from consensus membership.")
+	fs.Var((*urlList)(&c.WatchEndpoints), "watch-endpoints", "Comma-separated watchhub URLs serving the etcd Watch service.")
+	fs.Var((*urlList)(&c.LeaseEndpoints), "lease-endpoints", "Comma-separated leasekeeper URLs serving the etcd Lease service.")
+	fs.UintVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "Maximum client request size in bytes the server will accept.")
+	fs.UintVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "Maximum number of operations permitted in a transaction.")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Bound on one client request, retries included.")
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "How often storage and consensus replicas are health-checked.")
+	fs.IntVar(&c.ConnsPerStorage, "conns-per-storage", c.ConnsPerStorage, "gRPC connections kept open to each storage.")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "Log level: debug, info, warn or error.")
+}
+
+// Validate reports every unusable setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("--name must not be empty"))
+	}
+	if len(c.ListenClientURLs) == 0 {
+		errs = append(errs, errors.New("--listen-client-urls must not be empty"))
+	}
+	for flagName, urls := range map[string][]string{
+		"--listen-client-urls": c.ListenClientURLs, "--advertise-client-urls": c.AdvertiseClientURLs,
+		"--listen-metrics-urls": c.ListenMetricsURLs, "--consensus-endpoints": c.ConsensusEndpoints,
+		"--storage-endpoints": c.StorageEndpoints, "--watch-endpoints": c.WatchEndpoints,
+		"--lease-endpoints": c.LeaseEndpoints,
+	} {
+		for _, u := range urls {
+			if _, err := hostPort(u); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
+			}
+		}
+	}
+	if len(c.ConsensusEndpoints) == 0 && len(c.StorageEndpoints) == 0 {
+		errs = append(errs, errors.New("--consensus-endpoints (or at least --storage-endpoints) must be given"))
+	}
+	if c.MaxRequestBytes == 0 || c.MaxTxnOps == 0 {
+		errs = append(errs, errors.New("--max-request-bytes and --max-txn-ops must be positive"))
+	}
+	if c.RequestTimeout <= 0 || c.ProbeInterval <= 0 {
+		errs = append(errs, errors.New("--request-timeout and --probe-interval must be positive"))
+	}
+	if c.ConnsPerStorage <= 0 {
+		errs = append(errs, errors.New("--conns-per-storage must be positive"))
+	}
+	if _, err := obs.ParseLevel(c.LogLevel); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) limits() etcdcheck.Limits {
+	return etcdcheck.Limits{MaxTxnOps: int(c.MaxTxnOps), MaxRequestBytes: int(c.MaxRequestBytes)}
+}
+
+// hostPort returns the host:port of an http:// URL, or of a bare host:port.
+func hostPort(raw string) (string, error) {
+	if !strings.Contains(raw, "://") {
+		if _, _, err := net.SplitHostPort(raw); err != nil {
+			return "", fmt.Errorf("%q: want http://host:port", raw)
+		}
+		return raw, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%q: %w", raw, err)
+	}
+	if u.Scheme != "http" {
+		return "", fmt.Errorf("%q: scheme %q, want http (TLS is not supported yet)", raw, u.Scheme)
+	}
+	if _, _, err := net.SplitHostPort(u.Host); err != nil {
+		return "", fmt.Errorf("%q: want http://host:port", raw)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return "", fmt.Errorf("%q: must not contain a path", raw)
+	}
+	return u.Host, nil
+}
+
+// urlList is a comma-separated list flag.
+type urlList []string
+
+func (l *urlList) String() string { return strings.Join(*l, ",") }
+
+func (l *urlList) Set(s string) error {
+	*l = nil
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			*l = append(*l, u)
+		}
+	}
+	return nil
+}

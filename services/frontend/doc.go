@@ -1,0 +1,55 @@
+// Package frontend is Cairn's frontend service: the etcd v3 API (the gRPC services of
+// go.etcd.io/etcd/api/v3/etcdserverpb, and etcd's grpc-gateway JSON API at /v3/...) on the client URLs, in
+// front of the members' storage and consensus services, the watchhubs and the leasekeepers. It keeps no state
+// of its own: several frontends may run side by side, and a restarted one loses nothing.
+//
+// New(cfg, tel, logger) → Start(ctx) → Stop(ctx). ClientURLs reports the bound URLs.
+//
+// # Routing
+//
+//   - Every request is first checked as etcd's API layer checks it (package etcdcheck: empty keys, sort
+//     options, --max-txn-ops, overlapping txn ops, --max-request-bytes), with etcd's errors. The gRPC server
+//     takes messages up to --max-request-bytes + 512 KiB, as etcd's does, so a slightly oversized request gets
+//     "etcdserver: request is too large" and a much larger one gRPC's ResourceExhausted.
+//   - Writes (Put, DeleteRange, a Txn with writes, Compact, Alarm activate/deactivate) go to a storage's
+//     Submit, the raft leader's member's storage first (its proposal needs no forwarding). A write is tried on
+//     another storage only when it certainly was not proposed (no connection could be made, or the storage
+//     refused it before proposing); when the connection breaks while it is in flight the client gets etcd's
+//     "request timed out, possibly due to connection lost", never a duplicate.
+//   - Linearizable reads (Range, RangeStream, a read-only Txn) go to the leader's storage first, which makes
+//     them linearizable with a ReadIndex; serializable reads go to the nearest storage (the home member's,
+//     else the shortest round trip). Reads, MemberList, Status and the other idempotent calls are tried on the
+//     next replica when one is unavailable.
+//   - Cluster calls and MoveLeader go to consensus (the leader's first); MoveLeader is forwarded to the
+//     leader whichever member this frontend speaks for.
+//   - Watch streams are relayed to one watchhub each (round robin); a failing hub ends the client stream
+//     with codes.Unavailable so etcd clients resume on another. Lease calls and keep-alive streams go to the
+//     active leasekeeper: a keeper that is unavailable or answers FailedPrecondition "not the active
+//     leasekeeper" is passed over. With no --watch-endpoints / --lease-endpoints those services answer
+//     codes.Unimplemented.
+//
+// # Replicas
+//
+// A pool keeps ConnsPerStorage warm gRPC connections to every storage (from --storage-endpoints and from
+// every member's storage URL in consensus membership) and one to every consensus endpoint, and probes each
+// every ProbeInterval (sooner after a failure) for health, leader, term and membership. Routing reads an
+// immutable view of the last probe round without locks. A replica that fails a call is routed around at once.
+//
+// # Answers as etcd's
+//
+// Response headers carry the cluster ID, the ID of the member whose storage answered, that member's raft
+// term and the storage's revision. The home member (the member named like the frontend, else a sticky
+// nearest one) is the member this frontend speaks for where etcd speaks for itself: Status (version "3.7.3"),
+// HashKV, Snapshot (the storage's database followed by its SHA-256, as etcdctl snapshot save expects) and
+// Defragment (a real bbolt compaction in that storage). Auth answers as an etcd with authentication
+// disabled: AuthStatus is enabled=false, Authenticate is ErrGRPCAuthNotEnabled, AuthDisable succeeds; users,
+// roles and AuthEnable are codes.Unimplemented. Maintenance.Hash (a whole-backend hash) is codes.Unimplemented
+// (HashKV is the consistency check). Downgrade answers as etcd does when no downgrade is possible.
+//
+// # HTTP
+//
+// gRPC and HTTP share each client port (cmux, as etcd: HTTP/2 to gRPC, HTTP/1 to the gateway), so gRPC keeps
+// its native server. Besides /v3/..., each client URL and each --listen-metrics-urls URL serves /metrics,
+// /version, /health (etcd's: healthy only with no alarm, a leader and a working linearizable read; ?exclude=
+// and ?serializable=true as etcd), and /readyz and /livez with etcd's named checks.
+package frontend

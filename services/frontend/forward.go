@@ -1,0 +1,145 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// backend is one watchhub or leasekeeper connection.
+type backend struct {
+	url  string
+	conn *grpc.ClientConn
+}
+
+// dialBackends connects (lazily, kept warm) to every URL.
+func dialBackends(urls []string, opts []grpc.DialOption) ([]*backend, error) {
+	var out []*backend
+	for _, u := range urls {
+		target, err := hostPort(u)
+		if err != nil {
+			closeBackends(out)
+			return nil, err
+		}
+		conn, err := grpc.NewClient(target, append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1)),
+		}, opts...)...)
+		if err != nil {
+			closeBackends(out)
+			return nil, fmt.Errorf("dial %s: %w", u, err)
+		}
+		conn.Connect()
+		out = append(out, &backend{url: "http://" + target, conn: conn})
+	}
+	return out, nil
+}
+
+func closeBackends(backends []*backend) {
+	for _, b := range backends {
+		_ = b.conn.Close()
+	}
+}
+
+// rotation hands out backends round robin, skipping those whose connection is failing while others are not.
+type rotation struct {
+	backends []*backend
+	next     atomic.Uint32
+}
+
+// order returns every backend once, starting at the next in turn, connected ones first.
+func (r *rotation) order() []*backend {
+	n := len(r.backends)
+	start := int(r.next.Add(1))
+	out := make([]*backend, 0, n)
+	var failing []*backend
+	for i := range n {
+		b := r.backends[(start+i)%n]
+		if s := b.conn.GetState(); s == connectivity.TransientFailure || s == connectivity.Shutdown {
+			failing = append(failing, b)
+			continue
+		}
+		out = append(out, b)
+	}
+	return append(out, failing...)
+}
+
+// forwardedContext carries the client's own metadata (e.g. client/v3's "hasleader") to the backend; gRPC's and
+// the tracing headers are set anew by the outgoing call.
+func forwardedContext(ctx context.Context) context.Context {
+	in, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return ctx
+	}
+	out := metadata.MD{}
+	for k, v := range in {
+		switch {
+		case strings.HasPrefix(k, ":"), strings.HasPrefix(k, "grpc-"), k == "content-type", k == "user-agent",
+			k == "te", k == "traceparent", k == "tracestate", k == "baggage":
+			continue
+		}
+		out[k] = v
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
+
+// errBackendLost ends a proxied stream whose backend failed, so etcd clients open a new stream (client/v3
+// resumes watches from their next revision and keep-alives on the next attempt).
+func errBackendLost(what string, err error) error {
+	return status.Errorf(codes.Unavailable, "cairn frontend: %s backend lost: %v", what, status.Convert(err).Message())
+}
+
+// proxyStream relays one client stream to one backend stream until either ends. The client's half-close is
+// passed on and responses keep flowing until the backend ends; a backend failure ends the client stream
+// with codes.Unavailable, a backend's own status error is passed on unchanged.
+func proxyStream[Req, Resp any](what string, client grpc.BidiStreamingServer[Req, Resp], upstream grpc.BidiStreamingClient[Req, Resp]) error {
+	upErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := client.Recv()
+			if errors.Is(err, io.EOF) {
+				_ = upstream.CloseSend()
+				return
+			}
+			if err != nil {
+				return // the client is gone; its context cancels the upstream
+			}
+			if err := upstream.Send(req); err != nil {
+				return // the upstream's Recv reports why
+			}
+		}
+	}()
+	go func() {
+		for {
+			resp, err := upstream.Recv()
+			if err != nil {
+				upErr <- err
+				return
+			}
+			if err := client.Send(resp); err != nil {
+				upErr <- err
+				return
+			}
+		}
+	}()
+	err := <-upErr
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case client.Context().Err() != nil:
+		return status.FromContextError(client.Context().Err()).Err()
+	case status.Code(err) == codes.Unavailable, status.Code(err) == codes.Canceled, status.Code(err) == codes.Unknown:
+		return errBackendLost(what, err)
+	}
+	return err
+}

@@ -1,0 +1,217 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/soheilhy/cmux"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/cairn-kv/cairn/pkg/obs"
+)
+
+// Frontend is one stateless frontend: etcd's gRPC API, the JSON gateway and the admin endpoints on the client
+// URLs, routing to a pool of storage, consensus, watchhub and leasekeeper replicas.
+type Frontend struct {
+	cfg     Config
+	tel     *obs.Telemetry
+	logger  *slog.Logger
+	pool    *pool
+	metrics *metrics
+	watch   *rotation
+	lease   *rotation
+
+	grpcServer  *grpc.Server
+	listeners   []net.Listener
+	muxes       []cmux.CMux
+	httpServers []*http.Server
+	gatewayConn *grpc.ClientConn
+	cancel      context.CancelFunc
+	done        sync.WaitGroup
+}
+
+// New checks cfg and prepares the frontend (connections are opened in the background); nothing is served
+// until Start.
+func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Frontend, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("frontend config: %w", err)
+	}
+	if tel == nil {
+		tel = obs.NoTelemetry()
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	f := &Frontend{cfg: cfg, tel: tel, logger: logger}
+	var err error
+	if f.pool, err = newPool(cfg, tel, logger); err != nil {
+		return nil, err
+	}
+	watchhubs, err := dialBackends(cfg.WatchEndpoints, tel.DialOptions())
+	if err != nil {
+		f.pool.close()
+		return nil, fmt.Errorf("watch endpoints: %w", err)
+	}
+	leasekeepers, err := dialBackends(cfg.LeaseEndpoints, tel.DialOptions())
+	if err != nil {
+		f.pool.close()
+		closeBackends(watchhubs)
+		return nil, fmt.Errorf("lease endpoints: %w", err)
+	}
+	f.watch, f.lease = &rotation{backends: watchhubs}, &rotation{backends: leasekeepers}
+	f.metrics = newMetrics(f)
+	f.grpcServer = f.newGRPCServer()
+	return f, nil
+}
+
+// newGRPCServer builds the gRPC server with etcd's limits and keepalive policy.
+func (f *Frontend) newGRPCServer() *grpc.Server {
+	opts := append(f.tel.ServerOptions(),
+		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
+		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor),
+	)
+	s := grpc.NewServer(opts...)
+	pb.RegisterKVServer(s, &kvServer{f: f})
+	pb.RegisterClusterServer(s, &clusterServer{f: f})
+	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
+	pb.RegisterAuthServer(s, &authServer{f: f})
+	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch})
+	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease})
+	return s
+}
+
+// Start binds the client and metrics URLs, serves gRPC and HTTP on each client URL (split by cmux, as etcd
+// does), probes the replicas once and keeps probing in the background.
+func (f *Frontend) Start(ctx context.Context) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	f.cancel = cancel
+	probeCtx, probeCancel := context.WithTimeout(ctx, 2*time.Second)
+	f.pool.probe(probeCtx)
+	probeCancel()
+	f.done.Go(func() { f.pool.run(runCtx) })
+	if err := f.listen(); err != nil {
+		_ = f.Stop(ctx)
+		return err
+	}
+	gateway, err := f.newGateway(runCtx)
+	if err != nil {
+		_ = f.Stop(ctx)
+		return err
+	}
+	clientMux := f.adminMux()
+	clientMux.Handle("/v3/", gateway)
+	for _, lis := range f.listeners {
+		m := cmux.New(lis)
+		grpcL, httpL := m.Match(cmux.HTTP2()), m.Match(cmux.HTTP1())
+		srv := &http.Server{Handler: clientMux, ReadHeaderTimeout: 5 * time.Minute}
+		f.muxes, f.httpServers = append(f.muxes, m), append(f.httpServers, srv)
+		f.serve("grpc", lis, func() error { return f.grpcServer.Serve(grpcL) })
+		f.serve("http", lis, func() error { return srv.Serve(httpL) })
+		f.serve("cmux", lis, m.Serve)
+	}
+	for _, u := range f.cfg.ListenMetricsURLs {
+		addr, _ := hostPort(u)
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			_ = f.Stop(ctx)
+			return fmt.Errorf("metrics listener on %s: %w", u, err)
+		}
+		srv := &http.Server{Handler: f.adminMux(), ReadHeaderTimeout: 10 * time.Second}
+		f.httpServers = append(f.httpServers, srv)
+		f.serve("metrics", lis, func() error { return srv.Serve(lis) })
+	}
+	f.logger.Info("frontend started", "name", f.cfg.Name, "client_urls", f.ClientURLs(),
+		"consensus_endpoints", f.cfg.ConsensusEndpoints, "storage_endpoints", f.cfg.StorageEndpoints,
+		"watch_endpoints", f.cfg.WatchEndpoints, "lease_endpoints", f.cfg.LeaseEndpoints)
+	return nil
+}
+
+func (f *Frontend) listen() error {
+	if len(f.cfg.ClientListeners) > 0 {
+		f.listeners = append(f.listeners, f.cfg.ClientListeners...)
+		return nil
+	}
+	for _, u := range f.cfg.ListenClientURLs {
+		addr, _ := hostPort(u)
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("client listener on %s: %w", u, err)
+		}
+		f.listeners = append(f.listeners, lis)
+	}
+	return nil
+}
+
+// serve runs one server loop until it is stopped, logging an unexpected end.
+func (f *Frontend) serve(what string, lis net.Listener, run func() error) {
+	f.done.Go(func() {
+		err := run()
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) && !errors.Is(err, http.ErrServerClosed) &&
+			!errors.Is(err, cmux.ErrListenerClosed) && !errors.Is(err, cmux.ErrServerClosed) &&
+			!errors.Is(err, net.ErrClosed) {
+			f.logger.Error("frontend server stopped", "server", what, "addr", lis.Addr().String(), "err", err)
+		}
+	})
+}
+
+// ClientURLs are the bound client URLs, with the real ports when port 0 was asked for.
+func (f *Frontend) ClientURLs() []string {
+	if len(f.listeners) == 0 {
+		return f.cfg.ListenClientURLs
+	}
+	urls := make([]string, len(f.listeners))
+	for i, lis := range f.listeners {
+		urls[i] = "http://" + lis.Addr().String()
+	}
+	return urls
+}
+
+// Stop stops serving: in-flight requests finish (until ctx ends), streams are then cut, connections closed.
+func (f *Frontend) Stop(ctx context.Context) error {
+	stopped := make(chan struct{})
+	go func() { f.grpcServer.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		f.grpcServer.Stop()
+		<-stopped
+	}
+	for _, srv := range f.httpServers {
+		shutdownCtx, cancel := context.WithTimeout(ctx, time.Second)
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			_ = srv.Close()
+		}
+		cancel()
+	}
+	for _, m := range f.muxes {
+		m.Close()
+	}
+	for _, lis := range f.listeners {
+		_ = lis.Close()
+	}
+	if f.gatewayConn != nil {
+		_ = f.gatewayConn.Close()
+	}
+	if f.cancel != nil {
+		f.cancel()
+	}
+	f.done.Wait()
+	f.pool.close()
+	closeBackends(f.watch.backends)
+	closeBackends(f.lease.backends)
+	f.logger.Info("frontend stopped", "name", f.cfg.Name)
+	return nil
+}

@@ -1,0 +1,169 @@
+package frontend
+
+import (
+	"context"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+)
+
+// kvServer is etcd's KV service: requests are checked as etcd's API layer checks them, then writes go to a
+// storage's Submit and reads to a storage's Range.
+type kvServer struct {
+	pb.UnimplementedKVServer
+	f *Frontend
+}
+
+func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := etcdcheck.Range(r); err != nil {
+		return nil, err
+	}
+	ctx, cancel := boundContext(ctx, s.f.cfg.RequestTimeout)
+	defer cancel()
+	v := s.f.pool.view()
+	var resp *pb.RangeResponse
+	served, err := s.f.readOn(ctx, v.readOrder(r.Serializable), func(rep *storageReplica) (err error) {
+		resp, err = rep.client().Range(ctx, r)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	v.fillHeader(resp.Header, served)
+	return resp, nil
+}
+
+// boundContext bounds ctx to d from now, unless the client's own deadline is sooner (saving a timer on the
+// hot path: etcd clients send a deadline with most requests).
+func boundContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// readOrder is where a read goes: serializable reads to the nearest storage, linearizable ones to the
+// leader's (its read index needs no forwarding).
+func (v *view) readOrder(serializable bool) []*storageReplica {
+	if serializable {
+		return v.nearestFirst
+	}
+	return v.leaderFirst
+}
+
+func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Put: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetPut(), nil
+}
+
+func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{DeleteRange: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetDeleteRange(), nil
+}
+
+func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Txn: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetTxn(), nil
+}
+
+func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Compaction: r})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetCompaction(), nil
+}
+
+// submit checks req as etcd does and sends it to a storage's Submit: writes to the leader's storage, never
+// retried once they may have been proposed; read-only requests (a Txn of ranges, an Alarm GET) as reads,
+// retried on another storage when one is unavailable. The answer's header is completed.
+func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
+	if err := etcdcheck.Write(req, f.cfg.limits()); err != nil {
+		return nil, err
+	}
+	// Storage bounds a write by its own request timeout and answers with etcd's error; the frontend's bound
+	// is a little longer so that answer arrives first.
+	ctx, cancel := boundContext(ctx, f.cfg.RequestTimeout+f.cfg.ProbeInterval)
+	defer cancel()
+	v := f.pool.view()
+	var resp *storagepb.SubmitResponse
+	call := func(rep *storageReplica) (err error) {
+		resp, err = rep.client().Submit(ctx, req)
+		return err
+	}
+	var served *storageReplica
+	var err error
+	if readOnly, serializable := readOnlyRequest(req); readOnly {
+		served, err = f.readOn(ctx, v.readOrder(serializable), call)
+	} else {
+		served, err = f.writeOn(ctx, v.leaderFirst, call)
+	}
+	if err != nil {
+		return nil, err
+	}
+	v.fillHeader(responseHeader(resp), served)
+	return resp, nil
+}
+
+// readOnlyRequest reports whether storage answers req without the log (a Txn of ranges only, an Alarm GET),
+// and whether it reads serializably.
+func readOnlyRequest(req *pb.InternalRaftRequest) (readOnly, serializable bool) {
+	switch {
+	case req.Txn != nil:
+		serializable = true
+		for _, ops := range [][]*pb.RequestOp{req.Txn.Success, req.Txn.Failure} {
+			for _, op := range ops {
+				rr := op.GetRequestRange()
+				if rr == nil {
+					return false, false
+				}
+				serializable = serializable && rr.Serializable
+			}
+		}
+		return true, serializable
+	case req.Alarm != nil:
+		return req.Alarm.Action == pb.AlarmRequest_GET, true
+	}
+	return false, false
+}
+
+// responseHeader returns the header of whichever response resp holds, creating it when storage sent none.
+func responseHeader(resp *storagepb.SubmitResponse) *pb.ResponseHeader {
+	slot := func(h **pb.ResponseHeader) *pb.ResponseHeader {
+		if *h == nil {
+			*h = &pb.ResponseHeader{}
+		}
+		return *h
+	}
+	switch r := resp.Response.(type) {
+	case *storagepb.SubmitResponse_Put:
+		return slot(&r.Put.Header)
+	case *storagepb.SubmitResponse_DeleteRange:
+		return slot(&r.DeleteRange.Header)
+	case *storagepb.SubmitResponse_Txn:
+		return slot(&r.Txn.Header)
+	case *storagepb.SubmitResponse_Compaction:
+		return slot(&r.Compaction.Header)
+	case *storagepb.SubmitResponse_LeaseGrant:
+		return slot(&r.LeaseGrant.Header)
+	case *storagepb.SubmitResponse_LeaseRevoke:
+		return slot(&r.LeaseRevoke.Header)
+	case *storagepb.SubmitResponse_LeaseCheckpoint:
+		return slot(&r.LeaseCheckpoint.Header)
+	case *storagepb.SubmitResponse_Alarm:
+		return slot(&r.Alarm.Header)
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package frontend_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-semver/semver"
+	bolt "go.etcd.io/bbolt"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairn-kv/cairn/pkg/testcluster"
+)
+
+func TestClusterMembership(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx := ctxFor(t)
+	cli := c.Client(t, c.Endpoints()[0])
+	list, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Members) != 3 || list.Header.ClusterId != c.Members()[0].Node().ClusterID() {
+		t.Fatalf("member list %v", list)
+	}
+	for _, m := range list.Members {
+		var found *testcluster.Member
+		for _, tm := range c.Members() {
+			if tm.ID() == m.ID {
+				found = tm
+			}
+		}
+		if found == nil || m.Name != found.Name || len(m.ClientURLs) != 1 || m.ClientURLs[0] != found.ClientURL || m.IsLearner {
+			t.Errorf("member %v does not match the cluster's %v", m, found)
+		}
+	}
+	c.Consensus.WaitHealthy(15 * time.Second)
+	add, err := cli.MemberAddAsLearner(ctx, []string{"http://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !add.Member.IsLearner || len(add.Members) != 4 {
+		t.Fatalf("member add: %v", add)
+	}
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"add a member's peer URL", func() error { _, err := cli.MemberAdd(ctx, list.Members[0].PeerURLs); return err },
+			rpctypes.ErrGRPCPeerURLExist},
+		{"update the learner's peer URL", func() error {
+			_, err := cli.MemberUpdate(ctx, add.Member.ID, []string{"http://127.0.0.1:2"})
+			return err
+		}, nil},
+		{"promote a learner that never started", func() error { _, err := cli.MemberPromote(ctx, add.Member.ID); return err },
+			rpctypes.ErrGRPCLearnerNotReady},
+		{"remove the learner", func() error { _, err := cli.MemberRemove(ctx, add.Member.ID); return err }, nil},
+		{"remove it again", func() error { _, err := cli.MemberRemove(ctx, add.Member.ID); return err },
+			rpctypes.ErrGRPCMemberNotFound},
+		{"promote a voter", func() error { _, err := cli.MemberPromote(ctx, list.Members[0].ID); return err },
+			rpctypes.ErrGRPCMemberNotLearner},
+	} {
+		t.Run(tc.name, func(t *testing.T) { wantStatus(t, tc.name, tc.call(), tc.want) })
+	}
+	list, err = cli.MemberList(ctx)
+	if err != nil || len(list.Members) != 3 {
+		t.Fatalf("member list after remove: %v %v", list, err)
+	}
+}
+
+func TestMaintenance(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{})
+	ctx := ctxFor(t)
+	cli := c.Client(t)
+	for i := range 20 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("maint/%02d", i), "value"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last, err := cli.Put(ctx, "maint/last", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader(10 * time.Second)
+
+	t.Run("status speaks for each home member", func(t *testing.T) {
+		for i, fe := range c.Frontends() {
+			st, err := cli.Status(ctx, fe.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := semver.NewVersion(st.Version)
+			if err != nil || v.LessThan(*semver.New("3.5.13")) {
+				t.Errorf("version %q must parse as semver >= 3.5.13", st.Version)
+			}
+			home := c.Members()[i]
+			if st.Header.MemberId != home.ID() || st.Leader != leader.ID() || st.RaftTerm == 0 || st.RaftIndex == 0 ||
+				st.RaftAppliedIndex == 0 || st.DbSize <= 0 || st.DbSizeInUse <= 0 || st.DbSizeInUse > st.DbSize ||
+				st.DbSizeQuota != 2<<30 || st.IsLearner || len(st.Errors) != 0 || st.Header.ClusterId == 0 {
+				t.Errorf("status through %s: %+v", fe.Name, st)
+			}
+		}
+	})
+
+	t.Run("hashkv agrees on every member", func(t *testing.T) {
+		var hashes []uint32
+		for i, fe := range c.Frontends() {
+			resp, err := cli.HashKV(ctx, fe.URL, last.Header.Revision)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Header.MemberId != c.Members()[i].ID() || resp.HashRevision != last.Header.Revision {
+				t.Errorf("hashkv through %s: %v", fe.Name, resp)
+			}
+			hashes = append(hashes, resp.Hash)
+		}
+		if hashes[0] != hashes[1] || hashes[1] != hashes[2] {
+			t.Fatalf("hashes differ: %v", hashes)
+		}
+		_, err := cli.HashKV(ctx, c.Endpoints()[0], 1<<40)
+		wantStatus(t, "hashkv of a future revision", err, rpctypes.ErrGRPCFutureRev)
+	})
+
+	t.Run("snapshot is the database followed by its sha256", func(t *testing.T) {
+		one := c.Client(t, c.Endpoints()[2])
+		rc, err := one.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data)%512 != sha256.Size {
+			t.Fatalf("snapshot of %d bytes: etcdctl wants a multiple of 512 plus a 32-byte sha256", len(data))
+		}
+		db, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+		if got := sha256.Sum256(db); !bytes.Equal(got[:], sum) {
+			t.Fatal("trailing sha256 does not match the database")
+		}
+		path := filepath.Join(t.TempDir(), "snap.db")
+		if err := writeFile(path, db); err != nil {
+			t.Fatal(err)
+		}
+		bdb, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+		if err != nil {
+			t.Fatalf("snapshot is not a bbolt database: %v", err)
+		}
+		_ = bdb.Close()
+	})
+
+	t.Run("alarms", func(t *testing.T) {
+		resp, err := cli.AlarmList(ctx)
+		if err != nil || len(resp.Alarms) != 0 || resp.Header.ClusterId == 0 {
+			t.Fatalf("alarm list: %v %v", resp, err)
+		}
+		if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{MemberID: leader.ID(), Alarm: pb.AlarmType_NOSPACE}); err != nil {
+			t.Fatalf("disarming an alarm that is not raised: %v", err)
+		}
+	})
+
+	t.Run("defragment shrinks the home member's database", func(t *testing.T) {
+		if _, err := cli.Delete(ctx, "maint/", clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Defragment(ctx, c.Endpoints()[0])
+		if err != nil || resp.Header != nil {
+			t.Fatalf("defragment: %v %v (etcd answers without a header)", resp, err)
+		}
+		if got, err := cli.Get(ctx, "maint/last", clientv3.WithSerializable()); err != nil || len(got.Kvs) != 0 {
+			t.Fatalf("read after defragment: %v %v", got, err)
+		}
+		if _, err := cli.Put(ctx, "maint/after", "y"); err != nil {
+			t.Fatalf("write after defragment: %v", err)
+		}
+	})
+
+	t.Run("downgrade answers as etcd when none is possible", func(t *testing.T) {
+		m := pb.NewMaintenanceClient(rawConn(t, c.Endpoints()[0]))
+		for _, tc := range []struct {
+			req  *pb.DowngradeRequest
+			want error
+		}{
+			{&pb.DowngradeRequest{Action: pb.DowngradeRequest_VALIDATE, Version: "3.6"}, rpctypes.ErrGRPCInvalidDowngradeTargetVersion},
+			{&pb.DowngradeRequest{Action: pb.DowngradeRequest_ENABLE, Version: "3.6.0"}, rpctypes.ErrGRPCInvalidDowngradeTargetVersion},
+			{&pb.DowngradeRequest{Action: pb.DowngradeRequest_VALIDATE, Version: "bogus"}, rpctypes.ErrGRPCWrongDowngradeVersionFormat},
+			{&pb.DowngradeRequest{Action: 7}, status.Error(codes.Unknown, "etcdserver: unknown method")},
+			{&pb.DowngradeRequest{Action: pb.DowngradeRequest_CANCEL}, nil},
+		} {
+			resp, err := m.Downgrade(ctx, tc.req)
+			wantStatus(t, tc.req.String(), err, tc.want)
+			if err == nil && resp.Version != "3.7" {
+				t.Errorf("cancel answered version %q, want etcd's cluster version 3.7", resp.Version)
+			}
+		}
+		_, err := m.Hash(ctx, &pb.HashRequest{})
+		if status.Code(err) != codes.Unimplemented {
+			t.Errorf("hash: %v, want Unimplemented", err)
+		}
+	})
+
+	t.Run("move leader from any frontend", func(t *testing.T) {
+		var target *testcluster.Member
+		for _, m := range c.Members() {
+			if m != leader {
+				target = m
+				break
+			}
+		}
+		var notLeaderFE string
+		for i, fe := range c.Frontends() {
+			if c.Members()[i] != leader && c.Members()[i] != target {
+				notLeaderFE = fe.URL
+			}
+		}
+		if _, err := c.Client(t, notLeaderFE).MoveLeader(ctx, target.ID()); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Leader(10 * time.Second); got != target {
+			t.Fatalf("leader is %s, want %s", got.Name, target.Name)
+		}
+		_, err := c.Client(t, notLeaderFE).MoveLeader(ctx, 12345)
+		wantStatus(t, "move leader to a stranger", err, rpctypes.ErrGRPCBadLeaderTransferee)
+	})
+}
+
+func TestAuthAsDisabledEtcd(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Members: 1})
+	ctx := ctxFor(t)
+	auth := pb.NewAuthClient(rawConn(t, c.Endpoints()[0]))
+	st, err := auth.AuthStatus(ctx, &pb.AuthStatusRequest{})
+	if err != nil || st.Enabled || st.AuthRevision != 1 || st.Header.ClusterId == 0 || st.Header.MemberId == 0 {
+		t.Fatalf("auth status: %v %v", st, err)
+	}
+	unsupported := status.Error(codes.Unimplemented,
+		"cairn: authentication, users and roles are not supported (the cluster runs with authentication disabled)")
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"authenticate", func() error {
+			_, err := auth.Authenticate(ctx, &pb.AuthenticateRequest{Name: "root", Password: "x"})
+			return err
+		}, rpctypes.ErrGRPCAuthNotEnabled},
+		{"auth disable", func() error { _, err := auth.AuthDisable(ctx, &pb.AuthDisableRequest{}); return err }, nil},
+		{"auth enable", func() error { _, err := auth.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err }, unsupported},
+		{"user add", func() error { _, err := auth.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "u"}); return err }, unsupported},
+		{"role list", func() error { _, err := auth.RoleList(ctx, &pb.AuthRoleListRequest{}); return err }, unsupported},
+	} {
+		t.Run(tc.name, func(t *testing.T) { wantStatus(t, tc.name, tc.call(), tc.want) })
+	}
+}

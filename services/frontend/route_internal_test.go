@@ -1,0 +1,62 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestClassify(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want failure
+		// wantWrite is what a write client gets for err.
+		wantWrite error
+	}{
+		{"etcd no leader", rpctypes.ErrGRPCNoLeader, failedFinal, rpctypes.ErrGRPCNoLeader},
+		{"etcd timeout", rpctypes.ErrGRPCTimeout, failedFinal, rpctypes.ErrGRPCTimeout},
+		{"etcd bad request", rpctypes.ErrGRPCEmptyKey, failedFinal, rpctypes.ErrGRPCEmptyKey},
+		{"dial refused", status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`),
+			failedNotSent, nil},
+		{"storage unhealthy before proposing", status.Error(codes.Unavailable, "cairn storage unavailable: store failed"), failedNotSent, nil},
+		{"connection lost mid-call", status.Error(codes.Unavailable, "error reading from server: EOF"), failedInFlight,
+			rpctypes.ErrGRPCTimeoutDueToConnectionLost},
+		{"transport closing", status.Error(codes.Unavailable, "transport is closing"), failedInFlight,
+			rpctypes.ErrGRPCTimeoutDueToConnectionLost},
+		{"proposal stream broke", status.Error(codes.Unavailable, "consensusclient: proposal stream broke: EOF"), failedInFlight,
+			rpctypes.ErrGRPCTimeoutDueToConnectionLost},
+		{"not a status", errors.New("boom"), failedFinal, errors.New("boom")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := classify(tc.err); got != tc.want {
+				t.Fatalf("classify = %d, want %d", got, tc.want)
+			}
+			if tc.want == failedNotSent {
+				return // tried on the next replica, never returned as is
+			}
+			got := writeError(context.Background(), tc.err)
+			if got.Error() != tc.wantWrite.Error() {
+				t.Fatalf("write error %v, want %v", got, tc.wantWrite)
+			}
+		})
+	}
+}
+
+func TestReplyErrorMapsContextEnds(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := replyError(canceled, status.Error(codes.Canceled, "context canceled")); err != rpctypes.ErrGRPCCanceled {
+		t.Fatalf("canceled: %v", err)
+	}
+	expired, cancel2 := context.WithTimeout(context.Background(), 0)
+	defer cancel2()
+	<-expired.Done()
+	if err := replyError(expired, status.Error(codes.DeadlineExceeded, "context deadline exceeded")); err != rpctypes.ErrGRPCTimeout {
+		t.Fatalf("deadline: %v", err)
+	}
+}

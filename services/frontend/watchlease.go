@@ -1,0 +1,118 @@
+package frontend
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+var (
+	errNoWatchhub    = status.Error(codes.Unimplemented, "cairn frontend: Watch is not available: no --watch-endpoints configured")
+	errNoLeasekeeper = status.Error(codes.Unimplemented, "cairn frontend: Lease is not available: no --lease-endpoints configured")
+)
+
+// watchServer forwards each Watch stream to one watchhub, spreading streams across hubs.
+type watchServer struct {
+	pb.UnimplementedWatchServer
+	hubs *rotation
+}
+
+func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
+	if len(s.hubs.backends) == 0 {
+		return errNoWatchhub
+	}
+	ctx, cancel := context.WithCancel(forwardedContext(stream.Context()))
+	defer cancel()
+	var err error
+	for _, hub := range s.hubs.order() {
+		var upstream pb.Watch_WatchClient
+		if upstream, err = pb.NewWatchClient(hub.conn).Watch(ctx); err == nil {
+			return proxyStream("watch", stream, upstream)
+		}
+		if stream.Context().Err() != nil {
+			break
+		}
+	}
+	return errBackendLost("watch", err)
+}
+
+// leaseServer forwards Lease calls to the active leasekeeper: the last one that answered, else each in turn.
+// A keeper that is unreachable or says it is not the active one is passed over.
+type leaseServer struct {
+	pb.UnimplementedLeaseServer
+	keepers *rotation
+	active  atomic.Int32 // index of the keeper that answered last
+}
+
+// notActiveKeeper is how a standby leasekeeper refuses (codes.FailedPrecondition).
+const notActiveKeeper = "not the active leasekeeper"
+
+// nextKeeper reports whether err means another keeper should be asked.
+func nextKeeper(err error) bool {
+	s := status.Convert(err)
+	return s.Code() == codes.Unavailable ||
+		(s.Code() == codes.FailedPrecondition && strings.Contains(s.Message(), notActiveKeeper))
+}
+
+// onKeeper calls op on the keepers, the active one first.
+func onKeeper[T any](s *leaseServer, ctx context.Context, op func(pb.LeaseClient) (T, error)) (T, error) {
+	var zero T
+	n := len(s.keepers.backends)
+	if n == 0 {
+		return zero, errNoLeasekeeper
+	}
+	ctx = forwardedContext(ctx)
+	err := errNoLeasekeeper
+	start := int(s.active.Load())
+	for i := range n {
+		k := (start + i) % n
+		var resp T
+		if resp, err = op(pb.NewLeaseClient(s.keepers.backends[k].conn)); err == nil {
+			s.active.Store(int32(k))
+			return resp, nil
+		}
+		if !nextKeeper(err) || ctx.Err() != nil {
+			return zero, err
+		}
+	}
+	return zero, err
+}
+
+func (s *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	return onKeeper(s, ctx, func(c pb.LeaseClient) (*pb.LeaseGrantResponse, error) { return c.LeaseGrant(ctx, r) })
+}
+
+func (s *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return onKeeper(s, ctx, func(c pb.LeaseClient) (*pb.LeaseRevokeResponse, error) { return c.LeaseRevoke(ctx, r) })
+}
+
+func (s *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	return onKeeper(s, ctx, func(c pb.LeaseClient) (*pb.LeaseTimeToLiveResponse, error) { return c.LeaseTimeToLive(ctx, r) })
+}
+
+func (s *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	return onKeeper(s, ctx, func(c pb.LeaseClient) (*pb.LeaseLeasesResponse, error) { return c.LeaseLeases(ctx, r) })
+}
+
+// LeaseKeepAlive relays the stream to the active keeper. When that keeper fails the client stream ends with
+// codes.Unavailable; client/v3 opens a new one, which goes to the next keeper.
+func (s *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	upstream, err := onKeeper(s, ctx, func(c pb.LeaseClient) (pb.Lease_LeaseKeepAliveClient, error) {
+		return c.LeaseKeepAlive(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	err = proxyStream("lease keep-alive", stream, upstream)
+	if err != nil && nextKeeper(err) {
+		s.active.Store((s.active.Load() + 1) % int32(len(s.keepers.backends)))
+		return errBackendLost("lease keep-alive", err)
+	}
+	return err
+}

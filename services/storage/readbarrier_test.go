@@ -1,0 +1,66 @@
+package storage
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestReadBarrierSharesRoundsThatStartAfterTheRead checks that concurrent reads share ReadIndex calls, and
+// that no read is answered by a round that began before it arrived.
+func TestReadBarrierSharesRoundsThatStartAfterTheRead(t *testing.T) {
+	var calls atomic.Uint64
+	release := make(chan struct{})
+	b := newReadBarrier(func(ctx context.Context) (uint64, error) {
+		n := calls.Add(1) // the index is the round's number: a later round has a higher one
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return n, nil
+	}, 5*time.Second)
+	ctx := context.Background()
+	first := make(chan uint64, 1)
+	go func() { i, _ := b.readIndex(ctx); first <- i }()
+	for calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// Round 1 is in flight: these 50 reads arrived after it began and must get round 2.
+	var wg sync.WaitGroup
+	got := make([]uint64, 50)
+	for i := range got {
+		wg.Go(func() {
+			index, err := b.readIndex(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = index
+		})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b.mu.Lock()
+		queued := b.next != nil
+		b.mu.Unlock()
+		if queued || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if i := <-first; i != 1 {
+		t.Fatalf("first read got round %d", i)
+	}
+	for _, index := range got {
+		if index < 2 {
+			t.Fatalf("a read that arrived during round 1 was answered by it")
+		}
+	}
+	if n := calls.Load(); n >= 51 {
+		t.Fatalf("%d ReadIndex calls for 51 reads; want them shared", n)
+	}
+}
