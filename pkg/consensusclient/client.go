@@ -52,7 +52,6 @@ type Client struct {
 	conn     *grpc.ClientConn
 	api      consensuspb.ConsensusClient
 	inflight chan struct{}
-	reads    *readBatcher
 
 	mu      sync.Mutex
 	propose *proposeStream
@@ -87,15 +86,10 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consensusclient: dial %s: %w", cfg.Target, err)
 	}
-	c := &Client{
+	return &Client{
 		cfg: cfg, conn: conn, api: consensuspb.NewConsensusClient(conn),
 		inflight: make(chan struct{}, cfg.MaxInflight),
-	}
-	c.reads = &readBatcher{call: func(ctx context.Context) (uint64, error) {
-		resp, err := c.api.ReadIndex(ctx, &consensuspb.ReadIndexRequest{})
-		return resp.GetIndex(), err
-	}}
-	return c, nil
+	}, nil
 }
 
 // Close ends the proposal stream and the connection; calls in flight fail.
@@ -215,10 +209,10 @@ func deliverError(err error) error {
 	return err
 }
 
-// ReadIndex implements commitlog.Log. Concurrent calls share RPCs (see readBatcher): each gets an index
-// confirmed after it was called.
+// ReadIndex implements commitlog.Log.
 func (c *Client) ReadIndex(ctx context.Context) (uint64, error) {
-	return c.reads.readIndex(ctx)
+	resp, err := c.api.ReadIndex(ctx, &consensuspb.ReadIndexRequest{})
+	return resp.GetIndex(), err
 }
 
 // Compact implements commitlog.Log.
