@@ -11,8 +11,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
 	"github.com/cairn-kv/cairn/services/consensus"
+	"github.com/cairn-kv/cairn/services/frontend"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -53,15 +55,28 @@ func newDevCommand() *cobra.Command {
 	return cmd
 }
 
-// stopList stops what was started, last first.
-type stopList []func(context.Context) error
+// devStack is what `cairn dev` runs: the components start in order, each seeing what the earlier ones serve,
+// and stop in reverse order.
+type devStack struct {
+	do         devOptions
+	proc       *process
+	natsURL    string
+	storageURL string // chosen before consensus starts: consensus names it as its snapshots' source
+	node       *consensus.Node
+	consensus  string
+	health     []obs.HealthFunc
+	stops      []func(context.Context) error
+}
 
-func (l stopList) stop(ctx context.Context) error {
-	var errs []error
-	for i := len(l) - 1; i >= 0; i-- {
-		errs = append(errs, l[i](ctx))
+// devComponents start the components of `cairn dev`, in order. A new service is one more line here (and
+// its endpoint in the frontend's configuration).
+func devComponents() []func(ctx context.Context, d *devStack) error {
+	return []func(ctx context.Context, d *devStack) error{
+		startDevNATS,
+		startDevConsensus,
+		startDevStorage,
+		startDevFrontend,
 	}
-	return errors.Join(errs...)
 }
 
 func runDev(ctx context.Context, do devOptions, opts processOptions) error {
@@ -72,63 +87,69 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 	if err != nil {
 		return err
 	}
-	var stops stopList
-	fail := func(err error) error {
-		_ = stops.stop(context.WithoutCancel(ctx))
-		proc.close(context.WithoutCancel(ctx))
-		return err
+	d := &devStack{do: do, proc: proc}
+	for _, start := range devComponents() {
+		if err := start(ctx, d); err != nil {
+			_ = d.stop(context.WithoutCancel(ctx))
+			proc.close(context.WithoutCancel(ctx))
+			return err
+		}
 	}
-
-	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
-	if err != nil {
-		return fail(err)
-	}
-	stops = append(stops, func(context.Context) error { bus.Shutdown(); return nil })
-
-	ports, err := supervisor.FreePorts(1)
-	if err != nil {
-		return fail(err)
-	}
-	storageURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	node, consensusURL, err := startDevConsensus(ctx, proc.component("consensus"), do, storageURL)
-	if err != nil {
-		return fail(err)
-	}
-	stops = append(stops, node.Stop)
-
-	storageCfg := storage.Config{DataDir: filepath.Join(do.dataDir, "storage"), ListenURL: storageURL,
-		QuotaBackendBytes: do.quotaBackendBytes, MaxRequestBytes: do.maxRequestBytes, MaxTxnOps: do.maxTxnOps}
-	member, err := startMemberStorage(ctx, proc.component("storage"), storageCfg, node, bus.ClientURL())
-	if err != nil {
-		return fail(err)
-	}
-	stops = append(stops, member.stop)
-	_ = consensusURL
-
 	health := func(ctx context.Context) error {
-		return errors.Join(bus.Health(ctx), node.Health(ctx), member.storage.Health(ctx))
+		var errs []error
+		for _, h := range d.health {
+			errs = append(errs, h(ctx))
+		}
+		return errors.Join(errs...)
 	}
 	if err := proc.serveAdmin(health); err != nil {
-		return fail(err)
+		_ = d.stop(context.WithoutCancel(ctx))
+		return err
 	}
 	proc.logger.Info("cairn dev is ready", "client-urls", do.advertiseURLs, "data-dir", do.dataDir,
-		"nats-url", bus.ClientURL(), "consensus-url", consensusURL, "storage-url", member.storage.URL())
-	return proc.waitForStop(ctx, node.Done(), node.Err, stops.stop)
+		"nats-url", d.natsURL, "consensus-url", d.consensus, "storage-url", d.storageURL)
+	return proc.waitForStop(ctx, d.node.Done(), d.node.Err, d.stop)
+}
+
+// stop stops what was started, last first.
+func (d *devStack) stop(ctx context.Context) error {
+	var errs []error
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		errs = append(errs, d.stops[i](ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func startDevNATS(_ context.Context, d *devStack) error {
+	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
+	if err != nil {
+		return err
+	}
+	d.natsURL = bus.ClientURL()
+	d.health = append(d.health, bus.Health)
+	d.stops = append(d.stops, func(context.Context) error { bus.Shutdown(); return nil })
+	return nil
 }
 
 // startDevConsensus starts the single consensus member, serving its Consensus API on a loopback port of its
 // own (the frontend uses it as it would a remote member's).
-func startDevConsensus(ctx context.Context, proc *process, do devOptions, storageURL string) (*consensus.Node, string, error) {
+func startDevConsensus(ctx context.Context, d *devStack) error {
+	ports, err := supervisor.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	d.storageURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	proc := d.proc.component("consensus")
 	cfg := consensus.DefaultConfig()
-	cfg.Name, cfg.DataDir = do.name, filepath.Join(do.dataDir, "consensus")
-	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = do.peerURLs, do.peerURLs
-	cfg.InitialCluster = initialCluster(do.name, do.peerURLs)
-	cfg.AdvertiseClientURLs, cfg.AdvertiseStorageURL = do.advertiseURLs, storageURL
-	cfg.MaxRequestBytes = do.maxRequestBytes
+	cfg.Name, cfg.DataDir = d.do.name, filepath.Join(d.do.dataDir, "consensus")
+	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = d.do.peerURLs, d.do.peerURLs
+	cfg.InitialCluster = initialCluster(d.do.name, d.do.peerURLs)
+	cfg.AdvertiseClientURLs, cfg.AdvertiseStorageURL = d.do.advertiseURLs, d.storageURL
+	cfg.MaxRequestBytes = d.do.maxRequestBytes
 	cfg.Logger, cfg.Telemetry, cfg.Registry = proc.logger, proc.telemetry, proc.registry
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, "", fmt.Errorf("consensus API listener: %w", err)
+		return fmt.Errorf("consensus API listener: %w", err)
 	}
 	cfg.ConsensusListener, cfg.ListenConsensusURL = lis, ""
 	node, err := consensus.New(cfg)
@@ -137,9 +158,45 @@ func startDevConsensus(ctx context.Context, proc *process, do devOptions, storag
 	}
 	if err != nil {
 		lis.Close()
-		return nil, "", err
+		return err
 	}
-	return node, "http://" + lis.Addr().String(), nil
+	d.node, d.consensus = node, "http://"+lis.Addr().String()
+	d.health = append(d.health, node.Health)
+	d.stops = append(d.stops, node.Stop)
+	return nil
+}
+
+// startDevStorage starts the member's storage on the in-process consensus node as its log.
+func startDevStorage(ctx context.Context, d *devStack) error {
+	cfg := storage.Config{DataDir: filepath.Join(d.do.dataDir, "storage"), ListenURL: d.storageURL,
+		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
+	member, err := startMemberStorage(ctx, d.proc.component("storage"), cfg, d.node, d.natsURL)
+	if err != nil {
+		return err
+	}
+	d.health = append(d.health, member.storage.Health)
+	d.stops = append(d.stops, member.stop)
+	return nil
+}
+
+// startDevFrontend serves etcd's API on the client URLs, in front of the member's consensus and storage.
+func startDevFrontend(ctx context.Context, d *devStack) error {
+	proc := d.proc.component("frontend")
+	cfg := frontend.DefaultConfig()
+	cfg.Name = d.do.name // the member of this name is the frontend's home member
+	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
+	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensus}, []string{d.storageURL}
+	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
+	cfg.LogLevel = d.proc.opts.logLevel
+	fe, err := frontend.New(cfg, proc.telemetry, proc.logger)
+	if err != nil {
+		return err
+	}
+	if err := fe.Start(ctx); err != nil {
+		return err
+	}
+	d.stops = append(d.stops, fe.Stop)
+	return nil
 }
 
 // initialCluster is --initial-cluster for a one-member cluster.
