@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -163,7 +164,24 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 	d.node, d.consensus = node, "http://"+lis.Addr().String()
 	d.health = append(d.health, node.Health)
 	d.stops = append(d.stops, node.Stop)
-	return nil
+	// As `cairn up` orders its children, the storage and the frontend start once the member leads and has
+	// published itself, so the frontend's first view of the cluster is the current one.
+	return waitHealthy(ctx, "consensus", node.Health)
+}
+
+// waitHealthy polls health until it passes or ctx ends.
+func waitHealthy(ctx context.Context, what string, health obs.HealthFunc) error {
+	for {
+		err := health(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to become healthy: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // startDevStorage starts the member's storage on the in-process consensus node as its log.
