@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -20,11 +22,30 @@ import (
 func TestCluster(t *testing.T) {
 	s := startUp(t, t.TempDir())
 	etcdctl := etcdref.Etcdctl(t)
+	t.Run("every process serves metrics and health", func(t *testing.T) { testAdminEndpoints(t, s) })
 	t.Run("member list", func(t *testing.T) { testMemberList(t, s, etcdctl) })
 	t.Run("endpoint status and health", func(t *testing.T) { testEndpointStatus(t, s, etcdctl) })
 	t.Run("client v3", func(t *testing.T) { testClientV3(t, s) })
 	t.Run("watch and lease are not faked", func(t *testing.T) { testUnimplemented(t, s) })
 	t.Run("crashes during writes", func(t *testing.T) { testCrashesDuringWrites(t, s, etcdctl) })
+}
+
+func testAdminEndpoints(t *testing.T, s *upStack) {
+	for _, child := range s.stack(t).Children {
+		base := fmt.Sprintf("http://127.0.0.1:%d", child.Ports["metrics"])
+		for path, want := range map[string]string{"/metrics": "go_goroutines", "/health": `"health":"true"`} {
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Errorf("%s %s: %v", child.Name, path, err)
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+				t.Errorf("%s %s: %s, body lacks %q", child.Name, path, resp.Status, want)
+			}
+		}
+	}
 }
 
 func testMemberList(t *testing.T, s *upStack, etcdctl string) {

@@ -145,10 +145,17 @@ func TestEtcdctlPrintsWhatEtcdPrints(t *testing.T) {
 	t.Run("snapshot save", func(t *testing.T) { checkSnapshotSave(t, etcdctl, cairn.endpoints[:1]) })
 	t.Run("data survives a restart of cairn up", func(t *testing.T) {
 		dir := cairn.dir
+		before := cairn.stack(t)
 		cairn.stop(t)
-		again := startUp(t, dir)
-		if again.endpoints[0] == cairn.endpoints[0] {
-			t.Log("the client port given on the command line is kept")
+		again := startUp(t, dir) // on another --client-port: only frontend-1's client port may change
+		after := again.stack(t)
+		for _, child := range before.Children {
+			now, _ := after.Child(child.Name)
+			for port, number := range child.Ports {
+				if now.Ports[port] != number && (child.Name != "frontend-1" || port != "client") {
+					t.Errorf("%s's %s port was %d, is %d after the restart", child.Name, port, number, now.Ports[port])
+				}
+			}
 		}
 		got := runEtcdctl(t, etcdctl, again.endpoints[:1], "", "get", "--prefix", "", "-w", "json")
 		want := runEtcdctl(t, etcdctl, etcdEndpoint, "", "get", "--prefix", "", "-w", "json")

@@ -59,14 +59,14 @@ func newDevCommand() *cobra.Command {
 // devStack is what `cairn dev` runs: the components start in order, each seeing what the earlier ones serve,
 // and stop in reverse order.
 type devStack struct {
-	do         devOptions
-	proc       *process
-	natsURL    string
-	storageURL string // chosen before consensus starts: consensus names it as its snapshots' source
-	node       *consensus.Node
-	consensus  string
-	health     []obs.HealthFunc
-	stops      []func(context.Context) error
+	do           devOptions
+	proc         *process
+	natsURL      string
+	storageURL   string // chosen before consensus starts: consensus names it as its snapshots' source
+	node         *consensus.Node
+	consensusURL string
+	health       []obs.HealthFunc
+	stops        []func(context.Context) error
 }
 
 // devComponents start the components of `cairn dev`, in order. A new service is one more line here (and
@@ -108,7 +108,7 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 		return err
 	}
 	proc.logger.Info("cairn dev is ready", "client-urls", do.advertiseURLs, "data-dir", do.dataDir,
-		"nats-url", d.natsURL, "consensus-url", d.consensus, "storage-url", d.storageURL)
+		"nats-url", d.natsURL, "consensus-url", d.consensusURL, "storage-url", d.storageURL)
 	return proc.waitForStop(ctx, d.node.Done(), d.node.Err, d.stop)
 }
 
@@ -161,7 +161,7 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 		lis.Close()
 		return err
 	}
-	d.node, d.consensus = node, "http://"+lis.Addr().String()
+	d.node, d.consensusURL = node, "http://"+lis.Addr().String()
 	d.health = append(d.health, node.Health)
 	d.stops = append(d.stops, node.Stop)
 	// As `cairn up` orders its children, the storage and the frontend start once the member leads and has
@@ -203,7 +203,7 @@ func startDevFrontend(ctx context.Context, d *devStack) error {
 	cfg := frontend.DefaultConfig()
 	cfg.Name = d.do.name // the member of this name is the frontend's home member
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
-	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensus}, []string{d.storageURL}
+	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
 	cfg.LogLevel = d.proc.opts.logLevel
 	fe, err := frontend.New(cfg, proc.telemetry, proc.logger)
