@@ -7,9 +7,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"net"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 func TestAdminMux(t *testing.T) {
@@ -67,4 +72,64 @@ func TestInjectExtractCarriesTraceContext(t *testing.T) {
 	if got.TraceID() != sc.TraceID() || got.SpanID() != sc.SpanID() {
 		t.Fatalf("extracted %v, want %v", got, sc)
 	}
+}
+
+// TestUnrecordedTelemetryStillPropagatesOverGRPC: without an exporter, a trace context set by the caller still
+// crosses a gRPC hop (client interceptor → server interceptor), unary and streaming.
+func TestUnrecordedTelemetryStillPropagatesOverGRPC(t *testing.T) {
+	tel := NoTelemetry()
+	if tel.Recording() {
+		t.Fatal("NoTelemetry records spans")
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(tel.ServerOptions()...)
+	seen := make(chan trace.SpanContext, 2)
+	healthpb.RegisterHealthServer(srv, spyHealth{seen: seen})
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(),
+		append(tel.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sc := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{9, 9}, SpanID: trace.SpanID{7}, TraceFlags: trace.FlagsSampled,
+	})
+	ctx, cancel := context.WithTimeout(trace.ContextWithSpanContext(context.Background(), sc), 5*time.Second)
+	defer cancel()
+	client := healthpb.NewHealthClient(conn)
+	if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []string{"unary", "stream"} {
+		if got := <-seen; got.TraceID() != sc.TraceID() || !got.IsRemote() {
+			t.Fatalf("%s call: server saw span context %v, want remote trace %v", call, got, sc.TraceID())
+		}
+	}
+}
+
+type spyHealth struct {
+	healthpb.UnimplementedHealthServer
+	seen chan trace.SpanContext
+}
+
+func (s spyHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	s.seen <- trace.SpanContextFromContext(ctx)
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func (s spyHealth) Watch(_ *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	s.seen <- trace.SpanContextFromContext(stream.Context())
+	return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
 }

@@ -65,13 +65,34 @@ func (t *Telemetry) Shutdown(ctx context.Context) error {
 	return t.shutdown(ctx)
 }
 
-// ServerOptions instruments a gRPC server with otelgrpc.
+// Recording reports whether spans are recorded (an exporter or SDK provider is installed). When they are not,
+// gRPC gets only the trace-context propagation (see propagate.go), not otelgrpc, so an untraced deployment pays
+// nothing per message.
+func (t *Telemetry) Recording() bool {
+	_, noop := t.Tracers.(tracenoop.TracerProvider)
+	return !noop
+}
+
+// ServerOptions instruments a gRPC server: otelgrpc when spans are recorded, trace-context propagation only
+// otherwise.
 func (t *Telemetry) ServerOptions() []grpc.ServerOption {
+	if !t.Recording() {
+		return []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(t.unaryServerPropagation),
+			grpc.ChainStreamInterceptor(t.streamServerPropagation),
+		}
+	}
 	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(t.otelgrpcOptions()...))}
 }
 
-// DialOptions instruments a gRPC client connection with otelgrpc.
+// DialOptions instruments a gRPC client connection, as ServerOptions does a server.
 func (t *Telemetry) DialOptions() []grpc.DialOption {
+	if !t.Recording() {
+		return []grpc.DialOption{
+			grpc.WithChainUnaryInterceptor(t.unaryClientPropagation),
+			grpc.WithChainStreamInterceptor(t.streamClientPropagation),
+		}
+	}
 	return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(t.otelgrpcOptions()...))}
 }
 

@@ -231,3 +231,38 @@ func firstEntryIsSnapshot(m *Member, source uint64) bool {
 	})
 	return first.Kind == commitlog.KindSnapshot && (source == 0 || first.Snapshot.SourceMemberID == source)
 }
+
+// TestWipedStorageOfRunningMemberCatchesUp: a storage that loses its data while its own consensus keeps running
+// and has compacted its log is handed a snapshot naming itself; it must fetch the state from another member.
+func TestWipedStorageOfRunningMemberCatchesUp(t *testing.T) {
+	c := Start(t, Options{SnapshotCount: 50, SnapshotCatchUpEntries: 10})
+	m := c.Members()[1]
+	cli := c.Client(t, c.Endpoints()[0])
+	for i := range 300 {
+		ctx, cancel := opCtx(5 * time.Second)
+		_, err := cli.Put(ctx, fmt.Sprintf("wipe/%03d", i), "v")
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.Eventually(20*time.Second, "the member compacted its own log", func() bool { return firstEntryIsSnapshot(m, 0) })
+	m.StopStorage()
+	if err := m.WipeStorage(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.StartStorage(); err != nil {
+		t.Fatal(err)
+	}
+	c.Eventually(30*time.Second, "the wiped storage caught up", func() bool {
+		st := m.Storage()
+		if st == nil {
+			return false
+		}
+		ctx, cancel := opCtx(time.Second)
+		defer cancel()
+		resp, err := st.Status(ctx)
+		return err == nil && resp.Revision >= 301
+	})
+	checkHashesAgree(t, c)
+}

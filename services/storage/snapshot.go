@@ -3,10 +3,13 @@ package storage
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/commitlog"
@@ -75,17 +78,25 @@ func (w *chunkWriter) finish() error { return w.flush(w.sum.Sum(nil)) }
 // to a temp file, fsyncs it, renames it over the database and reopens. The apply loop then carries on after the
 // snapshot's applied index (entries up to it are skipped on apply).
 func (s *Storage) installSnapshot(ctx context.Context, ref *commitlog.SnapshotRef) error {
-	if ref.SourceMemberID == s.cfg.MemberID || ref.SourceStorageURL == "" {
-		return fmt.Errorf("snapshot at index %d names member %x at %q: cannot install from itself",
+	sources := s.snapshotSources(ctx, ref)
+	if len(sources) == 0 {
+		return fmt.Errorf("snapshot at index %d names member %x at %q and no other member's storage is known",
 			ref.Index, ref.SourceMemberID, ref.SourceStorageURL)
 	}
-	s.logger.Info("installing snapshot", "index", ref.Index, "source_member", fmt.Sprintf("%x", ref.SourceMemberID),
-		"source_url", ref.SourceStorageURL)
 	tmp := filepath.Join(s.cfg.DataDir, dbFileName+".snapshot.tmp")
-	info, err := s.downloadSnapshot(ctx, ref, tmp)
-	if err != nil {
+	var info *storagepb.SnapshotChunk
+	var errs []error
+	for _, url := range sources {
+		s.logger.Info("installing snapshot", "index", ref.Index, "source_url", url)
+		var err error
+		if info, err = s.downloadSnapshot(ctx, ref, url, tmp); err == nil {
+			break
+		}
 		_ = os.Remove(tmp)
-		return err
+		errs = append(errs, err)
+	}
+	if info == nil {
+		return errors.Join(errs...)
 	}
 	s.storeMu.Lock()
 	defer s.storeMu.Unlock()
@@ -109,8 +120,30 @@ func (s *Storage) installSnapshot(ctx context.Context, ref *commitlog.SnapshotRe
 	return nil
 }
 
-func (s *Storage) downloadSnapshot(ctx context.Context, ref *commitlog.SnapshotRef, path string) (*storagepb.SnapshotChunk, error) {
-	client, err := storageclient.Dial(ref.SourceStorageURL, s.tel.DialOptions()...)
+// snapshotSources lists the storages to fetch ref's state from: the member it names, then every other member
+// whose storage URL consensus knows, since the named one may be down, or be this very storage when it lost its
+// data after consensus compacted its log.
+func (s *Storage) snapshotSources(ctx context.Context, ref *commitlog.SnapshotRef) []string {
+	var urls []string
+	if ref.SourceMemberID != s.cfg.MemberID && ref.SourceStorageURL != "" {
+		urls = append(urls, ref.SourceStorageURL)
+	}
+	sctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	st, err := s.log.Status(sctx)
+	if err != nil {
+		return urls
+	}
+	for _, m := range st.Members {
+		if m.ID != s.cfg.MemberID && m.StorageURL != "" && !slices.Contains(urls, m.StorageURL) {
+			urls = append(urls, m.StorageURL)
+		}
+	}
+	return urls
+}
+
+func (s *Storage) downloadSnapshot(ctx context.Context, ref *commitlog.SnapshotRef, url, path string) (*storagepb.SnapshotChunk, error) {
+	client, err := storageclient.Dial(url, s.tel.DialOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -122,10 +155,10 @@ func (s *Storage) downloadSnapshot(ctx context.Context, ref *commitlog.SnapshotR
 	defer f.Close()
 	info, err := client.Snapshot(ctx, f)
 	if err != nil {
-		return nil, fmt.Errorf("fetch snapshot from %s: %w", ref.SourceStorageURL, err)
+		return nil, fmt.Errorf("fetch snapshot from %s: %w", url, err)
 	}
 	if info.AppliedIndex < ref.Index {
-		return nil, fmt.Errorf("snapshot from %s is at index %d, below the %d asked for", ref.SourceStorageURL,
+		return nil, fmt.Errorf("snapshot from %s is at index %d, below the %d asked for", url,
 			info.AppliedIndex, ref.Index)
 	}
 	if err := f.Sync(); err != nil {
