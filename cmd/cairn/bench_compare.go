@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -12,11 +13,15 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/bench"
 	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/pkg/localstack"
+	"github.com/cairn-kv/cairn/pkg/supervisor"
 )
 
 // compareOptions are the flags of `cairn bench compare`.
 type compareOptions struct {
 	cairnEndpoints []string
+	cairnMembers   int
+	etcdOnly       bool
 	etcdEndpoints  []string
 	etcdMembers    int
 	repeat         int
@@ -29,14 +34,17 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 		Use:   "compare",
 		Short: "Run etcd's documented benchmark rows against reference etcd and Cairn, side by side",
 		Long: "Starts a reference etcd " + etcdref.Version + " cluster on loopback (built once from the Go module proxy; " +
-			"or use --etcd-endpoints), runs put with 1 client, put with 1000 clients on 100 connections, and " +
-			"linearizable and serializable range against it and against --cairn-endpoints if given, and prints one " +
-			"table. The rows fix --clients, --conns and --total themselves; --output json prints every summary.",
+			"or use --etcd-endpoints) and a `cairn up` stack of this binary in a temporary directory (or use " +
+			"--cairn-endpoints), runs put with 1 client, put with 1000 clients on 100 connections, and " +
+			"linearizable and serializable range against each in turn, and prints one table. The rows fix " +
+			"--clients, --conns and --total themselves; --output json prints every summary.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCompare(cmd, opts, &cmp) },
 	}
 	flags := cmd.Flags()
-	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd (e.g. a `cairn up` stack)")
+	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd; default: start a `cairn up` stack")
+	flags.IntVar(&cmp.cairnMembers, "cairn-members", 3, "members of the `cairn up` stack started when --cairn-endpoints is not given")
+	flags.BoolVar(&cmp.etcdOnly, "etcd-only", false, "measure the reference etcd alone")
 	flags.StringSliceVar(&cmp.etcdEndpoints, "etcd-endpoints", nil, "use this running etcd instead of starting a reference cluster")
 	flags.IntVar(&cmp.etcdMembers, "etcd-members", 3, "members of the reference etcd cluster to start")
 	flags.IntVar(&cmp.repeat, "repeat", 1, "run the whole comparison this many times (machines are noisy)")
@@ -63,8 +71,17 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 		etcdEndpoints = cluster.Endpoints()
 	}
 	targets := []bench.Target{{Name: "etcd " + etcdref.Version, Endpoints: etcdEndpoints}}
-	if len(cmp.cairnEndpoints) > 0 {
-		targets = append(targets, bench.Target{Name: "cairn", Endpoints: cmp.cairnEndpoints})
+	cairnEndpoints := cmp.cairnEndpoints
+	if len(cairnEndpoints) == 0 && !cmp.etcdOnly {
+		stack, err := startCairnUp(ctx, cmd, cmp.cairnMembers)
+		if err != nil {
+			return err
+		}
+		defer stack.Stop(context.Background())
+		cairnEndpoints = stack.ClientEndpoints()
+	}
+	if len(cairnEndpoints) > 0 {
+		targets = append(targets, bench.Target{Name: "cairn", Endpoints: cairnEndpoints})
 	}
 	scenarios, err := bench.StandardScenarios(cmp.standard)
 	if err != nil {
@@ -114,6 +131,45 @@ func startReferenceEtcd(ctx context.Context, cmd *cobra.Command, members int, di
 		return nil, err
 	}
 	return cluster, nil
+}
+
+// startCairnUp starts a `cairn up` stack of this binary in a fresh temporary directory, removed when it stops.
+func startCairnUp(ctx context.Context, cmd *cobra.Command, members int) (*cairnUpStack, error) {
+	binary, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "cairn-bench-up-*")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := supervisor.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	stack, err := localstack.New(localstack.Config{Binary: binary, DataDir: dir, Members: members, ClientPort: ports[0],
+		LogLevel: "warn", Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err == nil {
+		err = stack.Start(ctx)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "cairn up (%d members) in %s at %s\n", members, dir, strings.Join(stack.ClientEndpoints(), ","))
+	return &cairnUpStack{Stack: stack, dir: dir}, nil
+}
+
+// cairnUpStack is a benchmark's own `cairn up`, whose directory goes when it stops.
+type cairnUpStack struct {
+	*localstack.Stack
+	dir string
+}
+
+func (s *cairnUpStack) Stop(ctx context.Context) error {
+	err := s.Stack.Stop(ctx)
+	os.RemoveAll(s.dir)
+	return err
 }
 
 func stackFileIn(dir string) string {
