@@ -16,6 +16,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/supervisor"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/frontend"
+	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -37,7 +38,7 @@ func newDevCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole of Cairn in one process: one member, on http://127.0.0.1:2379",
-		Long: "Runs embedded NATS, one consensus member, its storage and the frontend in this one process, wired " +
+		Long: "Runs embedded NATS, one consensus member, its storage, a leasekeeper and the frontend in this one process, wired " +
 			"as the multi-process stack is (over loopback gRPC), with the data in --data-dir, kept across restarts.",
 		Example: "  cairn dev\n  cairn dev --data-dir /tmp/cairn --listen-client-urls http://127.0.0.1:12379",
 		Args:    cobra.NoArgs,
@@ -65,6 +66,7 @@ type devStack struct {
 	storageURL   string // chosen before consensus starts: consensus names it as its snapshots' source
 	node         *consensus.Node
 	consensusURL string
+	leaseURL     string
 	health       []obs.HealthFunc
 	stops        []func(context.Context) error
 }
@@ -76,6 +78,7 @@ func devComponents() []func(ctx context.Context, d *devStack) error {
 		startDevNATS,
 		startDevConsensus,
 		startDevStorage,
+		startDevLeasekeeper,
 		startDevFrontend,
 	}
 }
@@ -197,6 +200,34 @@ func startDevStorage(ctx context.Context, d *devStack) error {
 	return nil
 }
 
+// startDevLeasekeeper runs the one leasekeeper on the member's storage and the embedded NATS, and waits until it
+// is active (at once on a fresh data dir or after a clean stop; after a crash, once the old claim times out).
+func startDevLeasekeeper(ctx context.Context, d *devStack) error {
+	ports, err := supervisor.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	proc := d.proc.component("leasekeeper")
+	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, Registry: proc.registry}
+	k, err := leasekeeper.New(cfg, proc.telemetry, proc.logger)
+	if err != nil {
+		return err
+	}
+	if err := k.Start(ctx); err != nil {
+		return err
+	}
+	d.leaseURL = k.URL()
+	d.health = append(d.health, k.Health)
+	d.stops = append(d.stops, k.Stop)
+	return waitHealthy(ctx, "leasekeeper", func(context.Context) error {
+		if !k.Active() {
+			return errors.New("not the active leasekeeper yet")
+		}
+		return nil
+	})
+}
+
 // startDevFrontend serves etcd's API on the client URLs, in front of the member's consensus and storage.
 func startDevFrontend(ctx context.Context, d *devStack) error {
 	proc := d.proc.component("frontend")
@@ -204,6 +235,7 @@ func startDevFrontend(ctx context.Context, d *devStack) error {
 	cfg.Name = d.do.name // the member of this name is the frontend's home member
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
+	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
 	cfg.LogLevel = d.proc.opts.logLevel
 	fe, err := frontend.New(cfg, proc.telemetry, proc.logger)

@@ -49,7 +49,7 @@ func startKeeperProcess(t *testing.T, name, storageURL, natsURL string) *keeperP
 	t.Helper()
 	kp := &keeperProcess{url: "http://" + freeAddr(t), admin: freeAddr(t)}
 	args := []string{"leasekeeper", "--name", name, "--listen-url", kp.url, "--storage-endpoints", storageURL,
-		"--nats-url", natsURL, "--subject-prefix", "cmdtest", "--admin-addr", kp.admin, "--log-level", "warn"}
+		"--nats-url", natsURL, "--subject-prefix", "cmdtest", "--listen-metrics-urls", "http://" + kp.admin, "--log-level", "warn"}
 	kp.cmd = exec.Command(os.Args[0], "-test.run=^TestLeasekeeperProcessesKill9$", "-test.count=1")
 	kp.cmd.Env = append(os.Environ(), keeperChildArgs+"="+strings.Join(args, "\x1f"))
 	kp.cmd.Stderr = os.Stderr

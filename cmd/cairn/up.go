@@ -16,7 +16,7 @@ func newUpCommand() *cobra.Command {
 	var cfg localstack.Config
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "Run a local multi-process Cairn cluster: NATS, 3 members (consensus + storage) and their frontends",
+		Short: "Run a local multi-process Cairn cluster: NATS, 3 members (consensus + storage), 2 leasekeepers and the frontends",
 		Long: "Starts every Cairn service as its own child process of this binary on loopback, each after what it " +
 			"needs is healthy; prints the client endpoint and every process (pid, ports, log file), writes the same " +
 			"to DATA-DIR/stack.json, restarts a child that dies, and stops everything on SIGINT or SIGTERM. " +
@@ -29,6 +29,7 @@ func newUpCommand() *cobra.Command {
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "up.cairn", "Directory for the members' data, the logs, layout.json and stack.json.")
 	flags.IntVar(&cfg.Members, "members", 0, "Number of members (consensus + storage); default 3 for a new data dir, else what it holds.")
+	flags.IntVar(&cfg.Leasekeepers, "leasekeepers", 2, "Number of leasekeepers (the first to claim is active, the others stand by).")
 	flags.IntVar(&cfg.Frontends, "frontends", 0, "Number of frontends side by side; default one per member, named after it (its etcd endpoint).")
 	flags.IntVar(&cfg.ClientPort, "client-port", 2379, "Client port of the first frontend; the others get free ports, kept in --data-dir.")
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")

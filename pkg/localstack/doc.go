@@ -1,6 +1,7 @@
 // Package localstack is the multi-process local Cairn cluster behind `cairn up`: NATS, N members (each a
-// consensus process and a storage process with their own data directories) and the frontends, every one its
-// own child process of the cairn binary on loopback, kept running by pkg/supervisor.
+// consensus process and a storage process with their own data directories), the leasekeepers (2: one active,
+// one standby) and the frontends, every one its own child process of the cairn binary on loopback, kept running
+// by pkg/supervisor.
 //
 // Lifecycle: New(cfg) → Start(ctx) → Stop(ctx).
 //
@@ -9,7 +10,8 @@
 //     Config.ClientPort). A member's peer URLs are in its WAL, so later runs must use the same ports: they
 //     come from the layout. It then starts the children in dependency order, each once the services it needs
 //     answer /health: consensus members together (a leader needs a quorum), each storage after its consensus
-//     member and NATS, the frontends after every storage. Start returns when every child is ready.
+//     member and NATS, the leasekeepers after every storage and NATS, the frontends after every storage and
+//     leasekeeper. Start returns when every child is ready.
 //   - A child that exits (a crash, kill -9) is restarted by the supervisor with the same command line: a
 //     consensus member restarts from its WAL, a storage from its database and its member's log, a frontend
 //     keeps nothing. DataDir/stack.json always describes the running processes (pids, ports, log files).

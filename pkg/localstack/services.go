@@ -27,7 +27,7 @@ type service struct {
 
 // services are the kinds of service a stack runs, in start order. A new kind is one more entry.
 func services() []service {
-	return []service{natsService(), consensusService(), storageService(), frontendService()}
+	return []service{natsService(), consensusService(), storageService(), leasekeeperService(), frontendService()}
 }
 
 func natsService() service {
@@ -76,6 +76,23 @@ func storageService() service {
 	}
 }
 
+// leasekeeperService runs the leasekeepers: the first to claim is active, the others stand by. Keeper i lists
+// member i's storage first, so the keepers spread their storage calls.
+func leasekeeperService() service {
+	return service{
+		name: "leasekeeper", count: (*plan).leasekeepers, ports: []string{"api", "metrics"},
+		args: func(p *plan, i int) []string {
+			return []string{
+				"--name", p.child("leasekeeper", i),
+				"--listen-url", p.url(p.child("leasekeeper", i), "api"),
+				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
+				"--nats-url", p.natsURL(),
+			}
+		},
+		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
+	}
+}
+
 func frontendService() service {
 	return service{
 		name: "frontend", count: (*plan).frontends, ports: []string{"client", "metrics"},
@@ -89,9 +106,12 @@ func frontendService() service {
 				"--advertise-client-urls", self,
 				"--consensus-endpoints", strings.Join(p.memberURLs("consensus", "api", first), ","),
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", first), ","),
+				"--lease-endpoints", strings.Join(p.leasekeeperURLs(), ","),
 			}
 		},
-		dependsOn: func(p *plan, _ int) []string { return p.memberChildren("storage", 1) },
+		dependsOn: func(p *plan, _ int) []string {
+			return append(p.memberChildren("storage", 1), p.leasekeeperChildren()...)
+		},
 	}
 }
 
@@ -114,6 +134,31 @@ func (p *plan) frontends() int {
 		return p.layout.Members
 	}
 	return p.cfg.Frontends
+}
+
+// leasekeepers is the number of leasekeepers: Config.Leasekeepers, or 2 (one active, one standby).
+func (p *plan) leasekeepers() int {
+	if p.cfg.Leasekeepers == 0 {
+		return 2
+	}
+	return p.cfg.Leasekeepers
+}
+
+func (p *plan) leasekeeperChildren() []string {
+	names := make([]string, p.leasekeepers())
+	for k := range names {
+		names[k] = p.child("leasekeeper", k+1)
+	}
+	return names
+}
+
+// leasekeeperURLs are the keepers' Lease API URLs: the frontends' --lease-endpoints.
+func (p *plan) leasekeeperURLs() []string {
+	var urls []string
+	for _, child := range p.leasekeeperChildren() {
+		urls = append(urls, p.url(child, "api"))
+	}
+	return urls
 }
 
 // frontendName is frontend i's --name: the name of member i, which makes it the frontend's home member,

@@ -27,6 +27,8 @@ type Config struct {
 	// member i, which makes that member its home (Status, HashKV and Snapshot describe it, and member i
 	// advertises it as its client URL), so each member has an endpoint of its own, as in etcd.
 	Frontends int
+	// Leasekeepers is how many leasekeepers run (the first to claim is active, the others stand by). Default 2.
+	Leasekeepers int
 	// ClientPort is the first frontend's client port. Default 2379.
 	ClientPort int
 	// Host is the loopback address every service binds. Default 127.0.0.1.
@@ -81,8 +83,9 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("localstack: no data dir"))
 	}
-	if c.Members < 0 || c.Frontends < 0 {
-		errs = append(errs, fmt.Errorf("localstack: negative member (%d) or frontend (%d) count", c.Members, c.Frontends))
+	if c.Members < 0 || c.Frontends < 0 || c.Leasekeepers < 0 {
+		errs = append(errs, fmt.Errorf("localstack: negative member (%d), frontend (%d) or leasekeeper (%d) count",
+			c.Members, c.Frontends, c.Leasekeepers))
 	}
 	if c.ClientPort < 0 || c.ClientPort > 65535 {
 		errs = append(errs, fmt.Errorf("localstack: client port %d out of range", c.ClientPort))

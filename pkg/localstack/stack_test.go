@@ -103,7 +103,7 @@ func TestChildrenOfAThreeMemberStack(t *testing.T) {
 		}
 	}
 	wantNames := []string{"nats", "consensus-1", "consensus-2", "consensus-3", "storage-1", "storage-2", "storage-3",
-		"frontend-1", "frontend-2", "frontend-3"}
+		"leasekeeper-1", "leasekeeper-2", "frontend-1", "frontend-2", "frontend-3"}
 	if got := slices.Sorted(maps.Keys(byName)); !slices.Equal(got, slices.Sorted(slices.Values(wantNames))) {
 		t.Fatalf("children %v, want %v", got, wantNames)
 	}
@@ -122,8 +122,17 @@ func TestChildrenOfAThreeMemberStack(t *testing.T) {
 	f1 := byName["frontend-1"]
 	if flagValue(f1, "--listen-client-urls") != "http://127.0.0.1:2379" || flagValue(f1, "--name") != "member-1" ||
 		!strings.HasPrefix(flagValue(f1, "--storage-endpoints"), flagValue(byName["storage-1"], "--listen-storage-url")+",") ||
-		len(deps["frontend-1"]) != 3 {
+		len(deps["frontend-1"]) != 5 {
 		t.Errorf("frontend-1 argv %v, depends on %v", f1, deps["frontend-1"])
+	}
+	lk2 := byName["leasekeeper-2"]
+	if lk2[1] != "leasekeeper" || flagValue(lk2, "--name") != "leasekeeper-2" ||
+		!strings.HasPrefix(flagValue(lk2, "--storage-endpoints"), flagValue(byName["storage-2"], "--listen-storage-url")+",") ||
+		strings.Count(flagValue(lk2, "--storage-endpoints"), ",") != 2 || flagValue(lk2, "--nats-url") != flagValue(byName["storage-1"], "--nats-url") ||
+		flagValue(f1, "--lease-endpoints") != flagValue(byName["leasekeeper-1"], "--listen-url")+","+flagValue(lk2, "--listen-url") ||
+		len(deps["leasekeeper-2"]) != 4 {
+		t.Errorf("leasekeeper-2 argv %v, depends on %v; frontend-1 --lease-endpoints %q", lk2, deps["leasekeeper-2"],
+			flagValue(f1, "--lease-endpoints"))
 	}
 	if f3 := byName["frontend-3"]; !strings.HasPrefix(flagValue(f3, "--consensus-endpoints"), flagValue(byName["consensus-3"], "--listen-consensus-url")+",") {
 		t.Errorf("frontend-3 does not list its own member first: %v", f3)

@@ -70,7 +70,8 @@ type Config struct {
 	// ExpiryTick is how often deadlines are checked; RevokeRetry how long before an unanswered revoke is retried.
 	ExpiryTick  time.Duration
 	RevokeRetry time.Duration
-	// AdminAddr is host:port for /metrics and /health; empty serves none.
+	// AdminAddr is host:port for /metrics and /health of this keeper alone; empty serves none (`cairn
+	// leasekeeper` serves them on its --listen-metrics-urls, with Registry).
 	AdminAddr string
 	// Registry, when set, also gets the keeper's metrics (a process serving several services' metrics).
 	Registry prometheus.Registerer
@@ -162,7 +163,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DeadlineExtension, "deadline-extension", c.DeadlineExtension, "Least time every lease has left after a takeover (etcd: the election timeout).")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "Interval of lease table reconciliation with storage.")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Timeout of one storage call.")
-	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "host:port to serve /metrics and /health on (empty: none).")
 }
 
 // keeperID is the name plus a random suffix: each start is a new claimant.
