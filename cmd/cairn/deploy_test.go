@@ -80,7 +80,7 @@ func TestComposeCommandLines(t *testing.T) {
 			}
 		})
 	}
-	for kind, want := range map[string]int{"nats": 1, "consensus": 3, "storage": 3, "frontend": 3} {
+	for kind, want := range map[string]int{"nats": 1, "consensus": 3, "storage": 3, "leasekeeper": 2, "frontend": 3} {
 		if kinds[kind] != want {
 			t.Errorf("%d %s services, want %d", kinds[kind], kind, want)
 		}
