@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairn-kv/cairn/pkg/etcdref"
 	"github.com/cairn-kv/cairn/pkg/keeperclaim"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/pkg/testcluster"
@@ -116,7 +118,42 @@ func TestMutexAndElection(t *testing.T) {
 	if !watchAvailable(t, c.Client(t)) {
 		t.Skip("Watch is not served by this cluster (no watchhub in testcluster yet): Mutex.Lock and Election need it")
 	}
-	ss := sessions(t, c, 8, 10)
+	var clients []*clientv3.Client
+	for i := range 8 {
+		clients = append(clients, c.Client(t, c.Endpoints()[i%len(c.Endpoints())]))
+	}
+	mutexAndElection(t, clients)
+}
+
+// TestMutexAndElectionOfEtcd runs the same against a real etcd, to show the test's expectations are etcd's
+// (opt-in: CAIRN_LEASE_ETCDREF=1).
+func TestMutexAndElectionOfEtcd(t *testing.T) {
+	if os.Getenv("CAIRN_LEASE_ETCDREF") == "" {
+		t.Skip("set CAIRN_LEASE_ETCDREF=1 to run it against the real etcd")
+	}
+	etcd := etcdref.StartCluster(t, 1)
+	var clients []*clientv3.Client
+	for range 8 {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cli.Close() })
+		clients = append(clients, cli)
+	}
+	mutexAndElection(t, clients)
+}
+
+func mutexAndElection(t *testing.T, clients []*clientv3.Client) {
+	var ss []*concurrency.Session
+	for i, cli := range clients {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+		if err != nil {
+			t.Fatalf("session %d: %v", i, err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		ss = append(ss, s)
+	}
 	var holders lockHolders
 	var wg sync.WaitGroup
 	for i, s := range ss {
