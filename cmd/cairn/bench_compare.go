@@ -26,6 +26,8 @@ type compareOptions struct {
 	etcdMembers    int
 	repeat         int
 	standard       bench.StandardOptions
+	workloads      []string
+	leaseTotal     int64
 }
 
 func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
@@ -36,7 +38,8 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 		Long: "Starts a reference etcd " + etcdref.Version + " cluster on loopback (built once from the Go module proxy; " +
 			"or use --etcd-endpoints) and a `cairn up` stack of this binary in a temporary directory (or use " +
 			"--cairn-endpoints), runs put with 1 client, put with 1000 clients on 100 connections, and " +
-			"linearizable and serializable range against each in turn, and prints one table. The rows fix " +
+			"linearizable and serializable range (with --workloads lease: lease-keepalive and lease-grant-revoke) " +
+			"against each in turn, and prints one table. The rows fix " +
 			"--clients, --conns and --total themselves; --output json prints every summary.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCompare(cmd, opts, &cmp) },
@@ -53,6 +56,8 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 	flags.IntVar(&cmp.standard.KeySize, "key-size", 8, "key size of the puts")
 	flags.IntVar(&cmp.standard.ValSize, "val-size", 256, "value size of the puts and of the ranged key")
 	flags.IntVar(&cmp.standard.KeySpaceSize, "key-space-size", 1, "key space of the (sequential) puts; 1 as in etcd's documented commands")
+	flags.StringSliceVar(&cmp.workloads, "workloads", []string{"standard"}, "rows to run: standard (etcd's documented put and range rows), lease (lease-keepalive and lease-grant-revoke), or both")
+	flags.Int64Var(&cmp.leaseTotal, "lease-total", 100000, "keep-alives of the lease-keepalive row (grant-revoke rows run a tenth and a hundredth)")
 	return cmd
 }
 
@@ -83,7 +88,7 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 	if len(cairnEndpoints) > 0 {
 		targets = append(targets, bench.Target{Name: "cairn", Endpoints: cairnEndpoints})
 	}
-	scenarios, err := bench.StandardScenarios(cmp.standard)
+	scenarios, err := compareScenarios(cmp)
 	if err != nil {
 		return err
 	}
@@ -107,6 +112,26 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 		}
 	}
 	return nil
+}
+
+// compareScenarios are the rows of the workloads --workloads names, in that order.
+func compareScenarios(cmp *compareOptions) ([]bench.Scenario, error) {
+	var scenarios []bench.Scenario
+	for _, workload := range cmp.workloads {
+		switch workload {
+		case "standard":
+			standard, err := bench.StandardScenarios(cmp.standard)
+			if err != nil {
+				return nil, err
+			}
+			scenarios = append(scenarios, standard...)
+		case "lease":
+			scenarios = append(scenarios, bench.LeaseScenarios(cmp.leaseTotal)...)
+		default:
+			return nil, fmt.Errorf("--workloads: unknown workload %q (want standard or lease)", workload)
+		}
+	}
+	return scenarios, nil
 }
 
 func describeTargets(targets []bench.Target) string {

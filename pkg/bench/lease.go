@@ -125,3 +125,16 @@ func LeaseGrantRevokeOp(cfg LeaseConfig) Op {
 		return err
 	}
 }
+
+// LeaseScenarios are the lease rows of a comparison: lease-keepalive with 100 clients on 10 connections (total
+// requests), and lease-grant-revoke with 1 client (total/100) and with 100 clients on 10 connections (total/10).
+// The keep-alive streams stay open until the process ends (each holds a lease that then expires).
+func LeaseScenarios(total int64) []Scenario {
+	keepAlive := NewLeaseKeepAlive(LeaseConfig{})
+	grantRevoke := LeaseGrantRevokeOp(LeaseConfig{})
+	return []Scenario{
+		{Name: "lease-keepalive, 100 clients, 10 conns", Clients: 100, Conns: 10, Total: total, Op: keepAlive.Op},
+		{Name: "lease-grant-revoke, 1 client, 1 conn", Clients: 1, Conns: 1, Total: max(1, total/100), Op: grantRevoke},
+		{Name: "lease-grant-revoke, 100 clients, 10 conns", Clients: 100, Conns: 10, Total: max(1, total/10), Op: grantRevoke},
+	}
+}

@@ -26,14 +26,7 @@ func BenchmarkLeaseVsEtcd(b *testing.B) {
 	etcd := etcdref.StartCluster(b, 3)
 	cairn := Start(b, Options{HeartbeatInterval: 100 * time.Millisecond, ElectionTimeout: time.Second, Leasekeepers: 2})
 	cairn.ActiveLeasekeeper(10 * time.Second)
-	keepAlive := bench.NewLeaseKeepAlive(bench.LeaseConfig{})
-	defer keepAlive.Close()
-	grantRevoke := bench.LeaseGrantRevokeOp(bench.LeaseConfig{})
-	scenarios := []bench.Scenario{
-		{Name: "lease-keepalive, 100 clients, 10 conns", Clients: 100, Conns: 10, Total: total, Op: keepAlive.Op},
-		{Name: "lease-grant-revoke, 1 client, 1 conn", Clients: 1, Conns: 1, Total: max(1, total/100), Op: grantRevoke},
-		{Name: "lease-grant-revoke, 100 clients, 10 conns", Clients: 100, Conns: 10, Total: max(1, total/10), Op: grantRevoke},
-	}
+	scenarios := bench.LeaseScenarios(total)
 	b.ResetTimer()
 	results, err := bench.Compare(context.Background(), bench.CompareConfig{
 		Targets:   []bench.Target{{Name: "etcd", Endpoints: etcd.Endpoints()}, {Name: "cairn", Endpoints: cairn.Endpoints()}},
