@@ -328,3 +328,32 @@ func TestLeasekeeperCrashThroughFrontend(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestLeaseHeadersAsEtcd: lease answers relayed from a keeper carry a full etcd header (cluster, member, raft
+// term and revision), unary and keep-alive alike, as etcd's do.
+func TestLeaseHeadersAsEtcd(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Leasekeepers: 1})
+	c.ActiveLeasekeeper(10 * time.Second)
+	cli := c.Client(t, c.Endpoints()[0])
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	grant, err := cli.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keepAlive, err := cli.KeepAliveOnce(ctx, grant.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl, err := cli.TimeToLive(ctx, grant.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range map[string]*pb.ResponseHeader{
+		"grant": grant.ResponseHeader, "keep-alive": keepAlive.ResponseHeader, "time-to-live": ttl.ResponseHeader,
+	} {
+		if h.GetClusterId() == 0 || h.GetMemberId() == 0 || h.GetRaftTerm() == 0 || h.GetRevision() == 0 {
+			t.Errorf("%s header %v: want cluster id, member id, raft term and revision all set", name, h)
+		}
+	}
+}

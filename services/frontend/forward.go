@@ -102,7 +102,9 @@ func errBackendLost(what string, err error) error {
 // proxyStream relays one client stream to one backend stream until either ends. The client's half-close is
 // passed on and responses keep flowing until the backend ends; a backend failure ends the client stream
 // with codes.Unavailable, a backend's own status error is passed on unchanged.
-func proxyStream[Req, Resp any](what string, client grpc.BidiStreamingServer[Req, Resp], upstream grpc.BidiStreamingClient[Req, Resp]) error {
+// each, when not nil, sees every response before it is relayed.
+func proxyStream[Req, Resp any](what string, client grpc.BidiStreamingServer[Req, Resp],
+	upstream grpc.BidiStreamingClient[Req, Resp], each func(*Resp)) error {
 	upErr := make(chan error, 1)
 	go func() {
 		for {
@@ -125,6 +127,9 @@ func proxyStream[Req, Resp any](what string, client grpc.BidiStreamingServer[Req
 			if err != nil {
 				upErr <- err
 				return
+			}
+			if each != nil {
+				each(resp)
 			}
 			if err := client.Send(resp); err != nil {
 				upErr <- err

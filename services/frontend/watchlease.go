@@ -31,7 +31,7 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	for _, hub := range s.hubs.order() {
 		var upstream pb.Watch_WatchClient
 		if upstream, err = pb.NewWatchClient(hub.conn).Watch(ctx); err == nil {
-			return proxyStream("watch", stream, upstream)
+			return proxyStream("watch", stream, upstream, nil)
 		}
 		if stream.Context().Err() != nil {
 			break
@@ -46,7 +46,12 @@ type leaseServer struct {
 	pb.UnimplementedLeaseServer
 	keepers *rotation
 	active  atomic.Int32 // index of the keeper that answered last
+	// completeHeader fills what a keeper cannot know of a response header (cluster, member, raft term).
+	completeHeader func(*pb.ResponseHeader)
 }
+
+// withHeader is every etcd response.
+type withHeader interface{ GetHeader() *pb.ResponseHeader }
 
 // notActiveKeeper is how a standby leasekeeper refuses (codes.FailedPrecondition).
 const notActiveKeeper = "not the active leasekeeper"
@@ -73,6 +78,9 @@ func onKeeper[T any](s *leaseServer, ctx context.Context, op func(pb.LeaseClient
 		var resp T
 		if resp, err = op(pb.NewLeaseClient(s.keepers.backends[k].conn)); err == nil {
 			s.active.Store(int32(k))
+			if r, ok := any(resp).(withHeader); ok {
+				s.completeHeader(r.GetHeader())
+			}
 			return resp, nil
 		}
 		if !nextKeeper(err) || ctx.Err() != nil {
@@ -109,7 +117,9 @@ func (s *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 	if err != nil {
 		return err
 	}
-	err = proxyStream("lease keep-alive", stream, upstream)
+	err = proxyStream("lease keep-alive", stream, upstream, func(r *pb.LeaseKeepAliveResponse) {
+		s.completeHeader(r.GetHeader())
+	})
 	if err != nil && nextKeeper(err) {
 		s.active.Store((s.active.Load() + 1) % int32(len(s.keepers.backends)))
 		return errBackendLost("lease keep-alive", err)
