@@ -48,6 +48,8 @@ func newBenchCommand() *cobra.Command {
 		newBenchPutCommand(opts),
 		newBenchRangeCommand(opts),
 		newBenchTxnPutCommand(opts),
+		newBenchLeaseKeepAliveCommand(opts),
+		newBenchLeaseGrantRevokeCommand(opts),
 		newBenchWatchCommand(opts),
 		newBenchWatchLatencyCommand(opts),
 		newBenchCompareCommand(opts),

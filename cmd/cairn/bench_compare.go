@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -12,15 +13,21 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/bench"
 	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/pkg/localstack"
+	"github.com/cairn-kv/cairn/pkg/supervisor"
 )
 
 // compareOptions are the flags of `cairn bench compare`.
 type compareOptions struct {
 	cairnEndpoints []string
+	cairnMembers   int
+	etcdOnly       bool
 	etcdEndpoints  []string
 	etcdMembers    int
 	repeat         int
 	standard       bench.StandardOptions
+	workloads      []string
+	leaseTotal     int64
 }
 
 func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
@@ -29,14 +36,18 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 		Use:   "compare",
 		Short: "Run etcd's documented benchmark rows against reference etcd and Cairn, side by side",
 		Long: "Starts a reference etcd " + etcdref.Version + " cluster on loopback (built once from the Go module proxy; " +
-			"or use --etcd-endpoints), runs put with 1 client, put with 1000 clients on 100 connections, and " +
-			"linearizable and serializable range against it and against --cairn-endpoints if given, and prints one " +
-			"table. The rows fix --clients, --conns and --total themselves; --output json prints every summary.",
+			"or use --etcd-endpoints) and a `cairn up` stack of this binary in a temporary directory (or use " +
+			"--cairn-endpoints), runs put with 1 client, put with 1000 clients on 100 connections, and " +
+			"linearizable and serializable range (with --workloads lease: lease-keepalive and lease-grant-revoke) " +
+			"against each in turn, and prints one table. The rows fix " +
+			"--clients, --conns and --total themselves; --output json prints every summary.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCompare(cmd, opts, &cmp) },
 	}
 	flags := cmd.Flags()
-	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd (e.g. a `cairn up` stack)")
+	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd; default: start a `cairn up` stack")
+	flags.IntVar(&cmp.cairnMembers, "cairn-members", 3, "members of the `cairn up` stack started when --cairn-endpoints is not given")
+	flags.BoolVar(&cmp.etcdOnly, "etcd-only", false, "measure the reference etcd alone")
 	flags.StringSliceVar(&cmp.etcdEndpoints, "etcd-endpoints", nil, "use this running etcd instead of starting a reference cluster")
 	flags.IntVar(&cmp.etcdMembers, "etcd-members", 3, "members of the reference etcd cluster to start")
 	flags.IntVar(&cmp.repeat, "repeat", 1, "run the whole comparison this many times (machines are noisy)")
@@ -45,6 +56,8 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 	flags.IntVar(&cmp.standard.KeySize, "key-size", 8, "key size of the puts")
 	flags.IntVar(&cmp.standard.ValSize, "val-size", 256, "value size of the puts and of the ranged key")
 	flags.IntVar(&cmp.standard.KeySpaceSize, "key-space-size", 1, "key space of the (sequential) puts; 1 as in etcd's documented commands")
+	flags.StringSliceVar(&cmp.workloads, "workloads", []string{"standard"}, "rows to run: standard (etcd's documented put and range rows), lease (lease-keepalive and lease-grant-revoke), or both")
+	flags.Int64Var(&cmp.leaseTotal, "lease-total", 100000, "keep-alives of the lease-keepalive row (grant-revoke rows run a tenth and a hundredth)")
 	return cmd
 }
 
@@ -63,10 +76,19 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 		etcdEndpoints = cluster.Endpoints()
 	}
 	targets := []bench.Target{{Name: "etcd " + etcdref.Version, Endpoints: etcdEndpoints}}
-	if len(cmp.cairnEndpoints) > 0 {
-		targets = append(targets, bench.Target{Name: "cairn", Endpoints: cmp.cairnEndpoints})
+	cairnEndpoints := cmp.cairnEndpoints
+	if len(cairnEndpoints) == 0 && !cmp.etcdOnly {
+		stack, err := startCairnUp(ctx, cmd, cmp.cairnMembers)
+		if err != nil {
+			return err
+		}
+		defer stack.Stop(context.Background())
+		cairnEndpoints = stack.ClientEndpoints()
 	}
-	scenarios, err := bench.StandardScenarios(cmp.standard)
+	if len(cairnEndpoints) > 0 {
+		targets = append(targets, bench.Target{Name: "cairn", Endpoints: cairnEndpoints})
+	}
+	scenarios, err := compareScenarios(cmp)
 	if err != nil {
 		return err
 	}
@@ -92,6 +114,26 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 	return nil
 }
 
+// compareScenarios are the rows of the workloads --workloads names, in that order.
+func compareScenarios(cmp *compareOptions) ([]bench.Scenario, error) {
+	var scenarios []bench.Scenario
+	for _, workload := range cmp.workloads {
+		switch workload {
+		case "standard":
+			standard, err := bench.StandardScenarios(cmp.standard)
+			if err != nil {
+				return nil, err
+			}
+			scenarios = append(scenarios, standard...)
+		case "lease":
+			scenarios = append(scenarios, bench.LeaseScenarios(cmp.leaseTotal)...)
+		default:
+			return nil, fmt.Errorf("--workloads: unknown workload %q (want standard or lease)", workload)
+		}
+	}
+	return scenarios, nil
+}
+
 func describeTargets(targets []bench.Target) string {
 	parts := make([]string, len(targets))
 	for i, target := range targets {
@@ -114,6 +156,45 @@ func startReferenceEtcd(ctx context.Context, cmd *cobra.Command, members int, di
 		return nil, err
 	}
 	return cluster, nil
+}
+
+// startCairnUp starts a `cairn up` stack of this binary in a fresh temporary directory, removed when it stops.
+func startCairnUp(ctx context.Context, cmd *cobra.Command, members int) (*cairnUpStack, error) {
+	binary, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "cairn-bench-up-*")
+	if err != nil {
+		return nil, err
+	}
+	ports, err := supervisor.FreePorts(1)
+	if err != nil {
+		return nil, err
+	}
+	stack, err := localstack.New(localstack.Config{Binary: binary, DataDir: dir, Members: members, ClientPort: ports[0],
+		LogLevel: "warn", Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err == nil {
+		err = stack.Start(ctx)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "cairn up (%d members) in %s at %s\n", members, dir, strings.Join(stack.ClientEndpoints(), ","))
+	return &cairnUpStack{Stack: stack, dir: dir}, nil
+}
+
+// cairnUpStack is a benchmark's own `cairn up`, whose directory goes when it stops.
+type cairnUpStack struct {
+	*localstack.Stack
+	dir string
+}
+
+func (s *cairnUpStack) Stop(ctx context.Context) error {
+	err := s.Stack.Stop(ctx)
+	os.RemoveAll(s.dir)
+	return err
 }
 
 func stackFileIn(dir string) string {

@@ -33,9 +33,15 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage: true,
 	}
 	root.AddCommand(
+		newConsensusCommand(),
+		newStorageCommand(),
+		newFrontendCommand(),
+		newNATSCommand(),
+		newDevCommand(),
+		newUpCommand(),
 		newVersionCommand(),
 		newBenchCommand(),
-		newFrontendCommand(),
+		newLeasekeeperCommand(),
 		newWatchhubCommand(),
 	)
 	return root

@@ -12,8 +12,9 @@
 //     and not counted. A progress bar goes to RunnerConfig.Progress (stderr in the CLI) while Run works.
 //   - Op is one request: func(ctx, client, seq) error, where seq numbers the requests of one Run from 0.
 //     PutOp, RangeOp and TxnPutOp build the KV benchmarks with etcd's key and value scheme. A later benchmark
-//     is a new Op plus a file in cmd/cairn: lease-keepalive is an Op (KeepAliveOnce) whose setup grants
-//     leases through Runner.Clients(); watch and watch-latency open their watchers through Runner.Clients()
+//     is a new Op plus a file in cmd/cairn: LeaseKeepAlive.Op is lease-keepalive (one keep-alive round trip on
+//     a long-lived stream with a lease of its own, as etcd's tool), LeaseGrantRevokeOp a grant and a revoke;
+//     watch and watch-latency open their watchers through Runner.Clients()
 //     and use Runner.Drive, which issues the Op (the puts) under the same bounds, rate limit and progress bar
 //     but lets the Op's watcher goroutines Record one sample per event into a Report of their own.
 //   - Report collects latencies (goroutine-safe Record) and errors; Summary computes etcd's statistics: total

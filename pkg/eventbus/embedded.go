@@ -1,6 +1,8 @@
 package eventbus
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -57,6 +59,14 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 
 // ClientURL is the nats:// URL clients connect to.
 func (e *Embedded) ClientURL() string { return e.srv.ClientURL() }
+
+// Health is nil while the server is running; for obs.AdminMux.
+func (e *Embedded) Health(context.Context) error {
+	if !e.srv.Running() {
+		return errors.New("nats server is not running")
+	}
+	return nil
+}
 
 // Shutdown stops the server and waits until it is down.
 func (e *Embedded) Shutdown() {

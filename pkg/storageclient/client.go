@@ -57,6 +57,44 @@ func (c *Client) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*stor
 	return c.rpc.Submit(ctx, &storagepb.SubmitRequest{Request: req})
 }
 
+// SubmitFenced sends a write request fenced by a leasekeeper epoch: storage refuses it with
+// keeperclaim.ErrStaleEpoch unless the claim is still at keeperEpoch.
+func (c *Client) SubmitFenced(ctx context.Context, req *pb.InternalRaftRequest, keeperEpoch uint64) (*storagepb.SubmitResponse, error) {
+	return c.rpc.Submit(ctx, &storagepb.SubmitRequest{Request: req, KeeperEpoch: keeperEpoch})
+}
+
+// ClaimKeeper proposes a leasekeeper claim; it returns the state after it, or keeperclaim.ErrClaimConflict, and
+// the log index of the claim entry.
+func (c *Client) ClaimKeeper(ctx context.Context, claim *storagepb.KeeperClaim) (*storagepb.KeeperState, error) {
+	resp, err := c.rpc.Submit(ctx, &storagepb.SubmitRequest{KeeperClaim: claim})
+	return resp.GetKeeperClaim(), err
+}
+
+// KeeperStatus reads the leasekeeper claim linearizably.
+func (c *Client) KeeperStatus(ctx context.Context) (*storagepb.KeeperState, error) {
+	return c.rpc.KeeperStatus(ctx, &storagepb.KeeperStatusRequest{})
+}
+
+// LeaseRecords reads every lease record linearizably and returns them with the applied index they were read at.
+func (c *Client) LeaseRecords(ctx context.Context) ([]*storagepb.LeaseRecord, uint64, error) {
+	stream, err := c.rpc.LeaseRecords(ctx, &storagepb.LeaseRecordsRequest{})
+	if err != nil {
+		return nil, 0, err
+	}
+	var records []*storagepb.LeaseRecord
+	var applied uint64
+	for {
+		page, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return records, applied, nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		records, applied = append(records, page.Records...), page.AppliedIndex
+	}
+}
+
 // Put writes a key.
 func (c *Client) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
 	resp, err := c.Submit(ctx, &pb.InternalRaftRequest{Put: r})

@@ -58,14 +58,11 @@ func runChild(mode string) int {
 		mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		go http.Serve(listener, mux)
 	case "probe": // a service that needs its dependency up when it starts
-		result := "ok"
-		resp, err := http.Get(os.Getenv(childProbeEnv))
-		if err != nil {
-			result = "fail: " + err.Error()
-		} else {
-			resp.Body.Close()
-		}
-		os.WriteFile(os.Getenv(childMarkerEnv), []byte(result), 0o644)
+		probeDependency()
+	case "probe-on-term": // a service that still needs its dependency while it shuts down
+		<-terms
+		probeDependency()
+		return 0
 	case "grandchild": // a service that forks a helper which ignores SIGTERM and is not cleaned up by it
 		helper := exec.Command(os.Args[0])
 		helperReady := os.Getenv(childReadyEnv) + ".helper"
@@ -87,6 +84,18 @@ func runChild(mode string) int {
 	}
 	<-terms
 	return 0
+}
+
+// probeDependency GETs the probe URL and writes "ok" or the failure to the marker file.
+func probeDependency() {
+	result := "ok"
+	resp, err := http.Get(os.Getenv(childProbeEnv))
+	if err != nil {
+		result = "fail: " + err.Error()
+	} else {
+		resp.Body.Close()
+	}
+	os.WriteFile(os.Getenv(childMarkerEnv), []byte(result), 0o644)
 }
 
 func fileExists(path string) bool {

@@ -15,7 +15,8 @@
 //     up for Config.StableAfter); its restart counter goes up by one and the rest of its process group is
 //     killed first, so a crashed child leaves nothing behind that holds its ports.
 //   - Stop sends SIGTERM to every child's process group, waits up to Config.StopTimeout for the child to exit,
-//     then sends SIGKILL to the group. After Stop returns no child or grandchild of the supervisor is left
+//     then sends SIGKILL to the group. Dependents are stopped before their dependencies (a child is sent
+//     SIGTERM once every child listing it in DependsOn has exited), so no child outlives what it needs. After Stop returns no child or grandchild of the supervisor is left
 //     running. On Linux children also get SIGKILL from the kernel if the supervisor itself dies (Pdeathsig),
 //     so even kill -9 of the supervisor leaves no orphans.
 //

@@ -151,8 +151,9 @@ func (s *Supervisor) waitReady(ctx context.Context, c *child) error {
 	}
 }
 
-// Stop terminates every child: SIGTERM to its process group, SIGKILL after StopTimeout (or at once when ctx
-// ends), and returns when all children and their supervise loops are gone. Calling it again is a no-op.
+// Stop terminates every child, dependents before their dependencies: SIGTERM to its process group, SIGKILL
+// after StopTimeout (or at once when ctx ends), and returns when all children and their supervise loops are
+// gone. Calling it again is a no-op.
 func (s *Supervisor) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	if s.stopping {
@@ -162,19 +163,32 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	}
 	s.stopping = true
 	s.cancelRun()
-	var running []*child
 	for _, c := range s.children {
-		if c.proc != nil {
-			running = append(running, c)
-		} else {
+		if c.proc == nil {
 			c.state = StateStopped
 		}
 	}
 	s.mu.Unlock()
 
+	// Dependents go first: a child is terminated once every child that depends on it is gone, so e.g. a
+	// frontend never outlives the storage it forwards to.
+	gone := make(map[string]chan struct{}, len(s.children))
+	dependents := make(map[string][]string, len(s.children))
+	for _, c := range s.children {
+		gone[c.spec.Name] = make(chan struct{})
+		for _, dep := range c.spec.DependsOn {
+			dependents[dep] = append(dependents[dep], c.spec.Name)
+		}
+	}
 	var wg sync.WaitGroup
-	for _, c := range running {
-		wg.Go(func() { s.terminate(ctx, c) })
+	for _, c := range s.children {
+		wg.Go(func() {
+			defer close(gone[c.spec.Name])
+			for _, dependent := range dependents[c.spec.Name] {
+				<-gone[dependent]
+			}
+			s.terminate(ctx, c)
+		})
 	}
 	wg.Wait()
 	s.loops.Wait()

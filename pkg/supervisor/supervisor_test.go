@@ -216,6 +216,27 @@ func TestDependentStartsAfterDependencyIsReady(t *testing.T) {
 	}
 }
 
+func TestStopStopsDependentsFirst(t *testing.T) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	marker := filepath.Join(t.TempDir(), "probe")
+	backend := childSpec(t, "backend", "http-after", childAddrEnv+"="+addr, childDelayEnv+"=0s")
+	backend.Ready = HTTPReady("http://" + addr + "/health")
+	frontend := childSpec(t, "frontend", "probe-on-term", childProbeEnv+"=http://"+addr+"/health", childMarkerEnv+"="+marker)
+	frontend.DependsOn = []string{"backend"}
+	sup := startSupervisor(t, Config{Children: []ChildSpec{backend, frontend}})
+
+	if err := sup.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if raw, _ := os.ReadFile(marker); string(raw) != "ok" {
+		t.Fatalf("backend was stopped before the frontend that depends on it had exited: %q", raw)
+	}
+}
+
 func TestStartFailsAndCleansUp(t *testing.T) {
 	tests := []struct {
 		name  string

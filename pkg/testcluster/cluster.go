@@ -18,6 +18,7 @@ import (
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/frontend"
+	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
@@ -37,15 +38,18 @@ type Options struct {
 	HeartbeatInterval, ElectionTimeout time.Duration
 	// SnapshotCount and SnapshotCatchUpEntries are consensus's (defaults: etcd's 10000 and 5000).
 	SnapshotCount, SnapshotCatchUpEntries uint64
-	// Watchhubs is the number of watchhubs; with any, an embedded NATS server carries every storage's applied
-	// records to them, and the frontends relay Watch streams to them. Default 0: Watch is unavailable.
-	Watchhubs int
-	// ConfigureConsensus, ConfigureStorage, ConfigureFrontend and ConfigureWatchhub adjust each service's
-	// configuration.
+	// ConfigureConsensus, ConfigureStorage and ConfigureFrontend adjust each service's configuration.
 	ConfigureConsensus func(*consensus.Config)
 	ConfigureStorage   func(*storage.Config)
 	ConfigureFrontend  func(*frontend.Config)
-	ConfigureWatchhub  func(*watchhub.Config)
+	// Leasekeepers is the number of leasekeepers (the first to claim is active, the others stand by); with
+	// any, an embedded NATS carries every storage's applied records and the frontends forward Lease to them.
+	Leasekeepers         int
+	ConfigureLeasekeeper func(*leasekeeper.Config)
+	// Watchhubs is the number of watchhubs; with any, the frontends relay Watch streams to them (and the
+	// embedded NATS carries the storages' records). Default 0: Watch is unavailable.
+	Watchhubs         int
+	ConfigureWatchhub func(*watchhub.Config)
 }
 
 func (o Options) withDefaults() Options {
@@ -75,8 +79,9 @@ type Cluster struct {
 	Consensus *consensustest.Cluster
 	members   []*Member
 	frontends []*Frontend
+	keepers   []*Leasekeeper
 	watchhubs []*Watchhub
-	bus       *bus
+	bus       *bus // nil without leasekeepers and watchhubs
 	stopOnce  sync.Once
 }
 
@@ -90,6 +95,15 @@ func Start(t testing.TB, opts Options) *Cluster {
 		name := fmt.Sprintf("m%d", i+1) // consensustest's member names
 		c.members = append(c.members, &Member{Name: name, cluster: c, StorageURL: "http://" + reserveAddr(t),
 			dataDir: filepath.Join(c.dir, name+".storage")})
+	}
+	if opts.Leasekeepers > 0 || opts.Watchhubs > 0 {
+		c.startBus(t)
+	}
+	for i := range opts.Leasekeepers {
+		c.keepers = append(c.keepers, &Leasekeeper{Name: fmt.Sprintf("lk%d", i+1), URL: "http://" + reserveAddr(t), cluster: c})
+	}
+	for i := range opts.Watchhubs {
+		c.watchhubs = append(c.watchhubs, &Watchhub{Name: fmt.Sprintf("wh%d", i+1), URL: "http://" + reserveAddr(t), cluster: c})
 	}
 	for i := range opts.Frontends {
 		name := fmt.Sprintf("fe%d", i+1)
@@ -106,7 +120,6 @@ func Start(t testing.TB, opts Options) *Cluster {
 			c.members[i].ClientURL = fe.URL
 		}
 	}
-	c.addWatchhubs(t, opts.Watchhubs)
 	c.Consensus = consensustest.Start(t, consensustest.Options{
 		Members: opts.Members, ConsensusAPI: true,
 		HeartbeatInterval: opts.HeartbeatInterval, ElectionTimeout: opts.ElectionTimeout,
@@ -170,17 +183,23 @@ func (c *Cluster) configureConsensus(cfg *consensus.Config) {
 
 func (c *Cluster) startAll(t testing.TB) {
 	var wg sync.WaitGroup
-	errs := make([]error, len(c.members)+len(c.watchhubs)+len(c.frontends))
+	errs := make([]error, len(c.members)+len(c.frontends))
 	for i, m := range c.members {
 		wg.Go(func() { errs[i] = m.StartStorage() })
 	}
 	wg.Wait()
-	for i, w := range c.watchhubs {
-		wg.Go(func() { errs[len(c.members)+i] = w.Start() })
+	for _, k := range c.keepers {
+		if err := k.Start(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	wg.Wait()
+	for _, w := range c.watchhubs {
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, fe := range c.frontends {
-		wg.Go(func() { errs[len(c.members)+len(c.watchhubs)+i] = fe.Start() })
+		wg.Go(func() { errs[len(c.members)+i] = fe.Start() })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -274,8 +293,8 @@ func (c *Cluster) Eventually(timeout time.Duration, what string, cond func() boo
 	c.Consensus.Eventually(timeout, what, cond)
 }
 
-// Stop stops every frontend, watchhub, storage, the bus and every consensus member (also run when the test
-// ends).
+// Stop stops every frontend, leasekeeper, watchhub, storage and consensus member (also run when the test
+// ends); the bus stops after them.
 func (c *Cluster) Stop() {
 	c.stopOnce.Do(func() {
 		var wg sync.WaitGroup
@@ -283,6 +302,9 @@ func (c *Cluster) Stop() {
 			wg.Go(fe.Stop)
 		}
 		wg.Wait()
+		for _, k := range c.keepers {
+			wg.Go(k.Stop)
+		}
 		for _, w := range c.watchhubs {
 			wg.Go(w.Stop)
 		}
@@ -291,9 +313,6 @@ func (c *Cluster) Stop() {
 			wg.Go(m.StopStorage)
 		}
 		wg.Wait()
-		if c.bus != nil {
-			c.bus.stop()
-		}
 		c.Consensus.StopAll()
 	})
 }

@@ -14,10 +14,12 @@
 // stopped and started. Addresses stay the same across restarts. Client returns a go.etcd.io/etcd/client/v3
 // client of the frontends.
 //
-// With Options.Watchhubs > 0 an embedded NATS server (StopNATS/StartNATS, at a fixed address) carries every
-// storage's applied records, that many watchhubs follow them (each can be stopped and started), and the
-// frontends relay Watch streams to the hubs. Later services (leasekeeper) add themselves the same way: start
-// them after the storages and pass their URLs to the frontends.
+// Leasekeepers (Options.Leasekeepers): an embedded NATS carries every storage's applied records, the keepers
+// start after the storages (the first to claim is active, the others stand by) and every frontend forwards
+// Lease to them; each can be stopped (releasing its claim), crashed (keeping it) and started again on its URL.
+// Watchhubs (Options.Watchhubs) follow the same bus and every frontend relays Watch to them; each can be
+// stopped and started again on its URL, and the bus itself stopped and started again at its address
+// (StopNATS, StartNATS).
 //
 // Logs are discarded unless CAIRN_TEST_LOG names a level (debug, info, warn, error).
 package testcluster

@@ -39,7 +39,7 @@ type Member struct {
 	mu      sync.Mutex
 	storage *storage.Storage
 	remote  *consensusclient.Client // the storage's log when it is remote
-	bus     *busSink                // the storage's publisher, when the cluster has watchhubs
+	sink    *busSink                // the storage's publisher on the cluster's bus, if any
 }
 
 // ID is the member's ID.
@@ -86,21 +86,24 @@ func (m *Member) StartStorage() error {
 	if m.cluster.opts.ConfigureStorage != nil {
 		m.cluster.opts.ConfigureStorage(&cfg)
 	}
-	bus, err := m.cluster.newBusSink(m.ID(), m.Name)
+	sink, err := m.cluster.newBusSink(m.ID(), m.Name)
 	if err != nil {
 		m.closeRemote()
-		return fmt.Errorf("member %s: %w", m.Name, err)
+		return err
 	}
-	st, err := storage.New(cfg, log, bus.sink(m.ID()), obs.NoTelemetry(), logger("storage", m.Name))
-	if err == nil {
-		err = st.Start(context.Background())
-	}
+	st, err := storage.New(cfg, log, sink.appliedSink(), obs.NoTelemetry(), logger("storage", m.Name))
 	if err != nil {
 		m.closeRemote()
-		bus.close(context.Background())
+		sink.stop()
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
-	m.storage, m.bus = st, bus
+	if err := st.Start(context.Background()); err != nil {
+		m.closeRemote()
+		sink.stop()
+		return fmt.Errorf("member %s: %w", m.Name, err)
+	}
+	m.sink = sink
+	m.storage = st
 	return nil
 }
 
@@ -133,9 +136,10 @@ func (m *Member) StopStorage() {
 	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 	defer cancel()
 	_ = m.storage.Stop(ctx)
-	m.bus.close(ctx)
-	m.storage, m.bus = nil, nil
+	m.storage = nil
 	m.closeRemote()
+	m.sink.stop()
+	m.sink = nil
 }
 
 // WipeStorage deletes the stopped storage's data directory, so the next start begins empty and must catch up
@@ -232,6 +236,7 @@ func (f *Frontend) Config() frontend.Config {
 	cfg.AdvertiseClientURLs = []string{f.URL}
 	cfg.ConsensusEndpoints = f.cluster.ConsensusEndpoints()
 	cfg.ProbeInterval = 100 * time.Millisecond
+	cfg.LeaseEndpoints = f.cluster.LeasekeeperURLs()
 	cfg.WatchEndpoints = f.cluster.WatchhubURLs()
 	if f.cluster.opts.ConfigureFrontend != nil {
 		f.cluster.opts.ConfigureFrontend(&cfg)

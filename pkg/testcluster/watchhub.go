@@ -5,14 +5,10 @@ import (
 	"fmt"
 	"net"
 	"sync"
-	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/services/storage"
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
@@ -63,49 +59,6 @@ func (c *Cluster) StopNATS() { c.bus.stop() }
 // StartNATS starts the event bus again at the same address.
 func (c *Cluster) StartNATS() error { return c.bus.start() }
 
-// NATSURL is the event bus's URL ("" without watchhubs).
-func (c *Cluster) NATSURL() string {
-	if c.bus == nil {
-		return ""
-	}
-	return c.bus.url()
-}
-
-// busSink is a storage's publisher on the bus, with its connection.
-type busSink struct {
-	nc  *nats.Conn
-	pub *eventbus.Publisher
-}
-
-// newBusSink connects a member's storage to the bus, or returns nil when the cluster has none.
-func (c *Cluster) newBusSink(memberID uint64, name string) (*busSink, error) {
-	if c.bus == nil {
-		return nil, nil
-	}
-	nc, err := eventbus.Connect(c.bus.url(), "storage-"+name, logger("eventbus", name))
-	if err != nil {
-		return nil, err
-	}
-	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{MemberID: memberID}, nil, logger("eventbus", name))
-	pub.Start()
-	return &busSink{nc: nc, pub: pub}, nil
-}
-
-func (s *busSink) sink(memberID uint64) storage.AppliedSink {
-	if s == nil {
-		return nil
-	}
-	return storage.BusSink{Publisher: s.pub, MemberID: memberID}
-}
-
-func (s *busSink) close(ctx context.Context) {
-	if s == nil {
-		return
-	}
-	_ = s.pub.Stop(ctx)
-	s.nc.Close()
-}
-
 // Watchhub is one watchhub of the cluster; it keeps its URL across restarts.
 type Watchhub struct {
 	Name    string
@@ -125,8 +78,8 @@ func (w *Watchhub) Hub() *watchhub.Hub {
 
 // Config is the hub's configuration: every member's storage, the cluster's bus.
 func (w *Watchhub) Config() watchhub.Config {
-	cfg := watchhub.Config{ListenURL: w.URL, NATSURL: w.cluster.bus.url(), AdminAddr: "127.0.0.1:0",
-		StoragePollInterval: 100 * time.Millisecond}
+	cfg := watchhub.Config{ListenURL: w.URL, NATSURL: w.cluster.bus.url(), SubjectPrefix: busPrefix,
+		AdminAddr: "127.0.0.1:0", StoragePollInterval: 100 * time.Millisecond}
 	for _, m := range w.cluster.members {
 		cfg.StorageEndpoints = append(cfg.StorageEndpoints, m.StorageURL)
 	}
@@ -177,19 +130,4 @@ func (c *Cluster) WatchhubURLs() []string {
 		urls = append(urls, w.URL)
 	}
 	return urls
-}
-
-// addWatchhubs prepares the bus and n hubs on reserved addresses.
-func (c *Cluster) addWatchhubs(t testing.TB, n int) {
-	if n == 0 {
-		return
-	}
-	c.bus = &bus{addr: reserveAddr(t)}
-	if err := c.bus.start(); err != nil {
-		t.Fatal(err)
-	}
-	for i := range n {
-		c.watchhubs = append(c.watchhubs, &Watchhub{Name: fmt.Sprintf("wh%d", i+1),
-			URL: "http://" + reserveAddr(t), cluster: c})
-	}
 }

@@ -111,6 +111,30 @@ func TestThreeMembersElectALeader(t *testing.T) {
 	})
 }
 
+func TestMemberIsHealthyOnlyOnceItHasPublishedItself(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{})
+	c.Eventually(10*time.Second, "every member healthy", func() bool {
+		healthy := 0
+		for _, m := range c.Running() {
+			n := m.Node()
+			if n.Health(context.Background()) != nil {
+				continue
+			}
+			healthy++
+			st, err := n.Status(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, member := range st.Members {
+				if member.ID == n.ID() && (member.Name != m.Name || member.StorageURL == "") {
+					t.Fatalf("%s is healthy before its attributes are in the membership: %+v", m.Name, member)
+				}
+			}
+		}
+		return healthy == len(c.Running())
+	})
+}
+
 func TestProposalsCommitInTheSameOrderEverywhere(t *testing.T) {
 	c := consensustest.Start(t, consensustest.Options{})
 	payloads, highest := proposeAll(t, c.Members(), 10000, 16, "order")

@@ -54,6 +54,10 @@ type Node struct {
 	// Published by the loop after each Ready.
 	lead, term, commitIndex atomic.Uint64
 	isLeader, isLearner     atomic.Bool
+	// published is set once the membership holds this member's current attributes (name, client and
+	// storage URLs); until then the member is not healthy, as an etcd member does not serve before it has
+	// published itself.
+	published atomic.Bool
 
 	deliver *deliverable
 	reads   *readIndexer
@@ -230,7 +234,7 @@ func (n *Node) ClusterID() uint64 { return n.clusterID }
 // Leader is the current leader's ID, 0 when there is none.
 func (n *Node) Leader() uint64 { return n.lead.Load() }
 
-// Health is nil when the member has a leader; for obs.AdminMux.
+// Health is nil when the member has a leader and has published its attributes; for obs.AdminMux.
 func (n *Node) Health(context.Context) error {
 	select {
 	case <-n.done:
@@ -239,6 +243,9 @@ func (n *Node) Health(context.Context) error {
 	}
 	if n.lead.Load() == 0 {
 		return errors.New("no leader")
+	}
+	if !n.published.Load() {
+		return errors.New("member attributes not yet published")
 	}
 	return nil
 }

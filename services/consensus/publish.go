@@ -32,6 +32,7 @@ func (n *Node) publishAttributes() {
 		}
 		if have.GetName() == want.GetName() && have.GetStorageUrl() == want.GetStorageUrl() &&
 			slices.Equal(have.GetClientUrls(), want.GetClientUrls()) {
+			n.published.Store(true)
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.requestTimeout())
@@ -46,6 +47,7 @@ func (n *Node) publishAttributes() {
 			n.log.Warn("publishing member attributes failed; retrying", "member-id", fmt.Sprintf("%x", n.memberID), "err", err)
 			continue
 		}
+		n.published.Store(true)
 		n.log.Info("published member attributes", "member-id", fmt.Sprintf("%x", n.memberID), "name", want.GetName(),
 			"client-urls", want.GetClientUrls(), "storage-url", want.GetStorageUrl())
 		return

@@ -23,6 +23,16 @@ type authServer struct {
 	f *Frontend
 }
 
+// completeHeader fills cluster, member and raft term of a header another service answered with (a leasekeeper),
+// as the home member; the revision stays the one that service saw.
+func (f *Frontend) completeHeader(h *pb.ResponseHeader) {
+	if h == nil {
+		return
+	}
+	v := f.pool.view()
+	v.fillHeader(h, v.home)
+}
+
 // header is a response header for an answer that needs no replica: the home member, its last known revision.
 func (f *Frontend) header() *pb.ResponseHeader {
 	v := f.pool.view()

@@ -105,7 +105,9 @@ func errBackendLost(what string, err error) error {
 // the messages read from each side (rawMessages relay frames without decoding them). The client's half-close
 // is passed on and responses keep flowing until the backend ends; a backend failure ends the client stream
 // with codes.Unavailable, a backend's own status error is passed on unchanged.
-func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any) error {
+// each, when not nil, sees every response before it is relayed.
+func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any,
+	each func(any)) error {
 	upErr := make(chan error, 1)
 	go func() {
 		for {
@@ -129,6 +131,9 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 			if err := upstream.RecvMsg(resp); err != nil {
 				upErr <- err
 				return
+			}
+			if each != nil {
+				each(resp)
 			}
 			if err := client.SendMsg(resp); err != nil {
 				upErr <- err

@@ -94,7 +94,7 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
 	pb.RegisterAuthServer(s, &authServer{f: f})
 	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping})
-	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease})
+	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader})
 	return s
 }
 

@@ -42,7 +42,7 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		var upstream grpc.ClientStream
 		if upstream, err = hub.conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
 			grpc.ForceCodecV2(newRelayCodec())); err == nil {
-			return proxyStream("watch", stream, upstream, newRawMessage, newRawMessage)
+			return proxyStream("watch", stream, upstream, newRawMessage, newRawMessage, nil)
 		}
 		if stream.Context().Err() != nil {
 			break
@@ -57,7 +57,12 @@ type leaseServer struct {
 	pb.UnimplementedLeaseServer
 	keepers *rotation
 	active  atomic.Int32 // index of the keeper that answered last
+	// completeHeader fills what a keeper cannot know of a response header (cluster, member, raft term).
+	completeHeader func(*pb.ResponseHeader)
 }
+
+// withHeader is every etcd response.
+type withHeader interface{ GetHeader() *pb.ResponseHeader }
 
 // notActiveKeeper is how a standby leasekeeper refuses (codes.FailedPrecondition).
 const notActiveKeeper = "not the active leasekeeper"
@@ -84,6 +89,9 @@ func onKeeper[T any](s *leaseServer, ctx context.Context, op func(pb.LeaseClient
 		var resp T
 		if resp, err = op(pb.NewLeaseClient(s.keepers.backends[k].conn)); err == nil {
 			s.active.Store(int32(k))
+			if r, ok := any(resp).(withHeader); ok {
+				s.completeHeader(r.GetHeader())
+			}
 			return resp, nil
 		}
 		if !nextKeeper(err) || ctx.Err() != nil {
@@ -121,7 +129,8 @@ func (s *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 		return err
 	}
 	err = proxyStream("lease keep-alive", stream, upstream,
-		func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) })
+		func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) },
+		func(r any) { s.completeHeader(r.(*pb.LeaseKeepAliveResponse).GetHeader()) })
 	if err != nil && nextKeeper(err) {
 		s.active.Store((s.active.Load() + 1) % int32(len(s.keepers.backends)))
 		return errBackendLost("lease keep-alive", err)

@@ -104,7 +104,13 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 		attribute.Int64("log.index", int64(e.Index)), attribute.Int64("log.term", int64(e.Term))))
 	defer span.End()
 	start := time.Now()
-	res, err := st.Apply(e.Index, e.Term, entry.Request)
+	var res *mvcc.Result
+	var err error
+	if entry.KeeperClaim != nil {
+		res, err = st.ApplyKeeperClaim(e.Index, e.Term, entry.KeeperClaim)
+	} else {
+		res, err = st.ApplyFenced(e.Index, e.Term, entry.Request, entry.KeeperEpoch)
+	}
 	if err != nil {
 		span.RecordError(err)
 		return errStoreFailed

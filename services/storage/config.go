@@ -2,9 +2,12 @@ package storage
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"net/url"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/pkg/etcdcheck"
 )
@@ -32,6 +35,9 @@ type Config struct {
 	ListenURL string
 	// AdminAddr is host:port for /metrics and /health; empty serves none.
 	AdminAddr string
+	// Registry receives the storage's metrics; nil means a registry of its own (obs.NewRegistry). A process that
+	// runs several services passes one registry to all of them and serves it on one admin endpoint.
+	Registry *prometheus.Registry
 	// BatchInterval and BatchLimit bound how long and how many applied entries wait for one bbolt commit.
 	BatchInterval time.Duration
 	BatchLimit    int
@@ -88,6 +94,24 @@ func (c Config) WithDefaults() Config {
 		c.LogCompactInterval = DefaultLogCompactInterval
 	}
 	return c
+}
+
+// RegisterFlags binds the configuration to flags on fs, with etcd's names where etcd has the setting; the current
+// values (after WithDefaults) are shown as the defaults. MemberID is not a flag: it is the member's consensus ID.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	*c = c.WithDefaults()
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "Path to the storage data directory (storage.db).")
+	fs.StringVar(&c.ListenURL, "listen-storage-url", c.ListenURL, "URL to serve the Storage API on for frontends, watchhubs, leasekeepers and peer storages.")
+	fs.DurationVar(&c.BatchInterval, "backend-batch-interval", c.BatchInterval, "Maximum time before committing the backend transaction.")
+	fs.IntVar(&c.BatchLimit, "backend-batch-limit", c.BatchLimit, "Maximum applied entries before committing the backend transaction.")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Longest wait for a write to apply or a linearizable read to catch up.")
+	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "Raise alarms when backend size exceeds the given quota (negative disables it).")
+	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "Maximum number of operations permitted in a transaction.")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "Maximum client request size in bytes the server will accept.")
+	fs.Int64Var(&c.MinLeaseTTL, "min-lease-ttl", c.MinLeaseTTL, "Smallest lease TTL granted, in seconds.")
+	fs.IntVar(&c.CompactionBatchLimit, "compaction-batch-limit", c.CompactionBatchLimit, "Maximum number of revisions deleted in each compaction batch.")
+	fs.DurationVar(&c.CompactionSleepInterval, "compaction-sleep-interval", c.CompactionSleepInterval, "Sleep interval between each compaction batch.")
+	fs.DurationVar(&c.LogCompactInterval, "log-compact-interval", c.LogCompactInterval, "How often the durably applied index is reported to consensus, which may then compact its log.")
 }
 
 // Validate reports the first unusable setting.

@@ -18,6 +18,14 @@
 // every LogCompactInterval. A KindSnapshot entry makes storage fetch the named member's Snapshot stream, replace
 // its database atomically (temp file, fsync, rename) and carry on.
 //
+// Leasekeeper election and fencing (package keeperclaim): ClaimKeeper proposes a KeeperClaim entry, which every
+// member applies with the same compare-and-swap on the stored KeeperState (holder, epoch, renewals), kept in the
+// bbolt meta bucket; KeeperStatus reads it linearizably. SubmitFenced carries a keeper epoch in the entry, and
+// apply refuses a request whose epoch is not the stored one with keeperclaim.ErrStaleEpoch, changing nothing.
+// LeaseRecords streams every lease's record (granted TTL, checkpointed remaining TTL and the log index of that
+// checkpoint) linearizably; LeaseTimeToLive and LeaseLeases are linearizable too. A Submit's response carries the
+// log index of its entry.
+//
 // Failures: when a bbolt commit fails (a full disk), the store stops; storage turns unhealthy (/health says why),
 // refuses requests with codes.Unavailable, reopens the database at its last commit and replays the log from there,
 // retrying until commits succeed again. Acknowledged writes are in the log, so none is lost. Writes past the

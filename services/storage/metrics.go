@@ -19,8 +19,12 @@ type metrics struct {
 }
 
 func newMetrics(s *Storage) *metrics {
+	registry := s.cfg.Registry
+	if registry == nil {
+		registry = obs.NewRegistry()
+	}
 	m := &metrics{
-		registry: obs.NewRegistry(),
+		registry: registry,
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "storage",
 			Name: "apply_duration_seconds", Help: "Time to apply one log entry into MVCC.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12)}),

@@ -20,7 +20,18 @@ type server struct {
 }
 
 func (g *server) Submit(ctx context.Context, r *storagepb.SubmitRequest) (*storagepb.SubmitResponse, error) {
-	return g.s.Submit(ctx, r.Request)
+	if r.KeeperClaim != nil {
+		return g.s.ClaimKeeper(ctx, r.KeeperClaim)
+	}
+	return g.s.SubmitFenced(ctx, r.Request, r.KeeperEpoch)
+}
+
+func (g *server) KeeperStatus(ctx context.Context, _ *storagepb.KeeperStatusRequest) (*storagepb.KeeperState, error) {
+	return g.s.KeeperStatus(ctx)
+}
+
+func (g *server) LeaseRecords(r *storagepb.LeaseRecordsRequest, stream grpc.ServerStreamingServer[storagepb.LeaseRecordsResponse]) error {
+	return g.s.LeaseRecords(stream.Context(), r, stream.Send)
 }
 
 func (g *server) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {

@@ -20,13 +20,19 @@ import (
 // Submit runs one write request (see storagepb.SubmitRequest) and returns etcd's response once this storage
 // has applied it. A read-only Txn and an Alarm GET are answered locally. Errors are etcd's gRPC errors.
 func (s *Storage) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
+	return s.SubmitFenced(ctx, req, 0)
+}
+
+// SubmitFenced is Submit of a request fenced by a leasekeeper epoch: unless keeperEpoch is 0, it is applied only
+// if the leasekeeper claim is still at that epoch, and refused with keeperclaim.ErrStaleEpoch otherwise.
+func (s *Storage) SubmitFenced(ctx context.Context, req *pb.InternalRaftRequest, keeperEpoch uint64) (*storagepb.SubmitResponse, error) {
 	start := time.Now()
-	resp, err := s.submit(ctx, req)
+	resp, err := s.submit(ctx, req, keeperEpoch)
 	s.metrics.observeSubmit(req, err, time.Since(start))
 	return resp, err
 }
 
-func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
+func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keeperEpoch uint64) (*storagepb.SubmitResponse, error) {
 	if req == nil {
 		return nil, rpctypes.ErrGRPCNotCapable
 	}
@@ -62,7 +68,7 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest) (*sto
 			req.LeaseGrant.ID = int64(s.ids.next() & (1<<63 - 1))
 		}
 	}
-	res, err := s.propose(ctx, req)
+	res, err := s.propose(ctx, &storagepb.Entry{Request: req, KeeperEpoch: keeperEpoch})
 	if err != nil {
 		return nil, err
 	}
@@ -76,15 +82,37 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest) (*sto
 			return nil, ctxError(ctx)
 		}
 	}
-	return wrapResponse(res.Response)
+	return wrapResponse(res)
 }
 
-// propose puts req in the log and waits for this storage to apply it.
-func (s *Storage) propose(ctx context.Context, req *pb.InternalRaftRequest) (*mvcc.Result, error) {
+// ClaimKeeper proposes a leasekeeper claim (see keeperclaim) and returns the stored state once this storage has
+// applied it, or keeperclaim.ErrClaimConflict.
+func (s *Storage) ClaimKeeper(ctx context.Context, claim *storagepb.KeeperClaim) (*storagepb.SubmitResponse, error) {
+	if claim.GetKeeperId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "cairn storage: keeper claim without a keeper id")
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	id := s.ids.next()
+	req := &pb.InternalRaftRequest{ID: id, Header: &pb.RequestHeader{ID: id}}
+	res, err := s.propose(ctx, &storagepb.Entry{Request: req, KeeperClaim: claim})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, res.Err
+	}
+	return wrapResponse(res)
+}
+
+// propose puts entry (whose request has its ID) in the log and waits for this storage to apply it.
+func (s *Storage) propose(ctx context.Context, entry *storagepb.Entry) (*mvcc.Result, error) {
 	if reason := s.unhealthyReason(); reason != "" {
 		return nil, unavailable(reason)
 	}
-	data, err := proto.Marshal(&storagepb.Entry{Request: req, Trace: s.tel.Inject(ctx), ProposerMember: s.cfg.MemberID})
+	req := entry.Request
+	entry.Trace, entry.ProposerMember = s.tel.Inject(ctx), s.cfg.MemberID
+	data, err := proto.Marshal(entry)
 	if err != nil {
 		return nil, fmt.Errorf("marshal entry %x: %w", req.ID, err)
 	}
@@ -132,15 +160,15 @@ func (s *Storage) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) e
 	alarm := &pb.InternalRaftRequest{ID: s.ids.next(), Alarm: &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE,
 		MemberID: s.cfg.MemberID, Alarm: pb.AlarmType_NOSPACE}}
 	alarm.Header = &pb.RequestHeader{ID: alarm.ID}
-	if _, err := s.propose(ctx, alarm); err != nil {
+	if _, err := s.propose(ctx, &storagepb.Entry{Request: alarm}); err != nil {
 		s.logger.Warn("raising the NOSPACE alarm failed", "db_size", size, "quota", s.cfg.QuotaBackendBytes, "err", err)
 	}
 	return rpctypes.ErrGRPCNoSpace
 }
 
-func wrapResponse(m proto.Message) (*storagepb.SubmitResponse, error) {
-	out := &storagepb.SubmitResponse{}
-	switch r := m.(type) {
+func wrapResponse(res *mvcc.Result) (*storagepb.SubmitResponse, error) {
+	out := &storagepb.SubmitResponse{Index: res.Index}
+	switch r := res.Response.(type) {
 	case *pb.PutResponse:
 		out.Response = &storagepb.SubmitResponse_Put{Put: r}
 	case *pb.DeleteRangeResponse:
@@ -157,8 +185,10 @@ func wrapResponse(m proto.Message) (*storagepb.SubmitResponse, error) {
 		out.Response = &storagepb.SubmitResponse_LeaseCheckpoint{LeaseCheckpoint: r}
 	case *pb.AlarmResponse:
 		out.Response = &storagepb.SubmitResponse_Alarm{Alarm: r}
+	case *storagepb.KeeperState:
+		out.Response = &storagepb.SubmitResponse_KeeperClaim{KeeperClaim: r}
 	default:
-		return nil, fmt.Errorf("unexpected apply response %T", m)
+		return nil, fmt.Errorf("unexpected apply response %T", res.Response)
 	}
 	return out, nil
 }
@@ -171,6 +201,13 @@ func (s *Storage) linearize(ctx context.Context) error {
 		return proposeError(ctx, err)
 	}
 	return s.waitApplied(ctx, index)
+}
+
+// linearizeWithTimeout is linearize bounded by RequestTimeout.
+func (s *Storage) linearizeWithTimeout(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	defer cancel()
+	return s.linearize(ctx)
 }
 
 // Range answers an etcd RangeRequest; serializable=false makes it linearizable.
@@ -252,15 +289,21 @@ func (s *Storage) Hash(_ context.Context, r *pb.HashKVRequest) (*pb.HashKVRespon
 	return resp, err
 }
 
-// LeaseTimeToLive reports a lease as storage knows it (see storagepb).
-func (s *Storage) LeaseTimeToLive(_ context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+// LeaseTimeToLive reports a lease as storage knows it (see storagepb), read linearizably.
+func (s *Storage) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	if err := s.linearizeWithTimeout(ctx); err != nil {
+		return nil, err
+	}
 	var resp *pb.LeaseTimeToLiveResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.LeaseTimeToLive(r); return err })
 	return resp, err
 }
 
-// LeaseLeases lists every lease.
-func (s *Storage) LeaseLeases(context.Context, *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+// LeaseLeases lists every lease, read linearizably.
+func (s *Storage) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	if err := s.linearizeWithTimeout(ctx); err != nil {
+		return nil, err
+	}
 	var resp *pb.LeaseLeasesResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.LeaseLeases(); return err })
 	return resp, err

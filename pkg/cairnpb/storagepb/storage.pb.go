@@ -36,8 +36,15 @@ type Entry struct {
 	Trace map[string]string `protobuf:"bytes,2,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// proposer_member is the member whose storage proposed the entry and waits for its result.
 	ProposerMember uint64 `protobuf:"varint,3,opt,name=proposer_member,json=proposerMember,proto3" json:"proposer_member,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// keeper_epoch, when not 0, fences the request: storage applies it only while the leasekeeper claim is at
+	// this epoch and refuses it otherwise (keeperclaim.ErrStaleEpoch), changing nothing. Leasekeepers set it on
+	// every request they propose (revokes of expired leases, checkpoints); 0 is an unfenced request.
+	KeeperEpoch uint64 `protobuf:"varint,4,opt,name=keeper_epoch,json=keeperEpoch,proto3" json:"keeper_epoch,omitempty"`
+	// keeper_claim, when set, is the entry's whole content (request then only carries the request ID): a
+	// leasekeeper claiming, renewing or releasing the active role (see keeperclaim).
+	KeeperClaim   *KeeperClaim `protobuf:"bytes,5,opt,name=keeper_claim,json=keeperClaim,proto3" json:"keeper_claim,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Entry) Reset() {
@@ -91,18 +98,328 @@ func (x *Entry) GetProposerMember() uint64 {
 	return 0
 }
 
+func (x *Entry) GetKeeperEpoch() uint64 {
+	if x != nil {
+		return x.KeeperEpoch
+	}
+	return 0
+}
+
+func (x *Entry) GetKeeperClaim() *KeeperClaim {
+	if x != nil {
+		return x.KeeperClaim
+	}
+	return nil
+}
+
+// KeeperClaim asks for the active leasekeeper role with compare-and-swap on the stored KeeperState.
+//   - Renewal: keeper_id is the holder and expected_epoch is the epoch: renewals goes up by one.
+//   - Takeover: expected_epoch and expected_renewals equal the stored ones (nobody renewed since the claimant
+//     looked), or the role is free (holder empty): epoch goes up by one, holder becomes keeper_id, renewals 0.
+//   - Release (release = true) by the holder at its epoch: holder becomes empty, so a standby takes over at once.
+//
+// Anything else is refused with keeperclaim.ErrClaimConflict and changes nothing.
+type KeeperClaim struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	KeeperId         string                 `protobuf:"bytes,1,opt,name=keeper_id,json=keeperId,proto3" json:"keeper_id,omitempty"`
+	ExpectedEpoch    uint64                 `protobuf:"varint,2,opt,name=expected_epoch,json=expectedEpoch,proto3" json:"expected_epoch,omitempty"`
+	ExpectedRenewals uint64                 `protobuf:"varint,3,opt,name=expected_renewals,json=expectedRenewals,proto3" json:"expected_renewals,omitempty"`
+	Release          bool                   `protobuf:"varint,4,opt,name=release,proto3" json:"release,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *KeeperClaim) Reset() {
+	*x = KeeperClaim{}
+	mi := &file_storagepb_storage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeeperClaim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeeperClaim) ProtoMessage() {}
+
+func (x *KeeperClaim) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeeperClaim.ProtoReflect.Descriptor instead.
+func (*KeeperClaim) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *KeeperClaim) GetKeeperId() string {
+	if x != nil {
+		return x.KeeperId
+	}
+	return ""
+}
+
+func (x *KeeperClaim) GetExpectedEpoch() uint64 {
+	if x != nil {
+		return x.ExpectedEpoch
+	}
+	return 0
+}
+
+func (x *KeeperClaim) GetExpectedRenewals() uint64 {
+	if x != nil {
+		return x.ExpectedRenewals
+	}
+	return 0
+}
+
+func (x *KeeperClaim) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+// KeeperState is the leasekeeper claim as every member stores it (identically, since it changes only by log
+// entries).
+type KeeperState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// holder is the active keeper's ID; empty when none holds the role.
+	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	// epoch counts takeovers; fenced requests must carry it.
+	Epoch uint64 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// renewals counts the holder's renewals in this epoch.
+	Renewals uint64 `protobuf:"varint,3,opt,name=renewals,proto3" json:"renewals,omitempty"`
+	// index is the log index of the claim entry that last changed the state (0: never claimed).
+	Index uint64 `protobuf:"varint,4,opt,name=index,proto3" json:"index,omitempty"`
+	// applied_index is the applied index the state was read at (KeeperStatus only).
+	AppliedIndex  uint64 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeeperState) Reset() {
+	*x = KeeperState{}
+	mi := &file_storagepb_storage_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeeperState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeeperState) ProtoMessage() {}
+
+func (x *KeeperState) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeeperState.ProtoReflect.Descriptor instead.
+func (*KeeperState) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KeeperState) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *KeeperState) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *KeeperState) GetRenewals() uint64 {
+	if x != nil {
+		return x.Renewals
+	}
+	return 0
+}
+
+func (x *KeeperState) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *KeeperState) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
+type KeeperStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeeperStatusRequest) Reset() {
+	*x = KeeperStatusRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeeperStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeeperStatusRequest) ProtoMessage() {}
+
+func (x *KeeperStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeeperStatusRequest.ProtoReflect.Descriptor instead.
+func (*KeeperStatusRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
+}
+
+type LeaseRecordsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// page_size bounds the records per response message (default 1000).
+	PageSize      int64 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRecordsRequest) Reset() {
+	*x = LeaseRecordsRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecordsRequest) ProtoMessage() {}
+
+func (x *LeaseRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecordsRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LeaseRecordsRequest) GetPageSize() int64 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+type LeaseRecordsResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*LeaseRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// applied_index is the applied index every page of this stream was read at.
+	AppliedIndex  uint64 `protobuf:"varint,2,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRecordsResponse) Reset() {
+	*x = LeaseRecordsResponse{}
+	mi := &file_storagepb_storage_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecordsResponse) ProtoMessage() {}
+
+func (x *LeaseRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecordsResponse.ProtoReflect.Descriptor instead.
+func (*LeaseRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *LeaseRecordsResponse) GetRecords() []*LeaseRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *LeaseRecordsResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 type SubmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// request holds exactly one of put, delete_range, txn, compaction, lease_grant, lease_revoke,
 	// lease_checkpoint, alarm. ID is assigned by storage when zero; lease_grant.ID likewise.
-	Request       *etcdserverpb.InternalRaftRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Request *etcdserverpb.InternalRaftRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// keeper_epoch fences the request (see Entry.keeper_epoch).
+	KeeperEpoch uint64 `protobuf:"varint,2,opt,name=keeper_epoch,json=keeperEpoch,proto3" json:"keeper_epoch,omitempty"`
+	// keeper_claim, when set, is proposed instead of request (which may then be empty).
+	KeeperClaim   *KeeperClaim `protobuf:"bytes,3,opt,name=keeper_claim,json=keeperClaim,proto3" json:"keeper_claim,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[1]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -114,7 +431,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[1]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -127,12 +444,26 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{1}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmitRequest) GetRequest() *etcdserverpb.InternalRaftRequest {
 	if x != nil {
 		return x.Request
+	}
+	return nil
+}
+
+func (x *SubmitRequest) GetKeeperEpoch() uint64 {
+	if x != nil {
+		return x.KeeperEpoch
+	}
+	return 0
+}
+
+func (x *SubmitRequest) GetKeeperClaim() *KeeperClaim {
+	if x != nil {
+		return x.KeeperClaim
 	}
 	return nil
 }
@@ -149,14 +480,17 @@ type SubmitResponse struct {
 	//	*SubmitResponse_LeaseRevoke
 	//	*SubmitResponse_LeaseCheckpoint
 	//	*SubmitResponse_Alarm
-	Response      isSubmitResponse_Response `protobuf_oneof:"response"`
+	//	*SubmitResponse_KeeperClaim
+	Response isSubmitResponse_Response `protobuf_oneof:"response"`
+	// index is the log index of the entry that carried the request (0 for requests answered without the log).
+	Index         uint64 `protobuf:"varint,20,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[2]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +502,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[2]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +515,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitResponse) GetResponse() isSubmitResponse_Response {
@@ -263,6 +597,22 @@ func (x *SubmitResponse) GetAlarm() *etcdserverpb.AlarmResponse {
 	return nil
 }
 
+func (x *SubmitResponse) GetKeeperClaim() *KeeperState {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_KeeperClaim); ok {
+			return x.KeeperClaim
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
 type isSubmitResponse_Response interface {
 	isSubmitResponse_Response()
 }
@@ -299,6 +649,11 @@ type SubmitResponse_Alarm struct {
 	Alarm *etcdserverpb.AlarmResponse `protobuf:"bytes,8,opt,name=alarm,proto3,oneof"`
 }
 
+type SubmitResponse_KeeperClaim struct {
+	// keeper_claim is the KeeperState after an accepted claim.
+	KeeperClaim *KeeperState `protobuf:"bytes,9,opt,name=keeper_claim,json=keeperClaim,proto3,oneof"`
+}
+
 func (*SubmitResponse_Put) isSubmitResponse_Response() {}
 
 func (*SubmitResponse_DeleteRange) isSubmitResponse_Response() {}
@@ -314,6 +669,8 @@ func (*SubmitResponse_LeaseRevoke) isSubmitResponse_Response() {}
 func (*SubmitResponse_LeaseCheckpoint) isSubmitResponse_Response() {}
 
 func (*SubmitResponse_Alarm) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_KeeperClaim) isSubmitResponse_Response() {}
 
 type HistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -334,7 +691,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +703,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +716,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HistoryRequest) GetKey() []byte {
@@ -416,7 +773,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +785,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +798,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HistoryResponse) GetEvents() []*mvccpb.Event {
@@ -473,7 +830,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +842,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +855,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
 }
 
 type SnapshotChunk struct {
@@ -516,7 +873,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +885,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +898,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotChunk) GetBlob() []byte {
@@ -587,7 +944,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +956,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +969,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{12}
 }
 
 type StatusResponse struct {
@@ -643,7 +1000,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +1012,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +1025,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusResponse) GetMemberId() uint64 {
@@ -777,7 +1134,7 @@ type DefragmentRequest struct {
 
 func (x *DefragmentRequest) Reset() {
 	*x = DefragmentRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1146,7 @@ func (x *DefragmentRequest) String() string {
 func (*DefragmentRequest) ProtoMessage() {}
 
 func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1159,7 @@ func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
 func (*DefragmentRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
 }
 
 type DefragmentResponse struct {
@@ -815,7 +1172,7 @@ type DefragmentResponse struct {
 
 func (x *DefragmentResponse) Reset() {
 	*x = DefragmentResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +1184,7 @@ func (x *DefragmentResponse) String() string {
 func (*DefragmentResponse) ProtoMessage() {}
 
 func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +1197,7 @@ func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
 func (*DefragmentResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DefragmentResponse) GetDbSize() int64 {
@@ -855,15 +1212,17 @@ type LeaseRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	Ttl   int64                  `protobuf:"varint,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// remaining_ttl is the last checkpointed remaining TTL; 0 when never checkpointed.
-	RemainingTtl  int64 `protobuf:"varint,3,opt,name=remaining_ttl,json=remainingTtl,proto3" json:"remaining_ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// remaining_ttl is the last checkpointed remaining TTL; 0 when never checkpointed or reset by a renewal.
+	RemainingTtl int64 `protobuf:"varint,3,opt,name=remaining_ttl,json=remainingTtl,proto3" json:"remaining_ttl,omitempty"`
+	// checkpoint_index is the log index of the checkpoint that set remaining_ttl (0: none since the grant).
+	CheckpointIndex uint64 `protobuf:"varint,4,opt,name=checkpoint_index,json=checkpointIndex,proto3" json:"checkpoint_index,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -875,7 +1234,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -888,7 +1247,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -912,21 +1271,49 @@ func (x *LeaseRecord) GetRemainingTtl() int64 {
 	return 0
 }
 
+func (x *LeaseRecord) GetCheckpointIndex() uint64 {
+	if x != nil {
+		return x.CheckpointIndex
+	}
+	return 0
+}
+
 var File_storagepb_storage_proto protoreflect.FileDescriptor
 
 const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\"\xe4\x01\n" +
+	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\"\xc6\x02\n" +
 	"\x05Entry\x12;\n" +
 	"\arequest\x18\x01 \x01(\v2!.etcdserverpb.InternalRaftRequestR\arequest\x125\n" +
 	"\x05trace\x18\x02 \x03(\v2\x1f.cairn.storage.Entry.TraceEntryR\x05trace\x12'\n" +
-	"\x0fproposer_member\x18\x03 \x01(\x04R\x0eproposerMember\x1a8\n" +
+	"\x0fproposer_member\x18\x03 \x01(\x04R\x0eproposerMember\x12!\n" +
+	"\fkeeper_epoch\x18\x04 \x01(\x04R\vkeeperEpoch\x12=\n" +
+	"\fkeeper_claim\x18\x05 \x01(\v2\x1a.cairn.storage.KeeperClaimR\vkeeperClaim\x1a8\n" +
 	"\n" +
 	"TraceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x04\x10\x10\"L\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01J\x04\b\x06\x10\x10\"\x98\x01\n" +
+	"\vKeeperClaim\x12\x1b\n" +
+	"\tkeeper_id\x18\x01 \x01(\tR\bkeeperId\x12%\n" +
+	"\x0eexpected_epoch\x18\x02 \x01(\x04R\rexpectedEpoch\x12+\n" +
+	"\x11expected_renewals\x18\x03 \x01(\x04R\x10expectedRenewals\x12\x18\n" +
+	"\arelease\x18\x04 \x01(\bR\arelease\"\x92\x01\n" +
+	"\vKeeperState\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x1a\n" +
+	"\brenewals\x18\x03 \x01(\x04R\brenewals\x12\x14\n" +
+	"\x05index\x18\x04 \x01(\x04R\x05index\x12#\n" +
+	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\"\x15\n" +
+	"\x13KeeperStatusRequest\"2\n" +
+	"\x13LeaseRecordsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x03R\bpageSize\"q\n" +
+	"\x14LeaseRecordsResponse\x124\n" +
+	"\arecords\x18\x01 \x03(\v2\x1a.cairn.storage.LeaseRecordR\arecords\x12#\n" +
+	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\"\xae\x01\n" +
 	"\rSubmitRequest\x12;\n" +
-	"\arequest\x18\x01 \x01(\v2!.etcdserverpb.InternalRaftRequestR\arequest\"\x9c\x04\n" +
+	"\arequest\x18\x01 \x01(\v2!.etcdserverpb.InternalRaftRequestR\arequest\x12!\n" +
+	"\fkeeper_epoch\x18\x02 \x01(\x04R\vkeeperEpoch\x12=\n" +
+	"\fkeeper_claim\x18\x03 \x01(\v2\x1a.cairn.storage.KeeperClaimR\vkeeperClaim\"\xf3\x04\n" +
 	"\x0eSubmitResponse\x12-\n" +
 	"\x03put\x18\x01 \x01(\v2\x19.etcdserverpb.PutResponseH\x00R\x03put\x12F\n" +
 	"\fdelete_range\x18\x02 \x01(\v2!.etcdserverpb.DeleteRangeResponseH\x00R\vdeleteRange\x12-\n" +
@@ -938,7 +1325,9 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"leaseGrant\x12F\n" +
 	"\flease_revoke\x18\x06 \x01(\v2!.etcdserverpb.LeaseRevokeResponseH\x00R\vleaseRevoke\x12R\n" +
 	"\x10lease_checkpoint\x18\a \x01(\v2%.etcdserverpb.LeaseCheckpointResponseH\x00R\x0fleaseCheckpoint\x123\n" +
-	"\x05alarm\x18\b \x01(\v2\x1b.etcdserverpb.AlarmResponseH\x00R\x05alarmB\n" +
+	"\x05alarm\x18\b \x01(\v2\x1b.etcdserverpb.AlarmResponseH\x00R\x05alarm\x12?\n" +
+	"\fkeeper_claim\x18\t \x01(\v2\x1a.cairn.storage.KeeperStateH\x00R\vkeeperClaim\x12\x14\n" +
+	"\x05index\x18\x14 \x01(\x04R\x05indexB\n" +
 	"\n" +
 	"\bresponse\"\xbf\x01\n" +
 	"\x0eHistoryRequest\x12\x10\n" +
@@ -981,11 +1370,12 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"cluster_id\x18\x0e \x01(\x04R\tclusterId\"\x13\n" +
 	"\x11DefragmentRequest\"-\n" +
 	"\x12DefragmentResponse\x12\x17\n" +
-	"\adb_size\x18\x01 \x01(\x03R\x06dbSize\"T\n" +
+	"\adb_size\x18\x01 \x01(\x03R\x06dbSize\"\x7f\n" +
 	"\vLeaseRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
-	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl2\xbb\x05\n" +
+	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl\x12)\n" +
+	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xe6\x06\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
@@ -996,7 +1386,9 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
 	"Defragment\x12 .cairn.storage.DefragmentRequest\x1a!.cairn.storage.DefragmentResponse\x12^\n" +
 	"\x0fLeaseTimeToLive\x12$.etcdserverpb.LeaseTimeToLiveRequest\x1a%.etcdserverpb.LeaseTimeToLiveResponse\x12R\n" +
-	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponseB1Z/github.com/cairn-kv/cairn/pkg/cairnpb/storagepbb\x06proto3"
+	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponse\x12Y\n" +
+	"\fLeaseRecords\x12\".cairn.storage.LeaseRecordsRequest\x1a#.cairn.storage.LeaseRecordsResponse0\x01\x12N\n" +
+	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperStateB1Z/github.com/cairn-kv/cairn/pkg/cairnpb/storagepbb\x06proto3"
 
 var (
 	file_storagepb_storage_proto_rawDescOnce sync.Once
@@ -1010,78 +1402,91 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_storagepb_storage_proto_goTypes = []any{
 	(*Entry)(nil),                                // 0: cairn.storage.Entry
-	(*SubmitRequest)(nil),                        // 1: cairn.storage.SubmitRequest
-	(*SubmitResponse)(nil),                       // 2: cairn.storage.SubmitResponse
-	(*HistoryRequest)(nil),                       // 3: cairn.storage.HistoryRequest
-	(*HistoryResponse)(nil),                      // 4: cairn.storage.HistoryResponse
-	(*SnapshotRequest)(nil),                      // 5: cairn.storage.SnapshotRequest
-	(*SnapshotChunk)(nil),                        // 6: cairn.storage.SnapshotChunk
-	(*StatusRequest)(nil),                        // 7: cairn.storage.StatusRequest
-	(*StatusResponse)(nil),                       // 8: cairn.storage.StatusResponse
-	(*DefragmentRequest)(nil),                    // 9: cairn.storage.DefragmentRequest
-	(*DefragmentResponse)(nil),                   // 10: cairn.storage.DefragmentResponse
-	(*LeaseRecord)(nil),                          // 11: cairn.storage.LeaseRecord
-	nil,                                          // 12: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.InternalRaftRequest)(nil),     // 13: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),             // 14: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),     // 15: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),             // 16: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),      // 17: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),      // 18: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 19: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 20: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),           // 21: etcdserverpb.AlarmResponse
-	(*mvccpb.Event)(nil),                         // 22: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),             // 23: etcdserverpb.AlarmMember
-	(*etcdserverpb.RangeRequest)(nil),            // 24: etcdserverpb.RangeRequest
-	(*etcdserverpb.HashKVRequest)(nil),           // 25: etcdserverpb.HashKVRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 26: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 27: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.RangeResponse)(nil),           // 28: etcdserverpb.RangeResponse
-	(*etcdserverpb.HashKVResponse)(nil),          // 29: etcdserverpb.HashKVResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 30: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 31: etcdserverpb.LeaseLeasesResponse
+	(*KeeperClaim)(nil),                          // 1: cairn.storage.KeeperClaim
+	(*KeeperState)(nil),                          // 2: cairn.storage.KeeperState
+	(*KeeperStatusRequest)(nil),                  // 3: cairn.storage.KeeperStatusRequest
+	(*LeaseRecordsRequest)(nil),                  // 4: cairn.storage.LeaseRecordsRequest
+	(*LeaseRecordsResponse)(nil),                 // 5: cairn.storage.LeaseRecordsResponse
+	(*SubmitRequest)(nil),                        // 6: cairn.storage.SubmitRequest
+	(*SubmitResponse)(nil),                       // 7: cairn.storage.SubmitResponse
+	(*HistoryRequest)(nil),                       // 8: cairn.storage.HistoryRequest
+	(*HistoryResponse)(nil),                      // 9: cairn.storage.HistoryResponse
+	(*SnapshotRequest)(nil),                      // 10: cairn.storage.SnapshotRequest
+	(*SnapshotChunk)(nil),                        // 11: cairn.storage.SnapshotChunk
+	(*StatusRequest)(nil),                        // 12: cairn.storage.StatusRequest
+	(*StatusResponse)(nil),                       // 13: cairn.storage.StatusResponse
+	(*DefragmentRequest)(nil),                    // 14: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                   // 15: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                          // 16: cairn.storage.LeaseRecord
+	nil,                                          // 17: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.InternalRaftRequest)(nil),     // 18: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),             // 19: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),     // 20: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),             // 21: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),      // 22: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),      // 23: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 24: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 25: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),           // 26: etcdserverpb.AlarmResponse
+	(*mvccpb.Event)(nil),                         // 27: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),             // 28: etcdserverpb.AlarmMember
+	(*etcdserverpb.RangeRequest)(nil),            // 29: etcdserverpb.RangeRequest
+	(*etcdserverpb.HashKVRequest)(nil),           // 30: etcdserverpb.HashKVRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 31: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 32: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.RangeResponse)(nil),           // 33: etcdserverpb.RangeResponse
+	(*etcdserverpb.HashKVResponse)(nil),          // 34: etcdserverpb.HashKVResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 35: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 36: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	13, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	12, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
-	13, // 2: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
-	14, // 3: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	15, // 4: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	16, // 5: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	17, // 6: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	18, // 7: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	19, // 8: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	20, // 9: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	21, // 10: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
-	22, // 11: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	23, // 12: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
-	1,  // 13: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	24, // 14: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
-	3,  // 15: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	25, // 16: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
-	5,  // 17: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
-	7,  // 18: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	9,  // 19: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
-	26, // 20: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	27, // 21: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	2,  // 22: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	28, // 23: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	4,  // 24: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	29, // 25: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	6,  // 26: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	8,  // 27: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	10, // 28: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	30, // 29: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	31, // 30: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	22, // [22:31] is the sub-list for method output_type
-	13, // [13:22] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	18, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	17, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	1,  // 2: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	16, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
+	18, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	1,  // 5: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	19, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	20, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	21, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	22, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	23, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	24, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	25, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	26, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	2,  // 14: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
+	27, // 15: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	28, // 16: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	6,  // 17: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
+	29, // 18: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	8,  // 19: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
+	30, // 20: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	10, // 21: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
+	12, // 22: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
+	14, // 23: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	31, // 24: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	32, // 25: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	4,  // 26: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
+	3,  // 27: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
+	7,  // 28: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	33, // 29: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	9,  // 30: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	34, // 31: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	11, // 32: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	13, // 33: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	15, // 34: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	35, // 35: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	36, // 36: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	5,  // 37: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	2,  // 38: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_storagepb_storage_proto_init() }
@@ -1089,7 +1494,7 @@ func file_storagepb_storage_proto_init() {
 	if File_storagepb_storage_proto != nil {
 		return
 	}
-	file_storagepb_storage_proto_msgTypes[2].OneofWrappers = []any{
+	file_storagepb_storage_proto_msgTypes[7].OneofWrappers = []any{
 		(*SubmitResponse_Put)(nil),
 		(*SubmitResponse_DeleteRange)(nil),
 		(*SubmitResponse_Txn)(nil),
@@ -1098,6 +1503,7 @@ func file_storagepb_storage_proto_init() {
 		(*SubmitResponse_LeaseRevoke)(nil),
 		(*SubmitResponse_LeaseCheckpoint)(nil),
 		(*SubmitResponse_Alarm)(nil),
+		(*SubmitResponse_KeeperClaim)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1105,7 +1511,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,8 @@ const (
 	Storage_Defragment_FullMethodName      = "/cairn.storage.Storage/Defragment"
 	Storage_LeaseTimeToLive_FullMethodName = "/cairn.storage.Storage/LeaseTimeToLive"
 	Storage_LeaseLeases_FullMethodName     = "/cairn.storage.Storage/LeaseLeases"
+	Storage_LeaseRecords_FullMethodName    = "/cairn.storage.Storage/LeaseRecords"
+	Storage_KeeperStatus_FullMethodName    = "/cairn.storage.Storage/KeeperStatus"
 )
 
 // StorageClient is the client API for Storage service.
@@ -66,6 +68,13 @@ type StorageClient interface {
 	LeaseTimeToLive(ctx context.Context, in *etcdserverpb.LeaseTimeToLiveRequest, opts ...grpc.CallOption) (*etcdserverpb.LeaseTimeToLiveResponse, error)
 	// LeaseLeases lists every lease, by ID.
 	LeaseLeases(ctx context.Context, in *etcdserverpb.LeaseLeasesRequest, opts ...grpc.CallOption) (*etcdserverpb.LeaseLeasesResponse, error)
+	// LeaseRecords streams every lease record (ID, granted TTL, checkpointed remaining TTL and the log index of that
+	// checkpoint) in pages, read linearizably, each page stamped with the applied index the whole stream was read at.
+	// It is how a leasekeeper loads and reconciles its lease table.
+	LeaseRecords(ctx context.Context, in *LeaseRecordsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseRecordsResponse], error)
+	// KeeperStatus reports, read linearizably, the leasekeeper claim: which keeper is active, its epoch and how many
+	// times it has renewed the claim. Standbys poll it to decide when to take over.
+	KeeperStatus(ctx context.Context, in *KeeperStatusRequest, opts ...grpc.CallOption) (*KeeperState, error)
 }
 
 type storageClient struct {
@@ -184,6 +193,35 @@ func (c *storageClient) LeaseLeases(ctx context.Context, in *etcdserverpb.LeaseL
 	return out, nil
 }
 
+func (c *storageClient) LeaseRecords(ctx context.Context, in *LeaseRecordsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaseRecordsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Storage_ServiceDesc.Streams[2], Storage_LeaseRecords_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LeaseRecordsRequest, LeaseRecordsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Storage_LeaseRecordsClient = grpc.ServerStreamingClient[LeaseRecordsResponse]
+
+func (c *storageClient) KeeperStatus(ctx context.Context, in *KeeperStatusRequest, opts ...grpc.CallOption) (*KeeperState, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeeperState)
+	err := c.cc.Invoke(ctx, Storage_KeeperStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServer is the server API for Storage service.
 // All implementations must embed UnimplementedStorageServer
 // for forward compatibility.
@@ -215,6 +253,13 @@ type StorageServer interface {
 	LeaseTimeToLive(context.Context, *etcdserverpb.LeaseTimeToLiveRequest) (*etcdserverpb.LeaseTimeToLiveResponse, error)
 	// LeaseLeases lists every lease, by ID.
 	LeaseLeases(context.Context, *etcdserverpb.LeaseLeasesRequest) (*etcdserverpb.LeaseLeasesResponse, error)
+	// LeaseRecords streams every lease record (ID, granted TTL, checkpointed remaining TTL and the log index of that
+	// checkpoint) in pages, read linearizably, each page stamped with the applied index the whole stream was read at.
+	// It is how a leasekeeper loads and reconciles its lease table.
+	LeaseRecords(*LeaseRecordsRequest, grpc.ServerStreamingServer[LeaseRecordsResponse]) error
+	// KeeperStatus reports, read linearizably, the leasekeeper claim: which keeper is active, its epoch and how many
+	// times it has renewed the claim. Standbys poll it to decide when to take over.
+	KeeperStatus(context.Context, *KeeperStatusRequest) (*KeeperState, error)
 	mustEmbedUnimplementedStorageServer()
 }
 
@@ -251,6 +296,12 @@ func (UnimplementedStorageServer) LeaseTimeToLive(context.Context, *etcdserverpb
 }
 func (UnimplementedStorageServer) LeaseLeases(context.Context, *etcdserverpb.LeaseLeasesRequest) (*etcdserverpb.LeaseLeasesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method LeaseLeases not implemented")
+}
+func (UnimplementedStorageServer) LeaseRecords(*LeaseRecordsRequest, grpc.ServerStreamingServer[LeaseRecordsResponse]) error {
+	return status.Error(codes.Unimplemented, "method LeaseRecords not implemented")
+}
+func (UnimplementedStorageServer) KeeperStatus(context.Context, *KeeperStatusRequest) (*KeeperState, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeeperStatus not implemented")
 }
 func (UnimplementedStorageServer) mustEmbedUnimplementedStorageServer() {}
 func (UnimplementedStorageServer) testEmbeddedByValue()                 {}
@@ -421,6 +472,35 @@ func _Storage_LeaseLeases_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Storage_LeaseRecords_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(LeaseRecordsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(StorageServer).LeaseRecords(m, &grpc.GenericServerStream[LeaseRecordsRequest, LeaseRecordsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Storage_LeaseRecordsServer = grpc.ServerStreamingServer[LeaseRecordsResponse]
+
+func _Storage_KeeperStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeeperStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServer).KeeperStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Storage_KeeperStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServer).KeeperStatus(ctx, req.(*KeeperStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Storage_ServiceDesc is the grpc.ServiceDesc for Storage service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -456,6 +536,10 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "LeaseLeases",
 			Handler:    _Storage_LeaseLeases_Handler,
 		},
+		{
+			MethodName: "KeeperStatus",
+			Handler:    _Storage_KeeperStatus_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -466,6 +550,11 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Snapshot",
 			Handler:       _Storage_Snapshot_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "LeaseRecords",
+			Handler:       _Storage_LeaseRecords_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -7,6 +7,9 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/keeperclaim"
 )
 
 // Result is what applying one entry produced.
@@ -25,6 +28,10 @@ type Result struct {
 	Alarms []*pb.AlarmMember
 	// Compacted is closed, for a Compaction, once its physical removal from bbolt has finished.
 	Compacted <-chan struct{}
+	// Index is the log index of the entry.
+	Index uint64
+	// Keeper is set when the entry changed the leasekeeper claim: the state now stored.
+	Keeper *storagepb.KeeperState
 }
 
 // LeaseChangeType says what happened to a lease.
@@ -51,6 +58,42 @@ type LeaseChange struct {
 // replaying the log after a crash is exact. The error is an internal failure (the store then needs reopening);
 // etcd's refusals are in Result.Err.
 func (s *Store) Apply(index, term uint64, req *pb.InternalRaftRequest) (*Result, error) {
+	return s.ApplyFenced(index, term, req, 0)
+}
+
+// ApplyFenced is Apply of a request fenced by a leasekeeper epoch (see keeperclaim.Fence): when keeperEpoch is
+// not 0 and not the stored epoch, the request is refused (Result.Err) and changes nothing.
+func (s *Store) ApplyFenced(index, term uint64, req *pb.InternalRaftRequest, keeperEpoch uint64) (*Result, error) {
+	return s.applyEntry(index, term, func() (*Result, error) {
+		if err := keeperclaim.Fence(s.keeper, keeperEpoch); err != nil {
+			return &Result{Err: err}, nil
+		}
+		return s.applyRequest(index, req)
+	})
+}
+
+// ApplyKeeperClaim applies a leasekeeper claim entry (keeperclaim.Apply); a refused claim is in Result.Err.
+func (s *Store) ApplyKeeperClaim(index, term uint64, claim *storagepb.KeeperClaim) (*Result, error) {
+	return s.applyEntry(index, term, func() (*Result, error) {
+		next, refused := keeperclaim.Apply(s.keeper, claim, index)
+		if refused != nil {
+			return &Result{Err: refused}, nil
+		}
+		data, err := proto.Marshal(next)
+		if err != nil {
+			return nil, fmt.Errorf("marshal keeper state: %w", err)
+		}
+		if err := s.wtx.Bucket(bucketMeta).Put(metaKeeperState, data); err != nil {
+			return nil, fmt.Errorf("write keeper state: %w", err)
+		}
+		s.keeper = next
+		return &Result{Response: proto.Clone(next), Keeper: proto.Clone(next).(*storagepb.KeeperState)}, nil
+	})
+}
+
+// applyEntry runs apply for the entry at index under the store's locks, skipping replays, and advances the
+// applied index.
+func (s *Store) applyEntry(index, term uint64, apply func() (*Result, error)) (*Result, error) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
 	if err := s.usable(); err != nil {
@@ -61,11 +104,11 @@ func (s *Store) Apply(index, term uint64, req *pb.InternalRaftRequest) (*Result,
 		s.mu.Unlock()
 		return nil, nil
 	}
-	res, err := s.applyRequest(req)
+	res, err := apply()
 	if err == nil {
 		s.appliedIndex, s.appliedTerm = index, term
+		res.Revision, res.Index = s.currentRev, index
 	}
-	res.Revision = s.currentRev
 	s.mu.Unlock()
 	if err != nil {
 		return nil, s.fail(fmt.Errorf("apply index %d: %w", index, err))
@@ -101,13 +144,14 @@ func (s *Store) afterApplyLocked() error {
 }
 
 // applyRequest dispatches one request. It runs with batchMu and mu held.
-func (s *Store) applyRequest(req *pb.InternalRaftRequest) (*Result, error) {
+func (s *Store) applyRequest(index uint64, req *pb.InternalRaftRequest) (*Result, error) {
 	res := &Result{}
 	if err := s.alarmRefusal(req); err != nil {
 		res.Err = err
 		return res, nil
 	}
 	w := s.newWriteTxn()
+	w.index = index
 	var err error
 	switch {
 	case req.Put != nil:

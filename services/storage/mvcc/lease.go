@@ -16,9 +16,10 @@ const MaxLeaseTTL = 9000000000
 
 // leaseState is one lease's bookkeeping. The clock that expires it lives in the leasekeeper.
 type leaseState struct {
-	ttl          int64
-	remainingTTL int64 // last checkpoint; 0 if none
-	keys         map[string]struct{}
+	ttl             int64
+	remainingTTL    int64  // last checkpoint; 0 if none (or reset by a renewal)
+	checkpointIndex uint64 // log index of the checkpoint that set remainingTTL
+	keys            map[string]struct{}
 }
 
 func (s *Store) attachLease(id int64, key []byte) {
@@ -34,7 +35,7 @@ func (s *Store) detachLease(id int64, key []byte) {
 }
 
 func (s *Store) persistLease(id int64, l *leaseState) error {
-	data, err := proto.Marshal(&storagepb.LeaseRecord{Id: id, Ttl: l.ttl, RemainingTtl: l.remainingTTL})
+	data, err := proto.Marshal(l.record(id))
 	if err != nil {
 		return fmt.Errorf("marshal lease %x: %w", id, err)
 	}
@@ -42,6 +43,10 @@ func (s *Store) persistLease(id int64, l *leaseState) error {
 		return fmt.Errorf("write lease %x: %w", id, err)
 	}
 	return nil
+}
+
+func (l *leaseState) record(id int64) *storagepb.LeaseRecord {
+	return &storagepb.LeaseRecord{Id: id, Ttl: l.ttl, RemainingTtl: l.remainingTTL, CheckpointIndex: l.checkpointIndex}
 }
 
 func (w *writeTxn) applyLeaseGrant(r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error, error) {
@@ -88,7 +93,7 @@ func (w *writeTxn) applyLeaseCheckpoint(r *pb.LeaseCheckpointRequest) (*pb.Lease
 		if l == nil {
 			continue
 		}
-		l.remainingTTL = c.Remaining_TTL
+		l.remainingTTL, l.checkpointIndex = c.Remaining_TTL, w.index
 		if err := w.s.persistLease(c.ID, l); err != nil {
 			return nil, err
 		}
@@ -142,4 +147,31 @@ func (s *Store) LeaseExists(id int64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.leases[id] != nil
+}
+
+// LeaseRecords returns every lease record, by ID, and the applied index they were read at.
+func (s *Store) LeaseRecords() ([]*storagepb.LeaseRecord, uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usableLocked(); err != nil {
+		return nil, 0, err
+	}
+	records := make([]*storagepb.LeaseRecord, 0, len(s.leases))
+	for id, l := range s.leases {
+		records = append(records, l.record(id))
+	}
+	sort.Slice(records, func(i, j int) bool { return records[i].Id < records[j].Id })
+	return records, s.appliedIndex, nil
+}
+
+// KeeperState returns the leasekeeper claim as stored, with the applied index it was read at.
+func (s *Store) KeeperState() (*storagepb.KeeperState, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if err := s.usableLocked(); err != nil {
+		return nil, err
+	}
+	state := proto.Clone(s.keeper).(*storagepb.KeeperState)
+	state.AppliedIndex = s.appliedIndex
+	return state, nil
 }

@@ -27,6 +27,7 @@ var (
 	metaCurrentRev       = []byte("current_revision")
 	metaScheduledCompact = []byte("scheduled_compact_revision")
 	metaFinishedCompact  = []byte("finished_compact_revision")
+	metaKeeperState      = []byte("keeper_state")
 )
 
 // ErrClosed is returned by a Store after Close.
@@ -110,6 +111,7 @@ type Store struct {
 	committedRev  int64       // revisions above it live in pending until the next commit
 	pending       []pendingKV // every key-bucket write since the last commit, in revision order
 	leases        map[int64]*leaseState
+	keeper        *storagepb.KeeperState // the leasekeeper claim; never nil
 	alarms        []*pb.AlarmMember
 	failed        error
 	closed        bool
@@ -143,6 +145,7 @@ func Open(cfg Config) (*Store, error) {
 		log:           cfg.Logger,
 		index:         newKeyIndex(),
 		leases:        make(map[int64]*leaseState),
+		keeper:        &storagepb.KeeperState{},
 		currentRev:    1,
 		stopCommitter: make(chan struct{}),
 		committerDone: make(chan struct{}),
@@ -189,6 +192,11 @@ func (s *Store) restore() (finishedCompact int64, err error) {
 		}
 		s.compactRev = int64(readUint64(meta, metaScheduledCompact))
 		finishedCompact = int64(readUint64(meta, metaFinishedCompact))
+		if v := meta.Get(metaKeeperState); v != nil {
+			if err := proto.Unmarshal(v, s.keeper); err != nil {
+				return fmt.Errorf("decode keeper state: %w", err)
+			}
+		}
 		if err := s.restoreKeys(tx.Bucket(bucketKey)); err != nil {
 			return err
 		}
@@ -233,7 +241,8 @@ func (s *Store) restoreLeases(b *bolt.Bucket) error {
 		if err := proto.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("decode lease record: %w", err)
 		}
-		s.leases[rec.Id] = &leaseState{ttl: rec.Ttl, remainingTTL: rec.RemainingTtl, keys: map[string]struct{}{}}
+		s.leases[rec.Id] = &leaseState{ttl: rec.Ttl, remainingTTL: rec.RemainingTtl, checkpointIndex: rec.CheckpointIndex,
+			keys: map[string]struct{}{}}
 		return nil
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 // earlier changes, as in etcd.
 type writeTxn struct {
 	s            *Store
+	index        uint64 // log index of the entry
 	values       valueReader
 	beginRev     int64
 	changes      int64

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"flag"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-kv/cairn/services/consensus"
+)
+
+func newConsensusCommand() *cobra.Command {
+	cfg := consensus.DefaultConfig()
+	var opts processOptions
+	cmd := &cobra.Command{
+		Use:   "consensus",
+		Short: "Run one consensus member (Raft log, peer transport, membership, ReadIndex)",
+		Example: "  cairn consensus --name m1 --data-dir m1.consensus --listen-peer-urls http://127.0.0.1:2380 \\\n" +
+			"    --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster m1=http://127.0.0.1:2380 \\\n" +
+			"    --listen-consensus-url http://127.0.0.1:2390 --advertise-storage-url http://127.0.0.1:23790",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runConsensus(cmd.Context(), cfg, opts) },
+	}
+	addGoFlags(cmd, func(fs *flag.FlagSet) { cfg.RegisterFlags(fs) })
+	opts.register(cmd.Flags(), "http://localhost:2381")
+	return cmd
+}
+
+func runConsensus(ctx context.Context, cfg consensus.Config, opts processOptions) error {
+	proc, err := newProcess(ctx, "consensus", cfg.Name, opts)
+	if err != nil {
+		return err
+	}
+	cfg.Logger, cfg.Telemetry, cfg.Registry = proc.logger, proc.telemetry, proc.registry
+	node, err := consensus.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := node.Start(ctx); err != nil {
+		return err
+	}
+	if err := proc.serveAdmin(node.Health); err != nil {
+		_ = node.Stop(context.WithoutCancel(ctx))
+		return err
+	}
+	return proc.waitForStop(ctx, node.Done(), node.Err, node.Stop)
+}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cairn-kv/cairn/pkg/localstack"
+)
+
+// parseCommandLine finds the subcommand args name and parses its flags the way running it would, without
+// running it.
+func parseCommandLine(t *testing.T, args []string) error {
+	t.Helper()
+	cmd, rest, err := newRootCommand().Find(args)
+	if err != nil {
+		return err
+	}
+	if cmd.Name() != args[0] {
+		return &unknownCommandError{args[0]}
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		return err
+	}
+	return cmd.ValidateArgs(cmd.Flags().Args())
+}
+
+type unknownCommandError struct{ name string }
+
+func (e *unknownCommandError) Error() string { return "unknown cairn subcommand " + e.name }
+
+// composeFile is the part of deploy/compose/docker-compose.yml the test checks.
+type composeFile struct {
+	Services map[string]struct {
+		Image     string         `yaml:"image"`
+		Command   []string       `yaml:"command"`
+		DependsOn map[string]any `yaml:"depends_on"`
+		Volumes   []string       `yaml:"volumes"`
+	} `yaml:"services"`
+	Volumes map[string]any `yaml:"volumes"`
+}
+
+func TestComposeCommandLines(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/compose/docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose composeFile
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatalf("docker-compose.yml: %v", err)
+	}
+	kinds := map[string]int{}
+	for name, svc := range compose.Services {
+		t.Run(name, func(t *testing.T) {
+			if svc.Image != "cairn:dev" || len(svc.Command) == 0 {
+				t.Fatalf("image %q command %v: every service runs the cairn image with a subcommand", svc.Image, svc.Command)
+			}
+			kinds[svc.Command[0]]++
+			if err := parseCommandLine(t, svc.Command); err != nil {
+				t.Fatalf("cairn %s: %v", strings.Join(svc.Command, " "), err)
+			}
+			for dep := range svc.DependsOn {
+				if _, ok := compose.Services[dep]; !ok {
+					t.Errorf("depends on unknown service %q", dep)
+				}
+			}
+			for _, volume := range svc.Volumes {
+				if _, ok := compose.Volumes[strings.Split(volume, ":")[0]]; !ok {
+					t.Errorf("volume %q is not declared", volume)
+				}
+			}
+			for _, host := range referencedHosts(svc.Command) {
+				if _, ok := compose.Services[host]; !ok {
+					t.Errorf("command names host %q, which is no service of the stack", host)
+				}
+			}
+		})
+	}
+	for kind, want := range map[string]int{"nats": 1, "consensus": 3, "storage": 3, "leasekeeper": 2, "frontend": 3} {
+		if kinds[kind] != want {
+			t.Errorf("%d %s services, want %d", kinds[kind], kind, want)
+		}
+	}
+}
+
+// referencedHosts are the hosts of the URLs in a command line that other services must answer at.
+func referencedHosts(command []string) []string {
+	var hosts []string
+	for _, arg := range command {
+		name, value, ok := strings.Cut(arg, "=")
+		if !ok || name == "--listen-peer-urls" || strings.HasSuffix(name, "-client-urls") || strings.HasPrefix(name, "--listen-") {
+			continue
+		}
+		for _, part := range strings.Split(value, ",") {
+			_, rawURL, found := strings.Cut(part, "=") // --initial-cluster's name=url
+			if !found {
+				rawURL = part
+			}
+			if u, err := url.Parse(rawURL); err == nil && u.Hostname() != "" && !slices.Contains(hosts, u.Hostname()) {
+				hosts = append(hosts, u.Hostname())
+			}
+		}
+	}
+	return hosts
+}
+
+func TestLocalStackCommandLines(t *testing.T) {
+	configs := map[string]localstack.Config{
+		"default":                          {},
+		"5 members, 2 frontends, pprof on": {Members: 5, Frontends: 2, EnablePprof: true, LogLevel: "debug"},
+	}
+	for name, cfg := range configs {
+		t.Run(name, func(t *testing.T) {
+			cfg.Binary, cfg.DataDir = "cairn", t.TempDir()
+			stack, err := localstack.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			specs, err := stack.Plan()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, spec := range specs {
+				if err := parseCommandLine(t, spec.Argv[1:]); err != nil {
+					t.Errorf("%s: cairn %s: %v", spec.Name, strings.Join(spec.Argv[1:], " "), err)
+				}
+			}
+		})
+	}
+}
+
+func TestParseCommandLineRejectsWhatCairnWould(t *testing.T) {
+	tests := [][]string{
+		{"consensus", "--no-such-flag=1"},
+		{"consensus", "--heartbeat-interval", "soon"},
+		{"storage", "--quota-backend-bytes=lots"},
+		{"nats", "extra-argument"},
+		{"no-such-service"},
+	}
+	for _, args := range tests {
+		if err := parseCommandLine(t, args); err == nil {
+			t.Errorf("cairn %s: accepted", strings.Join(args, " "))
+		}
+	}
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/supervisor"
+	"github.com/cairn-kv/cairn/services/consensus"
+	"github.com/cairn-kv/cairn/services/frontend"
+	"github.com/cairn-kv/cairn/services/leasekeeper"
+	"github.com/cairn-kv/cairn/services/storage"
+	"github.com/cairn-kv/cairn/services/watchhub"
+)
+
+// devOptions are the flags of `cairn dev`.
+type devOptions struct {
+	name              string
+	dataDir           string
+	clientURLs        []string
+	advertiseURLs     []string
+	peerURLs          []string
+	quotaBackendBytes int64
+	maxRequestBytes   int
+	maxTxnOps         int
+}
+
+func newDevCommand() *cobra.Command {
+	var do devOptions
+	var opts processOptions
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole of Cairn in one process: one member, on http://127.0.0.1:2379",
+		Long: "Runs embedded NATS, one consensus member, its storage, a leasekeeper, a watchhub and the frontend in this one process, wired " +
+			"as the multi-process stack is (over loopback gRPC), with the data in --data-dir, kept across restarts.",
+		Example: "  cairn dev\n  cairn dev --data-dir /tmp/cairn --listen-client-urls http://127.0.0.1:12379",
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runDev(cmd.Context(), do, opts) },
+	}
+	flags := cmd.Flags()
+	flags.StringVar(&do.name, "name", "default", "Human-readable name for this member.")
+	flags.StringVar(&do.dataDir, "data-dir", "default.cairn", "Path to the data directory (consensus WAL and storage database).")
+	flags.StringSliceVar(&do.clientURLs, "listen-client-urls", []string{"http://127.0.0.1:2379"}, "List of URLs to listen on for client traffic (etcd's gRPC API and /v3 JSON gateway).")
+	flags.StringSliceVar(&do.advertiseURLs, "advertise-client-urls", nil, "List of this member's client URLs to advertise (default: --listen-client-urls).")
+	flags.StringSliceVar(&do.peerURLs, "listen-peer-urls", []string{"http://127.0.0.1:2380"}, "List of URLs to listen on for peer traffic.")
+	flags.Int64Var(&do.quotaBackendBytes, "quota-backend-bytes", storage.DefaultQuotaBackendBytes, "Raise alarms when backend size exceeds the given quota.")
+	flags.IntVar(&do.maxRequestBytes, "max-request-bytes", 1572864, "Maximum client request size in bytes the server will accept.")
+	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
+	opts.register(flags, "http://127.0.0.1:2381")
+	return cmd
+}
+
+// devStack is what `cairn dev` runs: the components start in order, each seeing what the earlier ones serve,
+// and stop in reverse order.
+type devStack struct {
+	do           devOptions
+	proc         *process
+	natsURL      string
+	storageURL   string // chosen before consensus starts: consensus names it as its snapshots' source
+	node         *consensus.Node
+	consensusURL string
+	leaseURL     string
+	watchURL     string
+	health       []obs.HealthFunc
+	stops        []func(context.Context) error
+}
+
+// devComponents start the components of `cairn dev`, in order. A new service is one more line here (and
+// its endpoint in the frontend's configuration).
+func devComponents() []func(ctx context.Context, d *devStack) error {
+	return []func(ctx context.Context, d *devStack) error{
+		startDevNATS,
+		startDevConsensus,
+		startDevStorage,
+		startDevLeasekeeper,
+		startDevWatchhub,
+		startDevFrontend,
+	}
+}
+
+func runDev(ctx context.Context, do devOptions, opts processOptions) error {
+	if len(do.advertiseURLs) == 0 {
+		do.advertiseURLs = do.clientURLs
+	}
+	proc, err := newProcess(ctx, "dev", do.name, opts)
+	if err != nil {
+		return err
+	}
+	d := &devStack{do: do, proc: proc}
+	for _, start := range devComponents() {
+		if err := start(ctx, d); err != nil {
+			_ = d.stop(context.WithoutCancel(ctx))
+			proc.close(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	health := func(ctx context.Context) error {
+		var errs []error
+		for _, h := range d.health {
+			errs = append(errs, h(ctx))
+		}
+		return errors.Join(errs...)
+	}
+	if err := proc.serveAdmin(health); err != nil {
+		_ = d.stop(context.WithoutCancel(ctx))
+		return err
+	}
+	proc.logger.Info("cairn dev is ready", "client-urls", do.advertiseURLs, "data-dir", do.dataDir,
+		"nats-url", d.natsURL, "consensus-url", d.consensusURL, "storage-url", d.storageURL)
+	return proc.waitForStop(ctx, d.node.Done(), d.node.Err, d.stop)
+}
+
+// stop stops what was started, last first.
+func (d *devStack) stop(ctx context.Context) error {
+	var errs []error
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		errs = append(errs, d.stops[i](ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func startDevNATS(_ context.Context, d *devStack) error {
+	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
+	if err != nil {
+		return err
+	}
+	d.natsURL = bus.ClientURL()
+	d.health = append(d.health, bus.Health)
+	d.stops = append(d.stops, func(context.Context) error { bus.Shutdown(); return nil })
+	return nil
+}
+
+// startDevConsensus starts the single consensus member, serving its Consensus API on a loopback port of its
+// own (the frontend uses it as it would a remote member's).
+func startDevConsensus(ctx context.Context, d *devStack) error {
+	ports, err := supervisor.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	d.storageURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	proc := d.proc.component("consensus")
+	cfg := consensus.DefaultConfig()
+	cfg.Name, cfg.DataDir = d.do.name, filepath.Join(d.do.dataDir, "consensus")
+	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = d.do.peerURLs, d.do.peerURLs
+	cfg.InitialCluster = initialCluster(d.do.name, d.do.peerURLs)
+	cfg.AdvertiseClientURLs, cfg.AdvertiseStorageURL = d.do.advertiseURLs, d.storageURL
+	cfg.MaxRequestBytes = d.do.maxRequestBytes
+	cfg.Logger, cfg.Telemetry, cfg.Registry = proc.logger, proc.telemetry, proc.registry
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("consensus API listener: %w", err)
+	}
+	cfg.ConsensusListener, cfg.ListenConsensusURL = lis, ""
+	node, err := consensus.New(cfg)
+	if err == nil {
+		err = node.Start(ctx)
+	}
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	d.node, d.consensusURL = node, "http://"+lis.Addr().String()
+	d.health = append(d.health, node.Health)
+	d.stops = append(d.stops, node.Stop)
+	// As `cairn up` orders its children, the storage and the frontend start once the member leads and has
+	// published itself, so the frontend's first view of the cluster is the current one.
+	return waitHealthy(ctx, "consensus", node.Health)
+}
+
+// waitHealthy polls health until it passes or ctx ends.
+func waitHealthy(ctx context.Context, what string, health obs.HealthFunc) error {
+	for {
+		err := health(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s to become healthy: %w (last: %v)", what, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// startDevStorage starts the member's storage on the in-process consensus node as its log.
+func startDevStorage(ctx context.Context, d *devStack) error {
+	cfg := storage.Config{DataDir: filepath.Join(d.do.dataDir, "storage"), ListenURL: d.storageURL,
+		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
+	member, err := startMemberStorage(ctx, d.proc.component("storage"), cfg, d.node, d.natsURL)
+	if err != nil {
+		return err
+	}
+	d.health = append(d.health, member.storage.Health)
+	d.stops = append(d.stops, member.stop)
+	return nil
+}
+
+// startDevLeasekeeper runs the one leasekeeper on the member's storage and the embedded NATS, and waits until it
+// is active (at once on a fresh data dir or after a clean stop; after a crash, once the old claim times out).
+func startDevLeasekeeper(ctx context.Context, d *devStack) error {
+	ports, err := supervisor.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	proc := d.proc.component("leasekeeper")
+	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
+		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, Registry: proc.registry}
+	k, err := leasekeeper.New(cfg, proc.telemetry, proc.logger)
+	if err != nil {
+		return err
+	}
+	if err := k.Start(ctx); err != nil {
+		return err
+	}
+	d.leaseURL = k.URL()
+	d.health = append(d.health, k.Health)
+	d.stops = append(d.stops, k.Stop)
+	return waitHealthy(ctx, "leasekeeper", func(context.Context) error {
+		if !k.Active() {
+			return errors.New("not the active leasekeeper yet")
+		}
+		return nil
+	})
+}
+
+// startDevWatchhub runs the watchhub on the member's storage and the embedded NATS, on a loopback port of its
+// own; the frontend relays Watch streams to it.
+func startDevWatchhub(ctx context.Context, d *devStack) error {
+	proc := d.proc.component("watchhub")
+	cfg := watchhub.Config{ListenURL: "http://127.0.0.1:0", StorageEndpoints: []string{d.storageURL},
+		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes, Registry: proc.registry}
+	hub, err := watchhub.New(cfg, proc.telemetry, proc.logger)
+	if err != nil {
+		return err
+	}
+	if err := hub.Start(ctx); err != nil {
+		return err
+	}
+	d.watchURL = hub.URL()
+	d.health = append(d.health, hub.Health)
+	d.stops = append(d.stops, hub.Stop)
+	return waitHealthy(ctx, "watchhub", hub.Health)
+}
+
+// startDevFrontend serves etcd's API on the client URLs, in front of the member's consensus and storage.
+func startDevFrontend(ctx context.Context, d *devStack) error {
+	proc := d.proc.component("frontend")
+	cfg := frontend.DefaultConfig()
+	cfg.Name = d.do.name // the member of this name is the frontend's home member
+	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
+	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
+	cfg.LeaseEndpoints = []string{d.leaseURL}
+	cfg.WatchEndpoints = []string{d.watchURL}
+	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
+	cfg.LogLevel = d.proc.opts.logLevel
+	fe, err := frontend.New(cfg, proc.telemetry, proc.logger)
+	if err != nil {
+		return err
+	}
+	if err := fe.Start(ctx); err != nil {
+		return err
+	}
+	d.stops = append(d.stops, fe.Stop)
+	return nil
+}
+
+// initialCluster is --initial-cluster for a one-member cluster.
+func initialCluster(name string, peerURLs []string) string {
+	parts := make([]string, len(peerURLs))
+	for i, u := range peerURLs {
+		parts[i] = name + "=" + u
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/cairn-kv/cairn/pkg/obs"
+)
+
+// stopTimeout bounds a service's clean stop after SIGINT or SIGTERM.
+const stopTimeout = 10 * time.Second
+
+// processOptions are the flags every service subcommand shares, named as etcd names them.
+type processOptions struct {
+	logLevel    string
+	metricsURLs []string
+	enablePprof bool
+}
+
+// register adds the shared flags to flags; metricsURL is the subcommand's default --listen-metrics-urls.
+func (o *processOptions) register(flags *pflag.FlagSet, metricsURL string) {
+	flags.StringVar(&o.logLevel, "log-level", "info", "Configures log level. Only supports debug, info, warn, error.")
+	var defaults []string
+	if metricsURL != "" {
+		defaults = []string{metricsURL}
+	}
+	flags.StringSliceVar(&o.metricsURLs, "listen-metrics-urls", defaults, "List of URLs to serve /metrics, /health, /readyz and /livez on.")
+	flags.BoolVar(&o.enablePprof, "enable-pprof", false, "Enable runtime profiling data via HTTP server at the metrics URLs + \"/debug/pprof/\".")
+}
+
+// addGoFlags adds flags registered on a standard library FlagSet (the services' Config.RegisterFlags) to a
+// cobra command, so `--flag value` and `--flag=value` both work.
+func addGoFlags(cmd *cobra.Command, register func(*flag.FlagSet)) {
+	goFlags := flag.NewFlagSet(cmd.Name(), flag.ContinueOnError)
+	register(goFlags)
+	cmd.Flags().AddGoFlagSet(goFlags)
+}
+
+// process is what one service subcommand shares with its service: the logger, the telemetry, the metrics
+// registry, and the admin endpoints that serve them.
+type process struct {
+	opts      processOptions
+	member    string
+	level     slog.Level
+	logger    *slog.Logger
+	telemetry *obs.Telemetry
+	registry  *prometheus.Registry
+	admins    []*obs.AdminServer
+}
+
+// newProcess sets up logging (JSON on stderr, tagged with service and member), tracing (OTLP only when
+// OTEL_EXPORTER_OTLP_ENDPOINT is set) and a metrics registry for the service named service.
+func newProcess(ctx context.Context, service, member string, opts processOptions) (*process, error) {
+	level, err := obs.ParseLevel(opts.logLevel)
+	if err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	for _, raw := range opts.metricsURLs {
+		if _, err := hostPort(raw); err != nil {
+			return nil, fmt.Errorf("--listen-metrics-urls: %w", err)
+		}
+	}
+	tel, err := obs.NewTelemetry(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	return &process{
+		opts:      opts,
+		member:    member,
+		level:     level,
+		logger:    obs.NewLogger(os.Stderr, service, member, level),
+		telemetry: tel,
+		registry:  obs.NewRegistry(),
+	}, nil
+}
+
+// component is p with a logger of its own for the service named service, for the services `cairn dev` runs
+// side by side; it shares p's telemetry and registry.
+func (p *process) component(service string) *process {
+	c := *p
+	c.logger = obs.NewLogger(os.Stderr, service, p.member, p.level)
+	c.admins = nil
+	return &c
+}
+
+// serveAdmin serves /metrics, /health, /readyz, /livez (and /debug/pprof with --enable-pprof) on every
+// --listen-metrics-urls; health decides /health.
+func (p *process) serveAdmin(health obs.HealthFunc) error {
+	mux := obs.AdminMux(p.registry, health)
+	if p.opts.enablePprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return p.serveHandler(mux)
+}
+
+func (p *process) serveHandler(handler http.Handler) error {
+	for _, raw := range p.opts.metricsURLs {
+		addr, err := hostPort(raw)
+		if err != nil {
+			return err
+		}
+		admin, err := obs.ListenAdmin(addr, handler, p.logger)
+		if err != nil {
+			return err
+		}
+		admin.Start()
+		p.admins = append(p.admins, admin)
+		p.logger.Info("serving metrics and health", "url", "http://"+admin.Addr())
+	}
+	return nil
+}
+
+// close stops the admin endpoints and flushes the traces.
+func (p *process) close(ctx context.Context) {
+	for _, admin := range p.admins {
+		if err := admin.Stop(ctx); err != nil {
+			p.logger.Warn("stopping admin endpoint", "addr", admin.Addr(), "err", err)
+		}
+	}
+	if err := p.telemetry.Shutdown(ctx); err != nil {
+		p.logger.Warn("flushing traces", "err", err)
+	}
+}
+
+// waitForStop blocks until ctx ends (SIGINT or SIGTERM) or failed closes (the service stopped on its own,
+// e.g. a removed member), then runs stop with stopTimeout and closes the process. It returns the reason the
+// service failed, if it did, else stop's error.
+func (p *process) waitForStop(ctx context.Context, failed <-chan struct{}, failure func() error, stop func(context.Context) error) error {
+	var cause error
+	select {
+	case <-ctx.Done():
+		p.logger.Info("received signal; stopping")
+	case <-failed:
+		cause = failure()
+		p.logger.Error("service stopped by itself", "err", cause)
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	err := stop(stopCtx)
+	p.close(stopCtx)
+	if cause != nil {
+		return cause
+	}
+	if err != nil {
+		p.logger.Error("stop", "err", err)
+	}
+	p.logger.Info("stopped")
+	return err
+}
+
+// hostPort is the host:port of an http:// URL.
+func hostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("bad URL %q: %w", raw, err)
+	}
+	if u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return "", errors.New("want http://host:port, got " + raw)
+	}
+	return u.Host, nil
+}

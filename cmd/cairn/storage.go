@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cairn-kv/cairn/pkg/consensusclient"
+	"github.com/cairn-kv/cairn/services/storage"
+)
+
+// storageOptions are the flags of `cairn storage` beyond storage.Config's own.
+type storageOptions struct {
+	name              string
+	consensusEndpoint string
+	natsURL           string
+}
+
+func newStorageCommand() *cobra.Command {
+	cfg := storage.Config{DataDir: "default.storage"}
+	var opts processOptions
+	var so storageOptions
+	cmd := &cobra.Command{
+		Use:   "storage",
+		Short: "Run one member's storage (MVCC on bbolt), applying its consensus member's committed log",
+		Long: "Runs the storage of one member. It follows the committed log of its consensus member " +
+			"(--consensus-endpoint), takes that member's ID, serves the Storage API on --listen-storage-url and, " +
+			"with --nats-url, publishes every applied record on NATS for watchhubs and leasekeepers.",
+		Example: "  cairn storage --name m1 --data-dir m1.storage --listen-storage-url http://127.0.0.1:23790 \\\n" +
+			"    --consensus-endpoint http://127.0.0.1:2390 --nats-url nats://127.0.0.1:4222",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runStorage(cmd.Context(), cfg, so, opts) },
+	}
+	addGoFlags(cmd, func(fs *flag.FlagSet) { cfg.RegisterFlags(fs) })
+	flags := cmd.Flags()
+	flags.StringVar(&so.name, "name", "default", "Name of this member (as its consensus member is named), for logs.")
+	flags.StringVar(&so.consensusEndpoint, "consensus-endpoint", "http://localhost:2390", "Consensus API URL of this member's consensus (its --listen-consensus-url).")
+	flags.StringVar(&so.natsURL, "nats-url", "", "NATS URL to publish applied records on (comma-separated for a NATS cluster); empty publishes nothing.")
+	opts.register(flags, "http://localhost:23791")
+	return cmd
+}
+
+func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts processOptions) error {
+	proc, err := newProcess(ctx, "storage", so.name, opts)
+	if err != nil {
+		return err
+	}
+	log, err := consensusclient.New(consensusclient.Config{Target: so.consensusEndpoint,
+		DialOptions: proc.telemetry.DialOptions(), Telemetry: proc.telemetry, Logger: proc.logger})
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	member, err := startMemberStorage(ctx, proc, cfg, log, so.natsURL)
+	if err != nil {
+		return fmt.Errorf("storage of %s: %w", so.name, err)
+	}
+	if err := proc.serveAdmin(member.storage.Health); err != nil {
+		_ = member.stop(context.WithoutCancel(ctx))
+		return err
+	}
+	return proc.waitForStop(ctx, nil, nil, member.stop)
+}

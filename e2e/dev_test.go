@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/pkg/supervisor"
+)
+
+// startDev runs `cairn dev` on free ports with its data in dir and waits until etcdctl reaches it.
+func startDev(t *testing.T, etcdctl, dir string, ports []int) (endpoint string, stop func()) {
+	t.Helper()
+	endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	cmd := exec.Command(cairnBinary, "dev", "--data-dir", dir, "--listen-client-urls", endpoint,
+		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
+		"--listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[2]))
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			if err != nil {
+				t.Errorf("cairn dev exited with %v after SIGTERM\n%s", err, tail(logs.String()))
+			}
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("cairn dev did not stop within 30s of SIGTERM")
+		}
+	}
+	waitFor(t, time.Minute, "cairn dev to answer endpoint health", func() bool {
+		return runEtcdctl(t, etcdctl, []string{endpoint}, "", "endpoint", "health").ExitCode == 0
+	})
+	return endpoint, stop
+}
+
+func tail(text string) string {
+	if len(text) > 4000 {
+		return text[len(text)-4000:]
+	}
+	return text
+}
+
+func TestDevKeepsDataAcrossRestarts(t *testing.T) {
+	etcdctl := etcdref.Etcdctl(t)
+	dir := t.TempDir()
+	ports, err := supervisor.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint, stop := startDev(t, etcdctl, dir, ports)
+	for _, kv := range [][2]string{{"dev/a", "1"}, {"dev/b", "2"}, {"dev/a", "3"}} {
+		if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", "put", kv[0], kv[1]); res.Stdout != "OK\n" {
+			t.Fatalf("put %v: %+v", kv, res)
+		}
+	}
+	before := runEtcdctl(t, etcdctl, []string{endpoint}, "", "get", "--prefix", "dev/", "-w", "json")
+	stop()
+
+	endpoint, stop = startDev(t, etcdctl, dir, ports)
+	defer stop()
+	after := runEtcdctl(t, etcdctl, []string{endpoint}, "", "get", "--prefix", "dev/", "-w", "json")
+	step := etcdctlStep{args: []string{"get"}}
+	if normalize(step, after.Stdout) != normalize(step, before.Stdout) || !bytes.Contains([]byte(after.Stdout), []byte(`"count":2`)) {
+		t.Fatalf("after a restart of cairn dev:\n%s\nbefore:\n%s", after.Stdout, before.Stdout)
+	}
+	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", "get", "dev/a", "--rev", "2", "--print-value-only"); res.Stdout != "1\n" {
+		t.Errorf("time travel after restart: %+v", res)
+	}
+}

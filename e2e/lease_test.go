@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/pkg/supervisor"
+)
+
+var (
+	leaseHexID    = regexp.MustCompile(`\b[0-9a-f]{16}\b`)
+	leaseLeft     = regexp.MustCompile(`remaining\(\d+s\)`)
+	leaseKeysList = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
+	leaseJSONID   = regexp.MustCompile(`"lease":\d+`)
+)
+
+// leaseTranscript runs one etcdctl lease session against endpoints: lease IDs are numbered in order of
+// appearance, remaining TTLs masked and attached keys sorted (etcd lists them in no order).
+func leaseTranscript(t *testing.T, etcdctl string, endpoints []string) []string {
+	ids := map[string]string{}
+	norm := func(s string) string {
+		s = normalize(etcdctlStep{}, s)
+		s = leaseHexID.ReplaceAllStringFunc(s, func(hex string) string {
+			if _, ok := ids[hex]; !ok {
+				ids[hex] = fmt.Sprintf("ID%d", len(ids)+1)
+			}
+			return ids[hex]
+		})
+		s = leaseLeft.ReplaceAllString(s, "remaining(N)")
+		s = leaseJSONID.ReplaceAllString(s, `"lease":ID`)
+		return leaseKeysList.ReplaceAllStringFunc(s, func(m string) string {
+			keys := strings.Fields(leaseKeysList.FindStringSubmatch(m)[1])
+			slices.Sort(keys)
+			return "attached keys([" + strings.Join(keys, " ") + "])"
+		})
+	}
+	run := func(args ...string) string {
+		res := runEtcdctl(t, etcdctl, endpoints, "", args...)
+		return fmt.Sprintf("$ etcdctl %s\n%s%s\nexit %d", norm(strings.Join(args, " ")), norm(res.Stdout), norm(res.Stderr), res.ExitCode)
+	}
+	grant := runEtcdctl(t, etcdctl, endpoints, "", "lease", "grant", "30")
+	id := strings.Fields(grant.Stdout)[1]
+	transcript := []string{norm(grant.Stdout)}
+	for _, args := range [][]string{
+		{"put", "--lease=" + id, "lease/k1", "v"},
+		{"put", "--lease=" + id, "lease/k0", "v"},
+		{"lease", "timetolive", id, "--keys"},
+		{"lease", "list"},
+		{"lease", "keep-alive", "--once", id},
+		{"get", "--prefix", "lease/", "-w", "json"},
+		{"lease", "revoke", id},
+		{"lease", "revoke", id},
+		{"get", "--prefix", "lease/"},
+		{"lease", "timetolive", id},
+		{"lease", "keep-alive", "--once", id},
+		{"lease", "grant", "9000000001"},
+	} {
+		transcript = append(transcript, run(args...))
+	}
+	return transcript
+}
+
+// TestEtcdctlLeasesOnCairnUp runs one etcdctl lease session (grant, put --lease, timetolive --keys, list,
+// keep-alive, revoke, the error cases) against `cairn up` (2 leasekeeper processes) and a real 3-member etcd,
+// and compares what etcdctl printed.
+func TestEtcdctlLeasesOnCairnUp(t *testing.T) {
+	etcdctl := etcdref.Etcdctl(t)
+	etcd := etcdref.StartCluster(t, 3)
+	cairn := startUp(t, t.TempDir())
+	want := leaseTranscript(t, etcdctl, etcd.Endpoints()[:1])
+	got := leaseTranscript(t, etcdctl, cairn.endpoints[:1])
+	for i := range max(len(want), len(got)) {
+		if i >= len(want) || i >= len(got) || want[i] != got[i] {
+			t.Errorf("step %d:\n  cairn:\n%s\n  etcd:\n%s", i, indent(at(got, i)), indent(at(want, i)))
+		}
+	}
+}
+
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return "(nothing)"
+}
+
+// keeperActive reads a leasekeeper child's /metrics: whether it is the active keeper.
+func (s *upStack) keeperActive(t *testing.T, name string) bool {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.child(t, name).Ports["metrics"]))
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return strings.Contains(string(body), "\ncairn_leasekeeper_active 1\n")
+}
+
+// TestLeasekeeperKill9OnCairnUp kill -9s the active leasekeeper process of `cairn up` under client/v3 traffic:
+// the standby takes over within 3s; a session kept alive through it keeps its lease and key; a lease whose
+// keep-alives stop at the kill expires no earlier than its TTL and within TTL + 3s of its last keep-alive; the
+// supervisor restarts the killed keeper as a standby; and the killed keeper's epoch is fenced at storage.
+func TestLeasekeeperKill9OnCairnUp(t *testing.T) {
+	s := startUp(t, t.TempDir())
+	var active, standby string
+	waitFor(t, 10*time.Second, "an active leasekeeper", func() bool {
+		for _, name := range []string{"leasekeeper-1", "leasekeeper-2"} {
+			if s.keeperActive(t, name) {
+				active = name
+				return true
+			}
+		}
+		return false
+	})
+	standby = map[string]string{"leasekeeper-1": "leasekeeper-2", "leasekeeper-2": "leasekeeper-1"}[active]
+	cli := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer session.Close()
+	if _, err := cli.Put(ctx, "session/key", "v", clientv3.WithLease(session.Lease())); err != nil {
+		t.Fatal(err)
+	}
+	short, err := cli.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "short/key", "v", clientv3.WithLease(short.ID)); err != nil {
+		t.Fatal(err)
+	}
+	kaCtx, stopKeepAlive := context.WithCancel(ctx)
+	answers, err := cli.KeepAlive(kaCtx, short.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastAnswer atomic.Int64
+	go func() {
+		for range answers {
+			lastAnswer.Store(time.Now().UnixNano())
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	storage, err := storageclient.Dial(fmt.Sprintf("127.0.0.1:%d", s.child(t, "storage-1").Ports["api"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storage.Close()
+	before, err := storage.KeeperStatus(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := s.child(t, active)
+	stopKeepAlive()
+	last := time.Unix(0, lastAnswer.Load())
+	killed := time.Now()
+	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 3*time.Second, "the standby leasekeeper to take over", func() bool { return s.keeperActive(t, standby) })
+	t.Logf("%s active %v after kill -9 of %s", standby, time.Since(killed), active)
+
+	for {
+		resp, err := cli.Get(ctx, "short/key")
+		if err != nil {
+			t.Fatal(err)
+		}
+		age := time.Since(last)
+		if len(resp.Kvs) == 0 {
+			if age < 1900*time.Millisecond {
+				t.Fatalf("the short lease expired %v after its last keep-alive answer, before its 2s TTL", age)
+			}
+			t.Logf("short lease expired %v after its last keep-alive answer", age)
+			break
+		}
+		if age > 5*time.Second {
+			t.Fatalf("the short lease survives %v after its last keep-alive answer (TTL 2s)", age)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Second) // past the session's TTL
+	select {
+	case <-session.Done():
+		t.Fatal("the session kept alive through the failover ended")
+	default:
+	}
+	if resp, err := cli.Get(ctx, "session/key"); err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("session key after the failover: %v, %v", resp, err)
+	}
+	waitFor(t, 30*time.Second, "the supervisor to restart "+active, func() bool {
+		c := s.child(t, active)
+		return c.PID != 0 && c.PID != victim.PID && c.Ready
+	})
+	if s.keeperActive(t, active) || !s.keeperActive(t, standby) {
+		t.Fatalf("after the restart of %s the roles changed", active)
+	}
+	_, err = storage.SubmitFenced(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: int64(session.Lease())}}, before.Epoch)
+	if !keeperclaim.IsStaleEpoch(err) {
+		t.Fatalf("revoke with the killed keeper's epoch %d: %v, want refused", before.Epoch, err)
+	}
+}
+
+// TestDevLeases: `cairn dev` runs a leasekeeper in-process: a lease granted through etcdctl is kept alive by
+// keep-alive and, left alone, expires (with its key) within TTL + 1s of its last keep-alive.
+func TestDevLeases(t *testing.T) {
+	etcdctl := etcdref.Etcdctl(t)
+	ports, err := supervisor.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint, stop := startDev(t, etcdctl, t.TempDir(), ports)
+	defer stop()
+	ep := []string{endpoint}
+	res := runEtcdctl(t, etcdctl, ep, "", "lease", "grant", "2")
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "granted with TTL(2s)") {
+		t.Fatalf("lease grant: %+v", res)
+	}
+	id := strings.Fields(res.Stdout)[1]
+	if res := runEtcdctl(t, etcdctl, ep, "", "put", "--lease="+id, "dev/leased", "v"); res.Stdout != "OK\n" {
+		t.Fatalf("put --lease: %+v", res)
+	}
+	if res := runEtcdctl(t, etcdctl, ep, "", "lease", "keep-alive", "--once", id); !strings.Contains(res.Stdout, "keepalived with TTL(2)") {
+		t.Fatalf("keep-alive --once: %+v", res)
+	}
+	renewed := time.Now()
+	waitFor(t, 5*time.Second, "the lease to expire", func() bool {
+		return runEtcdctl(t, etcdctl, ep, "", "get", "dev/leased", "--print-value-only").Stdout == ""
+	})
+	// TTL + 1s, and what one etcdctl run (the poll) takes.
+	if gone := time.Since(renewed); gone < 2*time.Second || gone > 3500*time.Millisecond {
+		t.Fatalf("expired %v after the keep-alive, want within TTL + 1s (TTL 2s)", gone)
+	}
+}

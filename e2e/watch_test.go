@@ -1,0 +1,291 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/pkg/supervisor"
+)
+
+// TestWatch runs the watch acceptance tests against one `cairn up` (3 members, 2 watchhubs behind the
+// frontends); the crashes come last.
+func TestWatch(t *testing.T) {
+	s := startUp(t, t.TempDir())
+	etcdctl := etcdref.Etcdctl(t)
+	t.Run("etcdctl watch", func(t *testing.T) { testEtcdctlWatch(t, s, etcdctl) })
+	t.Run("client v3 watches", func(t *testing.T) { testClientV3Watches(t, s) })
+	t.Run("every revision once through kill -9", func(t *testing.T) { testWatchersThroughCrashes(t, s) })
+}
+
+// etcdctlWatch starts `etcdctl watch args...` and returns its output lines as they come and a wait for it.
+func etcdctlWatch(t *testing.T, etcdctl string, endpoints []string, args ...string) (<-chan string, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	cmd := exec.CommandContext(ctx, etcdctl, append([]string{"--endpoints", strings.Join(endpoints, ","), "watch"}, args...)...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		scanner := bufio.NewScanner(out)
+		for scanner.Scan() {
+			lines <- scanner.Text()
+		}
+	}()
+	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	return lines, func() error { defer cancel(); return cmd.Wait() }
+}
+
+func nextLines(t *testing.T, lines <-chan string, n int) []string {
+	t.Helper()
+	var got []string
+	deadline := time.After(30 * time.Second)
+	for len(got) < n {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("etcdctl ended after %q", got)
+			}
+			got = append(got, l)
+		case <-deadline:
+			t.Fatalf("etcdctl printed %q, want %d lines", got, n)
+		}
+	}
+	return got
+}
+
+func testEtcdctlWatch(t *testing.T, s *upStack, etcdctl string) {
+	c := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, err := c.Put(ctx, "watch/a", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := first.Header.Revision
+	for _, op := range []clientv3.Op{clientv3.OpPut("watch/b", "2"), clientv3.OpPut("watch/a", "3"), clientv3.OpDelete("watch/b")} {
+		if _, err := c.Do(ctx, op); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("--prefix --rev", func(t *testing.T) {
+		lines, _ := etcdctlWatch(t, etcdctl, s.endpoints, "watch/", "--prefix", fmt.Sprintf("--rev=%d", start))
+		want := []string{"PUT", "watch/a", "1", "PUT", "watch/b", "2", "PUT", "watch/a", "3", "DELETE", "watch/b"}
+		if got := nextLines(t, lines, len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("etcdctl printed %q, want %q", got, want)
+		}
+	})
+	t.Run("--prev-kv", func(t *testing.T) {
+		lines, _ := etcdctlWatch(t, etcdctl, s.endpoints, "watch/a", "--prev-kv", fmt.Sprintf("--rev=%d", start+2))
+		want := []string{"PUT", "watch/a", "1", "watch/a", "3"}
+		if got := nextLines(t, lines, len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Fatalf("etcdctl printed %q, want %q", got, want)
+		}
+	})
+	t.Run("compacted start", func(t *testing.T) {
+		resp, err := c.Put(ctx, "watch/c", "4")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Compact(ctx, resp.Header.Revision); err != nil {
+			t.Fatal(err)
+		}
+		// Each hub learns of the compaction from the bus; until then it may still serve the old revisions.
+		waitFor(t, 30*time.Second, "every hub to refuse the compacted revision", func() bool {
+			for range 4 {
+				wctx, wcancel := context.WithCancel(ctx)
+				r := <-c.Watch(wctx, "watch/a", clientv3.WithRev(start))
+				wcancel()
+				if r.CompactRevision == 0 {
+					return false
+				}
+			}
+			return true
+		})
+		lines, wait := etcdctlWatch(t, etcdctl, s.endpoints, "watch/a", fmt.Sprintf("--rev=%d", start))
+		var out []string
+		for l := range lines {
+			out = append(out, l)
+		}
+		if err := wait(); err == nil || !strings.Contains(strings.Join(out, "\n"), "required revision has been compacted") {
+			t.Fatalf("etcdctl exited with %v printing %q, want the compaction error", err, out)
+		}
+	})
+}
+
+func testClientV3Watches(t *testing.T, s *upStack) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(t, s.endpoints[0])
+	const watches = 100
+	var chans []clientv3.WatchChan
+	for i := range watches {
+		chans = append(chans, c.Watch(ctx, fmt.Sprintf("many/%03d", i), clientv3.WithCreatedNotify()))
+		if resp := <-chans[i]; !resp.Created {
+			t.Fatalf("watch %d not created: %v", i, resp.Err())
+		}
+	}
+	for i := range watches {
+		if _, err := c.Put(ctx, fmt.Sprintf("many/%03d", i), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, wch := range chans {
+		resp := <-wch
+		if len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != fmt.Sprint(i) {
+			t.Fatalf("watch %d got %+v (%v)", i, resp, resp.Err())
+		}
+	}
+	if err := c.RequestProgress(ctx); err != nil {
+		t.Fatal(err)
+	}
+	progress := <-chans[0]
+	if !progress.IsProgressNotify() || progress.Header.Revision == 0 {
+		t.Fatalf("after RequestProgress: %+v, want a progress notification", progress)
+	}
+
+	big := strings.Repeat("x", 1<<20)
+	var from int64
+	for i := range 3 {
+		resp, err := c.Put(ctx, fmt.Sprintf("big/%d", i), big)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if from == 0 {
+			from = resp.Header.Revision
+		}
+	}
+	small, err := clientv3.New(clientv3.Config{Endpoints: s.endpoints, DialTimeout: 5 * time.Second, MaxCallRecvMsgSize: 3 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	if resp := <-small.Watch(ctx, "big/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithFragment()); resp.Err() != nil || len(resp.Events) != 3 {
+		t.Fatalf("fragmented 3 MiB watch: %d events, %v", len(resp.Events), resp.Err())
+	}
+	if resp := <-small.Watch(ctx, "big/", clientv3.WithPrefix(), clientv3.WithRev(from)); resp.Err() == nil || resp.Err() == rpctypes.ErrCompacted {
+		t.Fatalf("an unfragmented 3 MiB response reached a client limited to 3 MiB: %v", resp.Err())
+	}
+}
+
+// testWatchersThroughCrashes: 100 watchers (10 clients over the frontends) each check that they receive every
+// revision of a write stream once, in order, while a hub, a storage, NATS and the other hub are killed with
+// kill -9 one after the other (cairn up restarts each).
+func testWatchersThroughCrashes(t *testing.T, s *upStack) {
+	writer := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	first, err := writer.Put(ctx, "crashwatch/start", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := first.Header.Revision + 1
+	const clients, perClient = 10, 10
+	var mu sync.Mutex
+	next := make([]int64, clients*perClient)
+	var failures []string
+	for i := range clients {
+		c := s.client(t, s.endpoints[i%len(s.endpoints)])
+		for j := range perClient {
+			n := i*perClient + j
+			next[n] = start
+			wch := c.Watch(ctx, "crashwatch/w/", clientv3.WithPrefix(), clientv3.WithRev(start))
+			go func() {
+				for resp := range wch {
+					mu.Lock()
+					if err := resp.Err(); err != nil {
+						failures = append(failures, fmt.Sprintf("watcher %d: %v", n, err))
+					}
+					for _, ev := range resp.Events {
+						if ev.Kv.ModRevision != next[n] {
+							failures = append(failures, fmt.Sprintf("watcher %d: revision %d, want %d", n, ev.Kv.ModRevision, next[n]))
+						}
+						next[n] = ev.Kv.ModRevision + 1
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+	}
+	var last int64
+	write := func(count int) {
+		for range count {
+			wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+			resp, err := writer.Put(wctx, fmt.Sprintf("crashwatch/w/%d", last), "v")
+			wcancel()
+			if err == nil {
+				last = resp.Header.Revision
+			}
+		}
+	}
+	write(150)
+	for _, victim := range []string{"watchhub-1", "storage-2", "nats", "watchhub-2"} {
+		before := s.child(t, victim)
+		if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 %s (%d): %v", victim, before.PID, err)
+		}
+		t.Logf("killed %s pid %d at revision %d", victim, before.PID, last)
+		write(150)
+		waitFor(t, time.Minute, victim+" restarted and ready", func() bool {
+			now := s.child(t, victim)
+			return now.Restarts > before.Restarts && now.Ready
+		})
+	}
+	write(50)
+	waitFor(t, 2*time.Minute, "every watcher at the last revision", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) > 0 {
+			return true
+		}
+		for _, n := range next {
+			if n <= last {
+				return false
+			}
+		}
+		return true
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) > 0 {
+		t.Fatalf("%d failures, first: %s", len(failures), failures[0])
+	}
+}
+
+// TestDevWatch: `cairn dev` serves Watch through its in-process watchhub.
+func TestDevWatch(t *testing.T) {
+	etcdctl := etcdref.Etcdctl(t)
+	ports, err := supervisor.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoint, stop := startDev(t, etcdctl, t.TempDir(), ports)
+	defer stop()
+	for _, kv := range [][2]string{{"devwatch/a", "1"}, {"devwatch/b", "2"}} {
+		if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", "put", kv[0], kv[1]); res.Stdout != "OK\n" {
+			t.Fatalf("put %v: %+v", kv, res)
+		}
+	}
+	lines, _ := etcdctlWatch(t, etcdctl, []string{endpoint}, "devwatch/", "--prefix", "--rev=1")
+	want := []string{"PUT", "devwatch/a", "1", "PUT", "devwatch/b", "2"}
+	if got := nextLines(t, lines, len(want)); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("etcdctl printed %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,262 @@
+package localstack
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// service is one kind of child process in the stack: `cairn <name> <args>`. Every instance has a "metrics"
+// port whose /health is its readiness check.
+type service struct {
+	// name is the subcommand and the child name: "<name>-<i>" for instance i (from 1), or just name when
+	// single.
+	name   string
+	single bool
+	// pprof says the subcommand takes --enable-pprof.
+	pprof bool
+	// count is how many instances the stack runs.
+	count func(p *plan) int
+	// ports are the named ports each instance needs, "metrics" among them.
+	ports []string
+	// args is instance i's command line after `cairn <name>`.
+	args func(p *plan, i int) []string
+	// dependsOn names the children that must be ready before instance i first starts.
+	dependsOn func(p *plan, i int) []string
+}
+
+// services are the kinds of service a stack runs, in start order. A new kind is one more entry.
+func services() []service {
+	return []service{natsService(), consensusService(), storageService(), leasekeeperService(), watchhubService(),
+		frontendService()}
+}
+
+func natsService() service {
+	return service{
+		name: "nats", single: true, pprof: true, count: one, ports: []string{"client", "metrics"},
+		args: func(p *plan, _ int) []string {
+			return []string{"--addr", p.cfg.Host, "--port", p.portString("nats", "client")}
+		},
+	}
+}
+
+func consensusService() service {
+	return service{
+		name: "consensus", pprof: true, count: members, ports: []string{"peer", "api", "metrics"},
+		args: func(p *plan, i int) []string {
+			self := p.child("consensus", i)
+			return []string{
+				"--name", memberName(i),
+				"--data-dir", p.memberDir(i, "consensus"),
+				"--listen-peer-urls", p.url(self, "peer"),
+				"--initial-advertise-peer-urls", p.url(self, "peer"),
+				"--initial-cluster", p.initialCluster(),
+				"--initial-cluster-state", "new", // ignored once the member has a WAL
+				"--initial-cluster-token", p.layout.Token,
+				"--listen-consensus-url", p.url(self, "api"),
+				"--advertise-storage-url", p.url(p.child("storage", i), "api"),
+				"--advertise-client-urls", p.url(p.child("frontend", wrap(i, p.frontends())), "client"),
+			}
+		},
+	}
+}
+
+func storageService() service {
+	return service{
+		name: "storage", pprof: true, count: members, ports: []string{"api", "metrics"},
+		args: func(p *plan, i int) []string {
+			return []string{
+				"--name", memberName(i),
+				"--data-dir", p.memberDir(i, "storage"),
+				"--listen-storage-url", p.url(p.child("storage", i), "api"),
+				"--consensus-endpoint", p.url(p.child("consensus", i), "api"),
+				"--nats-url", p.natsURL(),
+			}
+		},
+		dependsOn: func(p *plan, i int) []string { return []string{p.child("consensus", i), "nats"} },
+	}
+}
+
+// leasekeeperService runs the leasekeepers: the first to claim is active, the others stand by. Keeper i lists
+// member i's storage first, so the keepers spread their storage calls.
+func leasekeeperService() service {
+	return service{
+		name: "leasekeeper", count: (*plan).leasekeepers, ports: []string{"api", "metrics"},
+		args: func(p *plan, i int) []string {
+			return []string{
+				"--name", p.child("leasekeeper", i),
+				"--listen-url", p.url(p.child("leasekeeper", i), "api"),
+				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
+				"--nats-url", p.natsURL(),
+			}
+		},
+		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
+	}
+}
+
+// watchhubService runs the watchhubs: each follows every storage (its own member first) and NATS, and serves
+// the Watch streams the frontends relay to it.
+func watchhubService() service {
+	return service{
+		name: "watchhub", pprof: true, count: (*plan).watchhubs, ports: []string{"api", "metrics"},
+		args: func(p *plan, i int) []string {
+			return []string{
+				"--name", p.child("watchhub", i),
+				"--listen-url", p.url(p.child("watchhub", i), "api"),
+				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
+				"--nats-url", p.natsURL(),
+			}
+		},
+		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
+	}
+}
+
+func frontendService() service {
+	return service{
+		name: "frontend", count: (*plan).frontends, ports: []string{"client", "metrics"},
+		args: func(p *plan, i int) []string {
+			self := p.url(p.child("frontend", i), "client")
+			// The member with the frontend's number is listed first: it is the frontend's nearest.
+			first := wrap(i, p.layout.Members)
+			return []string{
+				"--name", p.frontendName(i),
+				"--listen-client-urls", self,
+				"--advertise-client-urls", self,
+				"--consensus-endpoints", strings.Join(p.memberURLs("consensus", "api", first), ","),
+				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", first), ","),
+				"--lease-endpoints", strings.Join(p.leasekeeperURLs(), ","),
+				"--watch-endpoints", strings.Join(p.childURLs(p.watchhubChildren(), "api"), ","),
+			}
+		},
+		dependsOn: func(p *plan, _ int) []string {
+			return append(append(p.memberChildren("storage", 1), p.leasekeeperChildren()...), p.watchhubChildren()...)
+		},
+	}
+}
+
+func one(*plan) int           { return 1 }
+func members(p *plan) int     { return p.layout.Members }
+func memberName(i int) string { return fmt.Sprintf("member-%d", i) }
+
+// wrap maps i (from 1) onto 1..n.
+func wrap(i, n int) int { return (i-1)%n + 1 }
+
+// plan is a stack's configuration with its layout: everything a service needs to build its command line.
+type plan struct {
+	cfg    Config
+	layout *layout
+}
+
+// frontends is the number of frontends: Config.Frontends, or one per member.
+func (p *plan) frontends() int {
+	if p.cfg.Frontends == 0 {
+		return p.layout.Members
+	}
+	return p.cfg.Frontends
+}
+
+// leasekeepers is the number of leasekeepers: Config.Leasekeepers, or 2 (one active, one standby).
+func (p *plan) leasekeepers() int {
+	if p.cfg.Leasekeepers == 0 {
+		return 2
+	}
+	return p.cfg.Leasekeepers
+}
+
+func (p *plan) leasekeeperChildren() []string {
+	names := make([]string, p.leasekeepers())
+	for k := range names {
+		names[k] = p.child("leasekeeper", k+1)
+	}
+	return names
+}
+
+// leasekeeperURLs are the keepers' Lease API URLs: the frontends' --lease-endpoints.
+func (p *plan) leasekeeperURLs() []string {
+	var urls []string
+	for _, child := range p.leasekeeperChildren() {
+		urls = append(urls, p.url(child, "api"))
+	}
+	return urls
+}
+
+// watchhubs is the number of watchhubs: Config.Watchhubs, or 2.
+func (p *plan) watchhubs() int {
+	if p.cfg.Watchhubs == 0 {
+		return 2
+	}
+	return p.cfg.Watchhubs
+}
+
+func (p *plan) watchhubChildren() []string {
+	names := make([]string, p.watchhubs())
+	for k := range names {
+		names[k] = p.child("watchhub", k+1)
+	}
+	return names
+}
+
+// childURLs are the named port's URLs of the children.
+func (p *plan) childURLs(children []string, port string) []string {
+	urls := make([]string, len(children))
+	for i, child := range children {
+		urls[i] = p.url(child, port)
+	}
+	return urls
+}
+
+// frontendName is frontend i's --name: the name of member i, which makes it the frontend's home member,
+// or frontend-i beyond the members.
+func (p *plan) frontendName(i int) string {
+	if i <= p.layout.Members {
+		return memberName(i)
+	}
+	return fmt.Sprintf("frontend-%d", i)
+}
+
+// child is the name of instance i of the named service.
+func (p *plan) child(service string, i int) string { return fmt.Sprintf("%s-%d", service, i) }
+
+func (p *plan) port(child, port string) int { return p.layout.Ports[child][port] }
+
+func (p *plan) portString(child, port string) string { return fmt.Sprint(p.port(child, port)) }
+
+// url is http://host:port of a child's named port.
+func (p *plan) url(child, port string) string {
+	return fmt.Sprintf("http://%s:%d", p.cfg.Host, p.port(child, port))
+}
+
+func (p *plan) natsURL() string {
+	return fmt.Sprintf("nats://%s:%d", p.cfg.Host, p.port("nats", "client"))
+}
+
+func (p *plan) memberDir(i int, service string) string {
+	return filepath.Join(p.cfg.DataDir, memberName(i), service)
+}
+
+func (p *plan) initialCluster() string {
+	parts := make([]string, p.layout.Members)
+	for i := range parts {
+		parts[i] = memberName(i+1) + "=" + p.url(p.child("consensus", i+1), "peer")
+	}
+	return strings.Join(parts, ",")
+}
+
+// memberChildren names every member's instance of service, starting at member first and wrapping around.
+func (p *plan) memberChildren(service string, first int) []string {
+	names := make([]string, p.layout.Members)
+	for k := range names {
+		names[k] = p.child(service, wrap(first+k, p.layout.Members))
+	}
+	return names
+}
+
+// memberURLs is the URL of the named port of every member's instance of service, from member first.
+func (p *plan) memberURLs(service, port string, first int) []string {
+	children := p.memberChildren(service, first)
+	urls := make([]string, len(children))
+	for k, child := range children {
+		urls[k] = p.url(child, port)
+	}
+	return urls
+}

@@ -1,0 +1,200 @@
+package leasekeeper
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+)
+
+// Defaults. Rates and the checkpoint batch are etcd's; the timings suit a Raft election timeout of 1s.
+const (
+	DefaultListenURL          = "http://127.0.0.1:2395"
+	DefaultNATSURL            = "nats://127.0.0.1:4222"
+	DefaultCheckpointInterval = time.Second
+	DefaultRevokeRate         = 1000 // etcd's leaseRevokeRate, leases per second
+	DefaultCheckpointRate     = 1000 // etcd's leaseCheckpointRate, checkpoint entries per second
+	DefaultCheckpointBatch    = 1000 // etcd's maxLeaseCheckpointBatchSize
+	DefaultRenewInterval      = 200 * time.Millisecond
+	DefaultTakeoverTimeout    = 1500 * time.Millisecond
+	DefaultDeadlineExtension  = time.Second // etcd extends by its election timeout (1s by default) on promotion
+	DefaultReconcileInterval  = 10 * time.Second
+	DefaultRequestTimeout     = 7 * time.Second // storage's
+	DefaultExpiryTick         = 100 * time.Millisecond
+	DefaultRevokeRetry        = 3 * time.Second // etcd's expiredLeaseRetryInterval
+)
+
+// Config configures one leasekeeper. Zero fields take the defaults (WithDefaults); Validate reports what is
+// unusable.
+type Config struct {
+	// Name names the keeper in logs and in its claim (a random suffix makes every start a new claimant).
+	Name string
+	// ListenURL is where the etcd Lease gRPC service is served, http://host:port (port 0 picks one).
+	ListenURL string
+	// StorageEndpoints are storage gRPC URLs; calls go to the first that answers and fail over to the next.
+	StorageEndpoints []string
+	// NATSURL is the event bus (comma-separated for a NATS cluster); SubjectPrefix the cluster's subjects.
+	NATSURL       string
+	SubjectPrefix string
+	// CheckpointInterval is how long after a renewal a lease's remaining TTL is checkpointed (etcd:
+	// --lease-checkpoint-interval). A failover may keep a lease that was not renewed for up to about this much
+	// longer than its TTL; each lease renewed less often than this costs two checkpoint items per renewal
+	// (checkpoint and reset), batched CheckpointBatch to an entry.
+	CheckpointInterval time.Duration
+	// CheckpointRate bounds checkpoint entries per second; CheckpointBatch the checkpoints in one entry.
+	CheckpointRate  int
+	CheckpointBatch int
+	// RevokeRate bounds the revokes of expired leases per second (etcd's leaseRevokeRate).
+	RevokeRate int
+	// RenewInterval is how often the active keeper renews its claim and a standby looks at it.
+	RenewInterval time.Duration
+	// TakeoverTimeout is how long a standby waits without seeing a renewal before it claims the role. The active
+	// keeper stops serving when its last successful renewal is older than ActiveTimeout (default two thirds of
+	// TakeoverTimeout), so it has stopped before any standby takes over.
+	TakeoverTimeout time.Duration
+	ActiveTimeout   time.Duration
+	// DeadlineExtension is added to every lease's deadline by a new active keeper (etcd: the election timeout).
+	DeadlineExtension time.Duration
+	// ReconcileInterval is how often the lease table is compared with storage's records (the bus is lossy).
+	ReconcileInterval time.Duration
+	// RequestTimeout bounds one storage call.
+	RequestTimeout time.Duration
+	// ExpiryTick is how often deadlines are checked; RevokeRetry how long before an unanswered revoke is retried.
+	ExpiryTick  time.Duration
+	RevokeRetry time.Duration
+	// AdminAddr is host:port for /metrics and /health of this keeper alone; empty serves none (`cairn
+	// leasekeeper` serves them on its --listen-metrics-urls, with Registry).
+	AdminAddr string
+	// Registry, when set, also gets the keeper's metrics (a process serving several services' metrics).
+	Registry prometheus.Registerer
+}
+
+// DefaultConfig returns the defaults, for flags.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	setDefault(&c.Name, "leasekeeper")
+	setDefault(&c.ListenURL, DefaultListenURL)
+	setDefault(&c.NATSURL, DefaultNATSURL)
+	setDefault(&c.SubjectPrefix, eventbus.DefaultSubjectPrefix)
+	setDefault(&c.CheckpointInterval, DefaultCheckpointInterval)
+	setDefault(&c.CheckpointRate, DefaultCheckpointRate)
+	setDefault(&c.CheckpointBatch, DefaultCheckpointBatch)
+	setDefault(&c.RevokeRate, DefaultRevokeRate)
+	setDefault(&c.RenewInterval, DefaultRenewInterval)
+	setDefault(&c.TakeoverTimeout, DefaultTakeoverTimeout)
+	setDefault(&c.ActiveTimeout, c.TakeoverTimeout*2/3)
+	setDefault(&c.DeadlineExtension, DefaultDeadlineExtension)
+	setDefault(&c.ReconcileInterval, DefaultReconcileInterval)
+	setDefault(&c.RequestTimeout, DefaultRequestTimeout)
+	setDefault(&c.ExpiryTick, DefaultExpiryTick)
+	setDefault(&c.RevokeRetry, DefaultRevokeRetry)
+	return c
+}
+
+func setDefault[T comparable](field *T, value T) {
+	var zero T
+	if *field == zero {
+		*field = value
+	}
+}
+
+// Validate reports every unusable setting.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := listenHostPort(c.ListenURL); err != nil {
+		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
+	}
+	if len(c.StorageEndpoints) == 0 {
+		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
+	}
+	for _, e := range c.StorageEndpoints {
+		if _, err := listenHostPort(e); err != nil {
+			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
+		}
+	}
+	if c.NATSURL == "" {
+		errs = append(errs, errors.New("--nats-url must not be empty"))
+	}
+	for name, d := range map[string]time.Duration{"--checkpoint-interval": c.CheckpointInterval,
+		"--renew-interval": c.RenewInterval, "--takeover-timeout": c.TakeoverTimeout, "--active-timeout": c.ActiveTimeout,
+		"--deadline-extension": c.DeadlineExtension, "--reconcile-interval": c.ReconcileInterval,
+		"--request-timeout": c.RequestTimeout, "--expiry-tick": c.ExpiryTick, "--revoke-retry": c.RevokeRetry} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %v must be positive", name, d))
+		}
+	}
+	if c.RevokeRate <= 0 || c.CheckpointRate <= 0 || c.CheckpointBatch <= 0 {
+		errs = append(errs, errors.New("--revoke-rate, --checkpoint-rate and --checkpoint-batch must be positive"))
+	}
+	if c.ActiveTimeout+c.RenewInterval > c.TakeoverTimeout {
+		errs = append(errs, fmt.Errorf("--active-timeout %v plus --renew-interval %v must not exceed --takeover-timeout %v: "+
+			"the active keeper must stop serving before a standby takes over", c.ActiveTimeout, c.RenewInterval, c.TakeoverTimeout))
+	}
+	if c.RenewInterval >= c.ActiveTimeout {
+		errs = append(errs, fmt.Errorf("--renew-interval %v must be shorter than --active-timeout %v", c.RenewInterval, c.ActiveTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// RegisterFlags binds the configuration to flags on fs; the current values are the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Name, "name", c.Name, "Name of this leasekeeper, for logs and its claim.")
+	fs.StringVar(&c.ListenURL, "listen-url", c.ListenURL, "URL to serve the etcd Lease gRPC service on.")
+	fs.Var((*urlList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs (fail over in order).")
+	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS URL of the event bus.")
+	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "Event bus subject prefix of the cluster.")
+	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "Time after a renewal at which a lease's remaining TTL is checkpointed through the log.")
+	fs.IntVar(&c.CheckpointRate, "checkpoint-rate", c.CheckpointRate, "Maximum checkpoint entries per second.")
+	fs.IntVar(&c.CheckpointBatch, "checkpoint-batch", c.CheckpointBatch, "Maximum lease checkpoints in one entry.")
+	fs.IntVar(&c.RevokeRate, "revoke-rate", c.RevokeRate, "Maximum revokes of expired leases per second.")
+	fs.DurationVar(&c.RenewInterval, "renew-interval", c.RenewInterval, "Interval of claim renewals (active) and claim checks (standby).")
+	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", c.TakeoverTimeout, "Time without a renewal after which a standby takes over.")
+	fs.DurationVar(&c.ActiveTimeout, "active-timeout", c.ActiveTimeout, "Age of its last renewal at which the active keeper stops serving.")
+	fs.DurationVar(&c.DeadlineExtension, "deadline-extension", c.DeadlineExtension, "Least time every lease has left after a takeover (etcd: the election timeout).")
+	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "Interval of lease table reconciliation with storage.")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Timeout of one storage call.")
+}
+
+// keeperID is the name plus a random suffix: each start is a new claimant.
+func keeperID(name string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return name + "-" + hex.EncodeToString(b[:])
+}
+
+// urlList is a comma-separated flag value.
+type urlList []string
+
+func (u *urlList) String() string { return strings.Join(*u, ",") }
+
+func (u *urlList) Set(v string) error {
+	*u = nil
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*u = append(*u, s)
+		}
+	}
+	return nil
+}
+
+// listenHostPort returns the host:port of an http:// URL (or of a bare host:port).
+func listenHostPort(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err == nil && u.Scheme == "http" && u.Host != "" {
+		return u.Host, nil
+	}
+	if !strings.Contains(raw, "/") && strings.Contains(raw, ":") {
+		return raw, nil
+	}
+	return "", fmt.Errorf("URL %q: want http://host:port", raw)
+}

@@ -1,0 +1,39 @@
+// Package leasekeeper is Cairn's lease service: the clock of etcd's leases, and etcd v3.7's Lease API
+// (etcdserverpb.Lease: LeaseGrant, LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, LeaseLeases) on its own gRPC port.
+//
+// What lives where. A lease's existence, granted TTL, checkpointed remaining TTL and attached keys are storage's:
+// grants, revokes and checkpoints are log entries every member applies (storage package), so every member deletes
+// a revoked lease's keys in one revision and watchers see the DELETE events. The clock is the keeper's: the
+// active keeper holds every lease's deadline in memory, renews it on keep-alives (which are not proposals, as in
+// etcd) and, when a deadline passes, proposes the lease's revoke through storage.
+//
+// How a keeper learns leases: an initial load of storage's lease records, the lease changes of applied records
+// on the event bus (pkg/eventbus; lossy, every member publishes every record, so each change is applied in log
+// index order and copies are ignored), its own writes' answers, and a reconciliation with storage every
+// ReconcileInterval.
+//
+// One active keeper at a time, chosen by an election the store provides (package keeperclaim): the active keeper
+// renews its claim every RenewInterval and serves only while its last successful renewal is younger than
+// ActiveTimeout; a standby that has seen no renewal for TakeoverTimeout (longer) claims with compare-and-swap on
+// the epoch and renewal count, so it wins only if the holder really went silent. Every revoke and checkpoint a
+// keeper proposes carries its epoch and storage refuses a stale one (fencing), so a keeper that lost the role
+// cannot revoke anything. A standby answers every client call with keeperclaim.ErrNotActive (FailedPrecondition
+// "not the active leasekeeper"), and the frontend moves on to the next keeper.
+//
+// Failover without early expiry (etcd's lease checkpointing). The active keeper checkpoints each lease's
+// remaining TTL through the log every CheckpointInterval (in batches of CheckpointBatch, at most CheckpointRate
+// entries per second), and the first keep-alive after a checkpoint first resets that stored remaining TTL to 0
+// through the log, as etcd's Renew does. So a stored remaining TTL means "not renewed since", and a new keeper
+// starts each lease from it (counted from when it learned of the checkpoint) or, without one, from the full TTL
+// counted from when the old keeper stopped at the latest; and no deadline comes sooner than DeadlineExtension
+// (the election timeout, as etcd's Promote extends by) after the takeover. No lease gets a deadline earlier than
+// the one it had, long leases are not reset to their full TTL, and an abandoned lease is gone within about
+// TTL + 2s of its last keep-alive.
+//
+// Expiry storms: expired leases are revoked at most RevokeRate per second (etcd's leaseRevokeRate, 1000), one
+// entry per lease from a pool of workers, so other writes keep their share of the log.
+//
+// Lifecycle: New(cfg, tel, logger) → Start(ctx) → Stop(ctx); Stop releases the claim so a standby takes over at
+// once. Config (with RegisterFlags) holds the listen URL, storage endpoints (failed over in order), NATS URL and
+// subject prefix, checkpoint and revoke rates, election timings and the admin (metrics, health) address.
+package leasekeeper

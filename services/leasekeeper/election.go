@@ -1,0 +1,158 @@
+package leasekeeper
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+)
+
+// observation is a standby's view of the claim: the state last read and when this keeper first saw it (its own
+// clock). The holder's last successful renewal was sent before seenAt.
+type observation struct {
+	state  *storagepb.KeeperState
+	seenAt time.Time
+}
+
+// runElection renews the claim while this keeper holds it, and otherwise watches it and takes over when the
+// holder has not renewed for TakeoverTimeout (or released it).
+func (k *Keeper) runElection(ctx context.Context) {
+	var seen observation
+	tick := time.NewTicker(k.cfg.RenewInterval)
+	defer tick.Stop()
+	for {
+		_, holder := k.holder()
+		switch {
+		case k.pauseElection.Load():
+		case holder:
+			k.renewClaim(ctx)
+		default:
+			k.watchClaim(ctx, &seen)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (k *Keeper) holder() (uint64, bool) {
+	k.role.mu.Lock()
+	defer k.role.mu.Unlock()
+	return k.role.epoch, k.role.holder
+}
+
+// renewClaim renews the claim; the keeper may serve until ActiveTimeout after the renewal was sent.
+func (k *Keeper) renewClaim(ctx context.Context) {
+	epoch, _ := k.holder()
+	sent := time.Now()
+	_, err := k.claim(ctx, &storagepb.KeeperClaim{KeeperId: k.id, ExpectedEpoch: epoch}, k.cfg.ActiveTimeout)
+	switch {
+	case err == nil:
+		k.role.mu.Lock()
+		lapsed := k.role.holder && k.role.epoch == epoch && !sent.Before(k.role.activeUntil)
+		if k.role.holder && k.role.epoch == epoch {
+			k.role.activeUntil = maxTime(k.role.activeUntil, sent.Add(k.cfg.ActiveTimeout))
+		}
+		k.role.mu.Unlock()
+		if lapsed {
+			// Clients could not reach us while the renewal lapsed: give their leases the extension again.
+			k.table.extendAll(time.Now().Add(k.cfg.DeadlineExtension))
+			k.logger.Warn("claim renewed after lapsing; serving again", "epoch", epoch)
+		}
+	case keeperclaim.IsClaimConflict(err):
+		k.logger.Warn("lost the leasekeeper claim; standing by", "epoch", epoch, "err", err)
+		k.stepDown()
+	default:
+		k.logger.Warn("claim renewal failed", "epoch", epoch, "err", err)
+	}
+}
+
+// watchClaim reads the claim and takes over when it is free or its holder has been silent for TakeoverTimeout.
+func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
+	var state *storagepb.KeeperState
+	err := k.storage(ctx, k.cfg.RenewInterval*2, func(ctx context.Context, c *storageclient.Client) (err error) {
+		state, err = c.KeeperStatus(ctx)
+		return err
+	})
+	if err != nil {
+		k.logger.Debug("reading the claim failed", "err", err)
+		return
+	}
+	now := time.Now()
+	if seen.state == nil || state.Epoch != seen.state.Epoch || state.Renewals != seen.state.Renewals || state.Holder != seen.state.Holder {
+		*seen = observation{state: state, seenAt: now}
+	}
+	if state.Holder == k.id {
+		// A claim of ours won but its answer was lost, or promotion failed: whoever held the role before has
+		// stopped by now.
+		k.promote(ctx, state, now, now)
+		return
+	}
+	if state.Holder != "" && now.Sub(seen.seenAt) < k.cfg.TakeoverTimeout {
+		return
+	}
+	// The previous holder renewed last before seenAt and stopped serving ActiveTimeout after that renewal at
+	// the latest; a released claim was released after it stopped.
+	oldStop := seen.seenAt
+	if state.Holder != "" {
+		oldStop = seen.seenAt.Add(k.cfg.ActiveTimeout)
+	}
+	sent := time.Now()
+	won, err := k.claim(ctx, &storagepb.KeeperClaim{KeeperId: k.id, ExpectedEpoch: state.Epoch, ExpectedRenewals: state.Renewals},
+		k.cfg.ActiveTimeout)
+	if err != nil {
+		k.logger.Info("takeover claim refused", "observed", keeperclaim.Describe(state), "err", err)
+		return
+	}
+	k.logger.Info("took over the leasekeeper claim", "previous", keeperclaim.Describe(state), "epoch", won.Epoch,
+		"silent_for", now.Sub(seen.seenAt))
+	k.promote(ctx, won, oldStop, sent)
+}
+
+// claim proposes a claim through storage, bounded by timeout.
+func (k *Keeper) claim(ctx context.Context, c *storagepb.KeeperClaim, timeout time.Duration) (*storagepb.KeeperState, error) {
+	var state *storagepb.KeeperState
+	err := k.storage(ctx, timeout, func(ctx context.Context, client *storageclient.Client) (err error) {
+		state, err = client.ClaimKeeper(ctx, c)
+		return err
+	})
+	return state, err
+}
+
+// promote makes this keeper active at the claimed state's epoch: it loads every lease from storage (read after
+// the claim, so it includes every renewal reset and checkpoint the previous keeper made) and starts the clock.
+func (k *Keeper) promote(ctx context.Context, state *storagepb.KeeperState, oldStop, claimSent time.Time) {
+	records, applied, err := k.leaseRecords(ctx)
+	if err != nil {
+		// Not renewing lets the claim lapse; watchClaim tries again (or a standby takes over).
+		k.logger.Error("loading leases for promotion failed", "epoch", state.Epoch, "err", err)
+		return
+	}
+	now := time.Now()
+	k.table.promote(records, applied, oldStop, k.cfg.DeadlineExtension, now)
+	k.role.mu.Lock()
+	k.role.holder, k.role.epoch, k.role.activeUntil = true, state.Epoch, claimSent.Add(k.cfg.ActiveTimeout)
+	k.role.mu.Unlock()
+	k.metrics.active.Set(1)
+	k.metrics.epoch.Set(float64(state.Epoch))
+	k.metrics.takeovers.Inc()
+	k.logger.Info("leasekeeper active", "epoch", state.Epoch, "leases", len(records), "applied_index", applied,
+		"previous_keeper_stopped_by", oldStop.Format(time.RFC3339Nano))
+}
+
+// release gives up the claim (the keeper has already stopped serving).
+func (k *Keeper) release(ctx context.Context, epoch uint64) error {
+	_, err := k.claim(ctx, &storagepb.KeeperClaim{KeeperId: k.id, ExpectedEpoch: epoch, Release: true}, k.cfg.RequestTimeout)
+	return err
+}
+
+// storage runs f against the storage pool with a timeout.
+func (k *Keeper) storage(ctx context.Context, timeout time.Duration, f func(context.Context, *storageclient.Client) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return k.pool.do(ctx, func(c *storageclient.Client) error { return f(ctx, c) })
+}

@@ -1,0 +1,196 @@
+package leasekeeper
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+)
+
+// busWatcher collects every DELETE event seen on the bus, by key, with its revision and the revoke record.
+type busWatcher struct {
+	mu      sync.Mutex
+	deleted map[string]int64 // key → revision of its DELETE
+	revoked map[int64]int64  // lease → revision of its revoke
+}
+
+func watchBus(t *testing.T, env *testEnv) *busWatcher {
+	w := &busWatcher{deleted: map[string]int64{}, revoked: map[int64]int64{}}
+	nc, err := eventbus.Connect(env.nats.ClientURL(), "test-watch", testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	if _, err := eventbus.Subscribe(nc, env.prefix, func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, ev := range rec.Events {
+			if ev.Type == mvccpb.DELETE {
+				w.deleted[string(ev.Kv.Key)] = rec.Revision
+			}
+		}
+		for _, c := range rec.Leases {
+			if c.Type == eventpb.LeaseChange_REVOKED {
+				w.revoked[c.Id] = rec.Revision
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func (w *busWatcher) deleteRevision(key string) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.deleted[key]
+}
+
+// TestExpiryAndKeepAlive: a lease left alone is revoked within TTL + 1s of its grant (never before its TTL) with
+// all its keys in one revision that watchers see as DELETE events; keep-alives extend a lease for as long as they
+// come, and it expires within TTL + 1s of the last one.
+func TestExpiryAndKeepAlive(t *testing.T) {
+	env := newTestEnv(t, 1)
+	bus := watchBus(t, env)
+	k := env.startKeeper(env.keeperConfig("a"))
+	waitActive(t, k, 5*time.Second)
+	lc := leaseClient(t, k)
+	tests := []struct {
+		name      string
+		ttl       int64
+		keepAlive time.Duration // how long keep-alives are sent
+	}{
+		{"left alone", 2, 0},
+		{"kept alive for 4s", 2, 4 * time.Second},
+		{"longer TTL kept alive for 2s", 3, 2 * time.Second},
+	}
+	var wg sync.WaitGroup
+	for _, tt := range tests {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := ctxT(t, 30*time.Second)
+			granted := time.Now()
+			g, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: tt.ttl})
+			if err != nil {
+				t.Errorf("%s: grant: %v", tt.name, err)
+				return
+			}
+			keys := []string{tt.name + "/a", tt.name + "/b"}
+			for _, key := range keys {
+				env.put(ctx, key, g.ID)
+			}
+			last := granted
+			if tt.keepAlive > 0 {
+				stream, err := lc.LeaseKeepAlive(ctx)
+				if err != nil {
+					t.Errorf("%s: keep-alive stream: %v", tt.name, err)
+					return
+				}
+				for time.Since(granted) < tt.keepAlive {
+					sent := time.Now()
+					if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: g.ID}); err != nil {
+						t.Errorf("%s: send: %v", tt.name, err)
+						return
+					}
+					if r, err := stream.Recv(); err != nil || r.TTL != tt.ttl {
+						t.Errorf("%s: keep-alive answer %v, %v", tt.name, r, err)
+						return
+					}
+					last = sent
+					if !env.keyExists(ctx, keys[0]) {
+						t.Errorf("%s: key gone while kept alive", tt.name)
+						return
+					}
+					time.Sleep(400 * time.Millisecond)
+				}
+				_ = stream.CloseSend()
+			}
+			for env.keyExists(ctx, keys[0]) {
+				if time.Since(last) > seconds(tt.ttl)+time.Second {
+					t.Errorf("%s: key still there %v after the last keep-alive (TTL %ds)", tt.name, time.Since(last), tt.ttl)
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if gone := time.Since(last); gone < seconds(tt.ttl) {
+				t.Errorf("%s: expired %v after the last keep-alive, before its TTL %ds", tt.name, gone, tt.ttl)
+			}
+			if env.keyExists(ctx, keys[1]) {
+				t.Errorf("%s: second key survived the revoke", tt.name)
+			}
+			eventually(t, 5*time.Second, "DELETE events on the bus", func() bool {
+				return bus.deleteRevision(keys[0]) != 0 && bus.deleteRevision(keys[0]) == bus.deleteRevision(keys[1])
+			})
+		}()
+	}
+	wg.Wait()
+}
+
+// TestStandbyAnswersNotActive: every Lease call to a standby is refused with FailedPrecondition "not the active
+// leasekeeper", so the frontend tries the next keeper.
+func TestStandbyAnswersNotActive(t *testing.T) {
+	env := newTestEnv(t, 1)
+	a := env.startKeeper(env.keeperConfig("a"))
+	waitActive(t, a, 5*time.Second)
+	b := env.startKeeper(env.keeperConfig("b"))
+	lc := leaseClient(t, b)
+	ctx := ctxT(t, 10*time.Second)
+	g, err := leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]func() error{
+		"grant":        func() error { _, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 10}); return err },
+		"revoke":       func() error { _, err := lc.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: g.ID}); return err },
+		"time to live": func() error { _, err := lc.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: g.ID}); return err },
+		"leases":       func() error { _, err := lc.LeaseLeases(ctx, &pb.LeaseLeasesRequest{}); return err },
+		"keep-alive": func() error {
+			s, err := lc.LeaseKeepAlive(ctx)
+			if err == nil {
+				err = s.Send(&pb.LeaseKeepAliveRequest{ID: g.ID})
+			}
+			if err == nil {
+				_, err = s.Recv()
+			}
+			return err
+		},
+	}
+	for name, call := range calls {
+		if err := call(); !keeperclaim.IsNotActive(err) {
+			t.Errorf("%s on the standby: %v, want FailedPrecondition %q", name, err, keeperclaim.NotActiveMessage)
+		}
+	}
+	if _, err := env.store.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: g.ID}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStorageEndpointFailover: a keeper whose first storage endpoint is down works through the next one.
+func TestStorageEndpointFailover(t *testing.T) {
+	env := newTestEnv(t, 2)
+	cfg := env.keeperConfig("a")
+	cfg.StorageEndpoints = []string{"http://127.0.0.1:1", env.storages[1].URL()}
+	k := env.startKeeper(cfg)
+	waitActive(t, k, 5*time.Second)
+	ctx := ctxT(t, 10*time.Second)
+	g, err := leaseClient(t, k).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.put(ctx, "failover/k", g.ID)
+	eventually(t, 4*time.Second, "expiry through the second storage", func() bool { return !env.keyExists(ctx, "failover/k") })
+	state, err := env.store.KeeperStatus(ctx)
+	if err != nil || state.Holder != k.ID() {
+		t.Fatalf("claim %v, %v; want held by %s", state, err, k.ID())
+	}
+}

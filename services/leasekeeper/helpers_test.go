@@ -1,0 +1,195 @@
+package leasekeeper
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/services/consensus/consensustest"
+	"github.com/cairn-kv/cairn/services/storage"
+)
+
+// testEnv is a real store for keepers on loopback: an embedded NATS, storages applying one in-process log
+// (memlog) and publishing on the bus, and a storage client.
+type testEnv struct {
+	t        testing.TB
+	nats     *eventbus.Embedded
+	storages []*storage.Storage
+	store    *storageclient.Client
+	prefix   string
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("CAIRN_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// newTestEnv starts NATS and the given number of storages (members 1..n) on one in-process log.
+func newTestEnv(t testing.TB, storages int) *testEnv {
+	t.Helper()
+	env := startBus(t)
+	log, err := memlog.Open(memlog.Config{MemberID: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for member := uint64(1); member <= uint64(storages); member++ {
+		env.addStorage(member, log)
+	}
+	env.dialStore()
+	return env
+}
+
+// newRaftEnv starts NATS and a real 3-member consensus cluster (WAL fsyncs, gRPC transport, etcd's default
+// heartbeat and election timeout) with a storage on each member.
+func newRaftEnv(t testing.TB) *testEnv {
+	t.Helper()
+	env := startBus(t)
+	cluster := consensustest.Start(t, consensustest.Options{HeartbeatInterval: 100 * time.Millisecond,
+		ElectionTimeout: time.Second})
+	for _, m := range cluster.Members() {
+		env.addStorage(m.Node().ID(), m.Node())
+	}
+	env.dialStore()
+	return env
+}
+
+func startBus(t testing.TB) *testEnv {
+	nats, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nats.Shutdown)
+	return &testEnv{t: t, nats: nats, prefix: "test"}
+}
+
+// addStorage starts a storage of member on log, publishing on the bus.
+func (e *testEnv) addStorage(member uint64, log commitlog.Log) {
+	t := e.t
+	nc, err := eventbus.Connect(e.nats.ClientURL(), fmt.Sprintf("storage-%x", member), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: e.prefix, MemberID: member}, nil, testLogger(t))
+	pub.Start()
+	s, err := storage.New(storage.Config{MemberID: member, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0",
+		BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, QuotaBackendBytes: -1},
+		log, storage.BusSink{Publisher: pub, MemberID: member}, nil, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+		_ = pub.Stop(ctx)
+		nc.Close()
+	})
+	e.storages = append(e.storages, s)
+}
+
+func (e *testEnv) dialStore() {
+	var err error
+	if e.store, err = storageclient.Dial(e.storages[0].URL()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = e.store.Close() })
+}
+
+// keeperConfig is a keeper on this env with fast test timings.
+func (e *testEnv) keeperConfig(name string) Config {
+	var endpoints []string
+	for _, s := range e.storages {
+		endpoints = append(endpoints, s.URL())
+	}
+	return Config{Name: name, ListenURL: "http://127.0.0.1:0", StorageEndpoints: endpoints, NATSURL: e.nats.ClientURL(),
+		SubjectPrefix: e.prefix, CheckpointInterval: 500 * time.Millisecond, ReconcileInterval: time.Second,
+		RequestTimeout: 5 * time.Second}
+}
+
+// startKeeper starts a keeper; it is killed (not stopped) when the test ends, unless the test stopped it.
+func (e *testEnv) startKeeper(cfg Config) *Keeper {
+	e.t.Helper()
+	k, err := New(cfg, nil, testLogger(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := k.Start(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(k.Crash)
+	return k
+}
+
+// waitActive waits until k is the active keeper.
+func waitActive(t testing.TB, k *Keeper, timeout time.Duration) {
+	t.Helper()
+	eventually(t, timeout, k.ID()+" active", func() bool { _, ok := k.activeEpoch(time.Now()); return ok })
+}
+
+// leaseClient is a raw etcd Lease client of a keeper.
+func leaseClient(t testing.TB, k *Keeper) pb.LeaseClient {
+	t.Helper()
+	u, err := url.Parse(k.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return pb.NewLeaseClient(conn)
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// keyExists reads a key from storage (linearizably).
+func (e *testEnv) keyExists(ctx context.Context, key string) bool {
+	e.t.Helper()
+	resp, err := e.store.Range(ctx, &pb.RangeRequest{Key: []byte(key)})
+	if err != nil {
+		e.t.Fatalf("range %s: %v", key, err)
+	}
+	return len(resp.Kvs) == 1
+}
+
+// put writes key attached to lease.
+func (e *testEnv) put(ctx context.Context, key string, lease int64) {
+	e.t.Helper()
+	if _, err := e.store.Put(ctx, &pb.PutRequest{Key: []byte(key), Value: []byte("v"), Lease: lease}); err != nil {
+		e.t.Fatalf("put %s with lease %x: %v", key, lease, err)
+	}
+}

@@ -1,0 +1,275 @@
+package leasekeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/obs"
+)
+
+// revokeWorkers is how many revokes of expired leases are in flight at once.
+const revokeWorkers = 16
+
+// Keeper is one leasekeeper: active (it runs the lease clock and serves the Lease API) or standby (it follows the
+// leases and the claim, and answers clients with keeperclaim.ErrNotActive). Build it with New, run it with Start,
+// end it with Stop.
+type Keeper struct {
+	cfg     Config
+	id      string
+	tel     *obs.Telemetry
+	logger  *slog.Logger
+	metrics *metrics
+	table   *table
+	pool    *storagePool
+
+	role roleState
+	// pauseElection stops renewing and watching the claim (tests: a keeper cut off from storage's claim).
+	pauseElection atomic.Bool
+	lastRevision  atomic.Int64 // the newest store revision seen, for response headers
+
+	revokeC     chan int64
+	resetC      chan *resetRequest
+	revokeLimit *rate.Limiter
+
+	// stopping is closed when the keeper stops; nothing in flight waits on its loops after that.
+	stopping   chan struct{}
+	stopOnce   sync.Once
+	nc         *nats.Conn
+	sub        *nats.Subscription
+	grpcServer *grpc.Server
+	listener   net.Listener
+	admin      *obs.AdminServer
+	cancel     context.CancelFunc
+	done       sync.WaitGroup
+}
+
+// roleState is whether this keeper holds the claim, at which epoch, and until when it may serve.
+type roleState struct {
+	mu          sync.Mutex
+	holder      bool
+	epoch       uint64
+	activeUntil time.Time
+}
+
+// New prepares a keeper; nothing runs until Start.
+func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Keeper, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("leasekeeper config: %w", err)
+	}
+	if tel == nil {
+		tel = obs.NoTelemetry()
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	id := keeperID(cfg.Name)
+	k := &Keeper{
+		cfg: cfg, id: id, tel: tel, logger: logger.With("keeper", id),
+		table:   newTable(cfg.CheckpointInterval),
+		revokeC: make(chan int64, cfg.RevokeRate),
+		resetC:  make(chan *resetRequest, cfg.CheckpointBatch),
+		// The bucket holds two expiry ticks of revokes, so a late tick loses none of the rate.
+		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, int(2*float64(cfg.RevokeRate)*cfg.ExpiryTick.Seconds()))),
+		stopping:    make(chan struct{}),
+	}
+	k.metrics = newMetrics(k)
+	pool, err := newStoragePool(cfg.StorageEndpoints, tel.DialOptions(), k.logger)
+	if err != nil {
+		return nil, err
+	}
+	k.pool = pool
+	return k, nil
+}
+
+// Active reports whether this keeper is the active one now (it holds the claim and may serve).
+func (k *Keeper) Active() bool {
+	_, ok := k.activeEpoch(time.Now())
+	return ok
+}
+
+// ID is this keeper's claimant ID (its name plus a random suffix).
+func (k *Keeper) ID() string { return k.id }
+
+// Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
+// claim: the keeper becomes active when it wins it.
+func (k *Keeper) Start(ctx context.Context) error {
+	addr, err := listenHostPort(k.cfg.ListenURL)
+	if err != nil {
+		return err
+	}
+	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger)
+	if err != nil {
+		return err
+	}
+	k.nc = nc
+	if k.sub, err = eventbus.Subscribe(nc, k.cfg.SubjectPrefix, k.onRecord); err != nil {
+		nc.Close()
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	k.cancel = cancel
+	if err := k.reconcile(ctx); err != nil {
+		k.logger.Warn("initial lease load failed; reconciliation will retry", "err", err)
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		cancel()
+		nc.Close()
+		return fmt.Errorf("leasekeeper listener on %s: %w", addr, err)
+	}
+	k.listener = lis
+	k.grpcServer = grpc.NewServer(k.tel.ServerOptions()...)
+	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
+	go func() {
+		if err := k.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			k.logger.Error("leasekeeper gRPC server stopped", "addr", addr, "err", err)
+		}
+	}()
+	if k.cfg.AdminAddr != "" {
+		if k.admin, err = obs.ListenAdmin(k.cfg.AdminAddr, obs.AdminMux(k.metrics.registry, k.Health), k.logger); err != nil {
+			k.Crash()
+			return err
+		}
+		k.admin.Start()
+	}
+	k.run(runCtx, k.runElection, k.runExpiry, k.runCheckpoints, k.runResets, k.runReconcile)
+	for range revokeWorkers {
+		k.run(runCtx, k.runRevokes)
+	}
+	k.logger.Info("leasekeeper started", "url", k.URL(), "storage", k.cfg.StorageEndpoints, "nats", k.cfg.NATSURL,
+		"leases", k.table.count())
+	return nil
+}
+
+func (k *Keeper) run(ctx context.Context, loops ...func(context.Context)) {
+	for _, loop := range loops {
+		k.done.Add(1)
+		go func() { defer k.done.Done(); loop(ctx) }()
+	}
+}
+
+// URL is the http:// URL the Lease service is served on (with the real port once started).
+func (k *Keeper) URL() string {
+	if k.listener == nil {
+		return k.cfg.ListenURL
+	}
+	return "http://" + k.listener.Addr().String()
+}
+
+// AdminAddr is the bound admin address, or "" when none is served.
+func (k *Keeper) AdminAddr() string {
+	if k.admin == nil {
+		return ""
+	}
+	return k.admin.Addr()
+}
+
+// Stop stops serving and, if this keeper is active, releases the claim so a standby takes over at once. Lease
+// calls in flight and open keep-alive streams are answered with keeperclaim.ErrNotActive or cut.
+func (k *Keeper) Stop(ctx context.Context) error {
+	epoch, holder := k.stepDown()
+	k.stopOnce.Do(func() { close(k.stopping) })
+	if k.cancel != nil {
+		k.cancel()
+	}
+	k.done.Wait() // no revoke or checkpoint of this keeper is in flight past here
+	var err error
+	if holder {
+		err = k.release(ctx, epoch)
+	}
+	if k.grpcServer != nil {
+		k.grpcServer.Stop()
+	}
+	k.closeConnections(ctx)
+	k.logger.Info("leasekeeper stopped", "released_epoch", epoch, "err", err)
+	return err
+}
+
+// Crash stops everything at once without releasing the claim, as a crash would: a standby takes over only after
+// its takeover timeout. For fault tests.
+func (k *Keeper) Crash() {
+	if k.grpcServer != nil {
+		k.grpcServer.Stop()
+	}
+	k.stepDown()
+	k.stopOnce.Do(func() { close(k.stopping) })
+	if k.cancel != nil {
+		k.cancel()
+	}
+	k.done.Wait()
+	k.closeConnections(context.Background())
+}
+
+func (k *Keeper) closeConnections(ctx context.Context) {
+	if k.admin != nil {
+		_ = k.admin.Stop(ctx)
+	}
+	if k.nc != nil {
+		k.nc.Close()
+	}
+	k.pool.close()
+}
+
+// onRecord applies one applied record from the bus.
+func (k *Keeper) onRecord(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
+	k.noteRevision(rec.Revision)
+	if len(rec.Leases) > 0 {
+		k.table.applyRecord(rec, time.Now())
+	}
+}
+
+func (k *Keeper) noteRevision(rev int64) {
+	for {
+		cur := k.lastRevision.Load()
+		if rev <= cur || k.lastRevision.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
+}
+
+// Health is the admin /health check: the bus must be connected (a standby is healthy too).
+func (k *Keeper) Health(context.Context) error {
+	if k.nc == nil || !k.nc.IsConnected() {
+		return errors.New("event bus not connected")
+	}
+	return nil
+}
+
+// activeEpoch returns the epoch to fence writes with, if this keeper may act as the active one now.
+func (k *Keeper) activeEpoch(now time.Time) (uint64, bool) {
+	k.role.mu.Lock()
+	defer k.role.mu.Unlock()
+	return k.role.epoch, k.role.holder && now.Before(k.role.activeUntil)
+}
+
+// stepDown stops acting as the active keeper at once; it returns the epoch held, if any.
+func (k *Keeper) stepDown() (uint64, bool) {
+	k.role.mu.Lock()
+	epoch, holder := k.role.epoch, k.role.holder
+	k.role.holder, k.role.epoch, k.role.activeUntil = false, 0, time.Time{}
+	k.role.mu.Unlock()
+	if holder {
+		k.table.demote()
+		k.metrics.active.Set(0)
+	}
+	return epoch, holder
+}
+
+// storageCtx bounds one storage call.
+func (k *Keeper) storageCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, k.cfg.RequestTimeout)
+}

@@ -1,0 +1,40 @@
+package leasekeeper
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+)
+
+// runReconcile compares the lease table with storage every ReconcileInterval: the bus may lose records.
+func (k *Keeper) runReconcile(ctx context.Context) {
+	every(ctx, k.cfg.ReconcileInterval, func(ctx context.Context) {
+		if err := k.reconcile(ctx); err != nil {
+			k.logger.Warn("lease reconciliation failed", "err", err)
+		}
+	})
+}
+
+// reconcile loads every lease record from storage (linearizably) into the table.
+func (k *Keeper) reconcile(ctx context.Context) error {
+	records, applied, err := k.leaseRecords(ctx)
+	if err != nil {
+		return err
+	}
+	k.table.reconcile(records, applied, time.Now())
+	k.metrics.reconciles.Inc()
+	return nil
+}
+
+// leaseRecords reads every lease record from storage, linearizably, with the applied index it was read at.
+func (k *Keeper) leaseRecords(ctx context.Context) ([]*storagepb.LeaseRecord, uint64, error) {
+	var records []*storagepb.LeaseRecord
+	var applied uint64
+	err := k.storage(ctx, k.cfg.RequestTimeout, func(ctx context.Context, c *storageclient.Client) (err error) {
+		records, applied, err = c.LeaseRecords(ctx)
+		return err
+	})
+	return records, applied, err
+}
