@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,47 +26,15 @@ func TestWatch(t *testing.T) {
 	t.Run("every revision once through kill -9", func(t *testing.T) { testWatchersThroughCrashes(t, s) })
 }
 
-// etcdctlWatch starts `etcdctl watch args...` and returns its output lines as they come and a wait for it.
+// etcdctlWatch starts `etcdctl watch args...` on endpoints.
 func etcdctlWatch(t *testing.T, etcdctl string, endpoints []string, args ...string) (<-chan string, func() error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	cmd := exec.CommandContext(ctx, etcdctl, append([]string{"--endpoints", strings.Join(endpoints, ","), "watch"}, args...)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		scanner := bufio.NewScanner(out)
-		for scanner.Scan() {
-			lines <- scanner.Text()
-		}
-	}()
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
-	return lines, func() error { defer cancel(); return cmd.Wait() }
+	return etcdref.EtcdctlLines(t, etcdctl, time.Minute, append([]string{"--endpoints", strings.Join(endpoints, ","), "watch"}, args...)...)
 }
 
 func nextLines(t *testing.T, lines <-chan string, n int) []string {
 	t.Helper()
-	var got []string
-	deadline := time.After(30 * time.Second)
-	for len(got) < n {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("etcdctl ended after %q", got)
-			}
-			got = append(got, l)
-		case <-deadline:
-			t.Fatalf("etcdctl printed %q, want %d lines", got, n)
-		}
-	}
-	return got
+	return etcdref.NextLines(t, lines, n, 30*time.Second)
 }
 
 func testEtcdctlWatch(t *testing.T, s *upStack, etcdctl string) {

@@ -1,10 +1,8 @@
 package watchhub_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -17,47 +15,16 @@ import (
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
-// etcdctlWatch runs `etcdctl watch args...` against endpoints and returns its output lines as they come,
-// and a function that waits for the process (killing it after timeout).
+// etcdctlWatch runs `etcdctl watch args...` against endpoints.
 func etcdctlWatch(t *testing.T, etcdctl, endpoints string, args ...string) (<-chan string, func() error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	cmd := exec.CommandContext(ctx, etcdctl, append(append([]string{"watch"}, args...), "--endpoints="+endpoints)...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		scanner := bufio.NewScanner(out)
-		for scanner.Scan() {
-			lines <- scanner.Text()
-		}
-	}()
-	t.Cleanup(func() { cancel(); _ = cmd.Wait() })
-	return lines, func() error { defer cancel(); return cmd.Wait() }
+	return etcdref.EtcdctlLines(t, etcdctl, 30*time.Second, append(append([]string{"watch"}, args...), "--endpoints="+endpoints)...)
 }
 
 func expectLines(t *testing.T, lines <-chan string, want ...string) {
 	t.Helper()
-	deadline := time.After(15 * time.Second)
-	for i, w := range want {
-		select {
-		case got, ok := <-lines:
-			if !ok {
-				t.Fatalf("etcdctl ended before line %d (%q)", i, w)
-			}
-			if got != w {
-				t.Fatalf("line %d = %q, want %q", i, got, w)
-			}
-		case <-deadline:
-			t.Fatalf("no line %d (%q)", i, w)
-		}
+	if got := etcdref.NextLines(t, lines, len(want), 15*time.Second); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("etcdctl printed %q, want %q", got, want)
 	}
 }
 
