@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"net"
 	"testing"
 	"time"
 
