@@ -31,7 +31,9 @@ func TestWatchSpanContinuesTheWrite(t *testing.T) {
 	env.tel = &obs.Telemetry{Tracers: tp, Propagator: propagation.TraceContext{}}
 	env.stopStorage(0)
 	env.startStorage(0) // now tracing
-	h := env.startHub(Config{})
+	// A slow poll keeps the revision coming over the bus (which carries the trace) rather than from a gap fill
+	// out of storage history (which cannot), however loaded the machine is.
+	h := env.startHub(Config{StoragePollInterval: 10 * time.Second})
 	cli := newClient(t, h.Addr())
 	wch := cli.Watch(ctxT(t), "traced", clientv3.WithCreatedNotify())
 	<-wch
