@@ -112,6 +112,13 @@ func TestMaintenance(t *testing.T) {
 	})
 
 	t.Run("hashkv agrees on every member", func(t *testing.T) {
+		// Followers apply a moment after the leader acknowledged; etcd too answers a future revision until then.
+		for _, m := range c.Members() {
+			c.Eventually(10*time.Second, "every member applied the last write", func() bool {
+				st, err := m.Storage().Status(ctx)
+				return err == nil && st.Revision >= last.Header.Revision
+			})
+		}
 		var hashes []uint32
 		for i, fe := range c.Frontends() {
 			resp, err := cli.HashKV(ctx, fe.URL, last.Header.Revision)
