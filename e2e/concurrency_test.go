@@ -232,11 +232,6 @@ func waitObservedLeader(t *testing.T, observed <-chan *clientv3.GetResponse, lea
 // `cairn up`. Both wait through Watch, so they need the watchhub.
 func TestConcurrencyAcrossProcessesOnCairnUp(t *testing.T) {
 	s := startUp(t, t.TempDir())
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if resp, ok := <-s.client(t).Watch(ctx, "/probe", clientv3.WithCreatedNotify()); !ok || resp.Err() != nil {
-		t.Skip("Watch is not served by cairn up yet (no watchhub): Mutex.Lock and Election need it")
-	}
 	concurrencyAcrossProcesses(t, s.endpoints)
 }
 

@@ -13,8 +13,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/pkg/etcdref"
 	"github.com/cairn-kv/cairn/pkg/keeperclaim"
@@ -101,23 +99,12 @@ func TestMutexTryLockUnderContention(t *testing.T) {
 	}
 }
 
-// watchAvailable reports whether the cluster serves Watch (it needs watchhubs).
-func watchAvailable(t *testing.T, cli *clientv3.Client) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	resp, ok := <-cli.Watch(ctx, "/probe", clientv3.WithCreatedNotify())
-	return ok && resp.Err() == nil && status.Code(resp.Err()) != codes.Unimplemented
-}
-
 // TestMutexAndElection: 8 clients take a blocking concurrency.Mutex in turn, never two at once; an Election
 // is campaigned by three clients, observed by a fourth, and passes to the next candidate when the leader resigns.
 // Both wait through Watch, so they need the watchhub.
 func TestMutexAndElection(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Leasekeepers: 2})
+	c := testcluster.Start(t, testcluster.Options{Leasekeepers: 2, Watchhubs: 1})
 	c.ActiveLeasekeeper(10 * time.Second)
-	if !watchAvailable(t, c.Client(t)) {
-		t.Skip("Watch is not served by this cluster (no watchhub in testcluster yet): Mutex.Lock and Election need it")
-	}
 	var clients []*clientv3.Client
 	for i := range 8 {
 		clients = append(clients, c.Client(t, c.Endpoints()[i%len(c.Endpoints())]))
