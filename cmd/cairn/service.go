@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
-	"net/url"
 	"os"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
 )
 
@@ -68,7 +67,7 @@ func newProcess(ctx context.Context, service, member string, opts processOptions
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	for _, raw := range opts.metricsURLs {
-		if _, err := hostPort(raw); err != nil {
+		if _, err := config.HostPort(raw); err != nil {
 			return nil, fmt.Errorf("--listen-metrics-urls: %w", err)
 		}
 	}
@@ -111,7 +110,7 @@ func (p *process) serveAdmin(health obs.HealthFunc) error {
 
 func (p *process) serveHandler(handler http.Handler) error {
 	for _, raw := range p.opts.metricsURLs {
-		addr, err := hostPort(raw)
+		addr, err := config.HostPort(raw)
 		if err != nil {
 			return err
 		}
@@ -162,16 +161,4 @@ func (p *process) waitForStop(ctx context.Context, failed <-chan struct{}, failu
 	}
 	p.logger.Info("stopped")
 	return err
-}
-
-// hostPort is the host:port of an http:// URL.
-func hostPort(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("bad URL %q: %w", raw, err)
-	}
-	if u.Scheme != "http" || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return "", errors.New("want http://host:port, got " + raw)
-	}
-	return u.Host, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
@@ -110,14 +111,14 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Name, "name", c.Name, "Human-readable name for this member.")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "Path to the consensus data directory (WAL).")
-	fs.Var((*urlList)(&c.ListenPeerURLs), "listen-peer-urls", "List of URLs to listen on for peer traffic.")
-	fs.Var((*urlList)(&c.InitialAdvertisePeerURLs), "initial-advertise-peer-urls", "List of this member's peer URLs to advertise to the rest of the cluster.")
+	fs.Var((*config.URLList)(&c.ListenPeerURLs), "listen-peer-urls", "List of URLs to listen on for peer traffic.")
+	fs.Var((*config.URLList)(&c.InitialAdvertisePeerURLs), "initial-advertise-peer-urls", "List of this member's peer URLs to advertise to the rest of the cluster.")
 	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "Initial cluster configuration for bootstrapping (name=url,...).")
 	fs.StringVar(&c.InitialClusterState, "initial-cluster-state", c.InitialClusterState, "Initial cluster state ('new' or 'existing').")
 	fs.StringVar(&c.InitialClusterToken, "initial-cluster-token", c.InitialClusterToken, "Initial cluster token for the cluster during bootstrap.")
 	fs.Var((*millis)(&c.HeartbeatInterval), "heartbeat-interval", "Time (in milliseconds) of a heartbeat interval.")
 	fs.Var((*millis)(&c.ElectionTimeout), "election-timeout", "Time (in milliseconds) for an election to timeout.")
-	fs.Var((*urlList)(&c.AdvertiseClientURLs), "advertise-client-urls", "List of this member's client URLs to advertise to the public.")
+	fs.Var((*config.URLList)(&c.AdvertiseClientURLs), "advertise-client-urls", "List of this member's client URLs to advertise to the public.")
 	fs.StringVar(&c.ListenConsensusURL, "listen-consensus-url", c.ListenConsensusURL, "URL to serve the Consensus API on for storage and frontend.")
 	fs.StringVar(&c.AdvertiseStorageURL, "advertise-storage-url", c.AdvertiseStorageURL, "URL of this member's storage, named as the source of its snapshots.")
 	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "Number of applied entries to trigger a snapshot of the log.")
@@ -243,20 +244,5 @@ func (m *millis) Set(s string) error {
 		return fmt.Errorf("want milliseconds: %w", err)
 	}
 	*m = millis(time.Duration(ms) * time.Millisecond)
-	return nil
-}
-
-// urlList is a comma-separated list flag.
-type urlList []string
-
-func (l *urlList) String() string { return strings.Join(*l, ",") }
-
-func (l *urlList) Set(s string) error {
-	*l = nil
-	for _, u := range strings.Split(s, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			*l = append(*l, u)
-		}
-	}
 	return nil
 }

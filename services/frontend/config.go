@@ -5,10 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/url"
-	"strings"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/etcdcheck"
 	"github.com/cairn-kv/cairn/pkg/obs"
 )
@@ -88,13 +87,13 @@ func DefaultConfig() Config {
 // RegisterFlags binds the configuration to etcd-named flags on fs; the current values are the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Name, "name", c.Name, "Name of this frontend; a member of the same name is its home member (Status, HashKV, Snapshot).")
-	fs.Var((*urlList)(&c.ListenClientURLs), "listen-client-urls", "List of URLs to listen on for client traffic (gRPC and HTTP).")
-	fs.Var((*urlList)(&c.AdvertiseClientURLs), "advertise-client-urls", "List of this frontend's client URLs to advertise to the public.")
-	fs.Var((*urlList)(&c.ListenMetricsURLs), "listen-metrics-urls", "List of URLs to listen on for /metrics and the health endpoints.")
-	fs.Var((*urlList)(&c.ConsensusEndpoints), "consensus-endpoints", "Comma-separated consensus API URLs (http://host:port).")
-	fs.Var((*urlList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage API URLs; optional, they are discovered from consensus membership.")
-	fs.Var((*urlList)(&c.WatchEndpoints), "watch-endpoints", "Comma-separated watchhub URLs serving the etcd Watch service.")
-	fs.Var((*urlList)(&c.LeaseEndpoints), "lease-endpoints", "Comma-separated leasekeeper URLs serving the etcd Lease service.")
+	fs.Var((*config.URLList)(&c.ListenClientURLs), "listen-client-urls", "List of URLs to listen on for client traffic (gRPC and HTTP).")
+	fs.Var((*config.URLList)(&c.AdvertiseClientURLs), "advertise-client-urls", "List of this frontend's client URLs to advertise to the public.")
+	fs.Var((*config.URLList)(&c.ListenMetricsURLs), "listen-metrics-urls", "List of URLs to listen on for /metrics and the health endpoints.")
+	fs.Var((*config.URLList)(&c.ConsensusEndpoints), "consensus-endpoints", "Comma-separated consensus API URLs (http://host:port).")
+	fs.Var((*config.URLList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage API URLs; optional, they are discovered from consensus membership.")
+	fs.Var((*config.URLList)(&c.WatchEndpoints), "watch-endpoints", "Comma-separated watchhub URLs serving the etcd Watch service.")
+	fs.Var((*config.URLList)(&c.LeaseEndpoints), "lease-endpoints", "Comma-separated leasekeeper URLs serving the etcd Lease service.")
 	fs.UintVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "Maximum client request size in bytes the server will accept.")
 	fs.UintVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "Maximum number of operations permitted in a transaction.")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Bound on one client request, retries included.")
@@ -119,7 +118,7 @@ func (c Config) Validate() error {
 		"--lease-endpoints": c.LeaseEndpoints,
 	} {
 		for _, u := range urls {
-			if _, err := hostPort(u); err != nil {
+			if _, err := config.HostPort(u); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
 			}
 		}
@@ -144,43 +143,4 @@ func (c Config) Validate() error {
 
 func (c Config) limits() etcdcheck.Limits {
 	return etcdcheck.Limits{MaxTxnOps: int(c.MaxTxnOps), MaxRequestBytes: int(c.MaxRequestBytes)}
-}
-
-// hostPort returns the host:port of an http:// URL, or of a bare host:port.
-func hostPort(raw string) (string, error) {
-	if !strings.Contains(raw, "://") {
-		if _, _, err := net.SplitHostPort(raw); err != nil {
-			return "", fmt.Errorf("%q: want http://host:port", raw)
-		}
-		return raw, nil
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", fmt.Errorf("%q: %w", raw, err)
-	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("%q: scheme %q, want http (TLS is not supported yet)", raw, u.Scheme)
-	}
-	if _, _, err := net.SplitHostPort(u.Host); err != nil {
-		return "", fmt.Errorf("%q: want http://host:port", raw)
-	}
-	if u.Path != "" && u.Path != "/" {
-		return "", fmt.Errorf("%q: must not contain a path", raw)
-	}
-	return u.Host, nil
-}
-
-// urlList is a comma-separated list flag.
-type urlList []string
-
-func (l *urlList) String() string { return strings.Join(*l, ",") }
-
-func (l *urlList) Set(s string) error {
-	*l = nil
-	for _, u := range strings.Split(s, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			*l = append(*l, u)
-		}
-	}
-	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -28,7 +29,7 @@ type backend struct {
 func dialBackends(urls []string, opts []grpc.DialOption) ([]*backend, error) {
 	var out []*backend
 	for _, u := range urls {
-		target, err := hostPort(u)
+		target, err := config.HostPort(u)
 		if err != nil {
 			closeBackends(out)
 			return nil, err

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
 )
 
@@ -128,7 +129,7 @@ func (f *Frontend) Start(ctx context.Context) error {
 		f.serve("cmux", lis, m.Serve)
 	}
 	for _, u := range f.cfg.ListenMetricsURLs {
-		addr, _ := hostPort(u)
+		addr, _ := config.HostPort(u)
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			_ = f.Stop(ctx)
@@ -150,7 +151,7 @@ func (f *Frontend) listen() error {
 		return nil
 	}
 	for _, u := range f.cfg.ListenClientURLs {
-		addr, _ := hostPort(u)
+		addr, _ := config.HostPort(u)
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("client listener on %s: %w", u, err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/consensusclient"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
@@ -141,7 +142,7 @@ func (p *pool) dialOptions() []grpc.DialOption {
 
 // addStorage connects to a storage URL not yet known; p.mu must be held (or the pool not yet shared).
 func (p *pool) addStorage(rawURL string) (*storageReplica, error) {
-	target, err := hostPort(rawURL)
+	target, err := config.HostPort(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("storage endpoint: %w", err)
 	}

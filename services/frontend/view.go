@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/pkg/config"
 )
 
 // lagEntries is how far behind its log's commit index a storage may be and still count as caught up;
@@ -70,7 +71,7 @@ func (p *pool) storageOfMember(v *view, id uint64) *storageReplica {
 		}
 	}
 	if m, ok := v.memberOf(id); ok {
-		if target, err := hostPort(m.StorageURL); err == nil {
+		if target, err := config.HostPort(m.StorageURL); err == nil {
 			for _, r := range p.storages {
 				if r.url == "http://"+target {
 					return r

@@ -6,12 +6,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 )
 
@@ -82,43 +81,36 @@ func DefaultConfig() Config { return Config{}.WithDefaults() }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	setDefault(&c.Name, "leasekeeper")
-	setDefault(&c.ListenURL, DefaultListenURL)
-	setDefault(&c.NATSURL, DefaultNATSURL)
-	setDefault(&c.SubjectPrefix, eventbus.DefaultSubjectPrefix)
-	setDefault(&c.CheckpointInterval, DefaultCheckpointInterval)
-	setDefault(&c.CheckpointRate, DefaultCheckpointRate)
-	setDefault(&c.CheckpointBatch, DefaultCheckpointBatch)
-	setDefault(&c.RevokeRate, DefaultRevokeRate)
-	setDefault(&c.RenewInterval, DefaultRenewInterval)
-	setDefault(&c.TakeoverTimeout, DefaultTakeoverTimeout)
-	setDefault(&c.ActiveTimeout, c.TakeoverTimeout*2/3)
-	setDefault(&c.DeadlineExtension, DefaultDeadlineExtension)
-	setDefault(&c.ReconcileInterval, DefaultReconcileInterval)
-	setDefault(&c.RequestTimeout, DefaultRequestTimeout)
-	setDefault(&c.ExpiryTick, DefaultExpiryTick)
-	setDefault(&c.RevokeRetry, DefaultRevokeRetry)
+	config.SetDefault(&c.Name, "leasekeeper")
+	config.SetDefault(&c.ListenURL, DefaultListenURL)
+	config.SetDefault(&c.NATSURL, DefaultNATSURL)
+	config.SetDefault(&c.SubjectPrefix, eventbus.DefaultSubjectPrefix)
+	config.SetDefault(&c.CheckpointInterval, DefaultCheckpointInterval)
+	config.SetDefault(&c.CheckpointRate, DefaultCheckpointRate)
+	config.SetDefault(&c.CheckpointBatch, DefaultCheckpointBatch)
+	config.SetDefault(&c.RevokeRate, DefaultRevokeRate)
+	config.SetDefault(&c.RenewInterval, DefaultRenewInterval)
+	config.SetDefault(&c.TakeoverTimeout, DefaultTakeoverTimeout)
+	config.SetDefault(&c.ActiveTimeout, c.TakeoverTimeout*2/3)
+	config.SetDefault(&c.DeadlineExtension, DefaultDeadlineExtension)
+	config.SetDefault(&c.ReconcileInterval, DefaultReconcileInterval)
+	config.SetDefault(&c.RequestTimeout, DefaultRequestTimeout)
+	config.SetDefault(&c.ExpiryTick, DefaultExpiryTick)
+	config.SetDefault(&c.RevokeRetry, DefaultRevokeRetry)
 	return c
-}
-
-func setDefault[T comparable](field *T, value T) {
-	var zero T
-	if *field == zero {
-		*field = value
-	}
 }
 
 // Validate reports every unusable setting.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := listenHostPort(c.ListenURL); err != nil {
+	if _, err := config.HostPort(c.ListenURL); err != nil {
 		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
 		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
-		if _, err := listenHostPort(e); err != nil {
+		if _, err := config.HostPort(e); err != nil {
 			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
 		}
 	}
@@ -150,7 +142,7 @@ func (c Config) Validate() error {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Name, "name", c.Name, "Name of this leasekeeper, for logs and its claim.")
 	fs.StringVar(&c.ListenURL, "listen-url", c.ListenURL, "URL to serve the etcd Lease gRPC service on.")
-	fs.Var((*urlList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs (fail over in order).")
+	fs.Var((*config.URLList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs (fail over in order).")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS URL of the event bus.")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "Event bus subject prefix of the cluster.")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "Time after a renewal at which a lease's remaining TTL is checkpointed through the log.")
@@ -170,31 +162,4 @@ func keeperID(name string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return name + "-" + hex.EncodeToString(b[:])
-}
-
-// urlList is a comma-separated flag value.
-type urlList []string
-
-func (u *urlList) String() string { return strings.Join(*u, ",") }
-
-func (u *urlList) Set(v string) error {
-	*u = nil
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			*u = append(*u, s)
-		}
-	}
-	return nil
-}
-
-// listenHostPort returns the host:port of an http:// URL (or of a bare host:port).
-func listenHostPort(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err == nil && u.Scheme == "http" && u.Host != "" {
-		return u.Host, nil
-	}
-	if !strings.Contains(raw, "/") && strings.Contains(raw, ":") {
-		return raw, nil
-	}
-	return "", fmt.Errorf("URL %q: want http://host:port", raw)
 }

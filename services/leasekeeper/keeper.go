@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
 )
@@ -107,7 +108,7 @@ func (k *Keeper) ID() string { return k.id }
 // Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
 // claim: the keeper becomes active when it wins it.
 func (k *Keeper) Start(ctx context.Context) error {
-	addr, err := listenHostPort(k.cfg.ListenURL)
+	addr, err := config.HostPort(k.cfg.ListenURL)
 	if err != nil {
 		return err
 	}

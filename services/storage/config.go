@@ -4,11 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/etcdcheck"
 )
 
@@ -120,7 +120,7 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data dir is required"))
 	}
-	if _, err := listenHostPort(c.ListenURL); err != nil {
+	if _, err := config.HostPort(c.ListenURL); err != nil {
 		errs = append(errs, err)
 	}
 	for name, d := range map[string]time.Duration{"batch interval": c.BatchInterval, "request timeout": c.RequestTimeout,
@@ -137,19 +137,4 @@ func (c Config) Validate() error {
 
 func (c Config) limits() etcdcheck.Limits {
 	return etcdcheck.Limits{MaxTxnOps: c.MaxTxnOps, MaxRequestBytes: c.MaxRequestBytes}
-}
-
-// listenHostPort returns the host:port of an http:// URL (or of a bare host:port).
-func listenHostPort(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		if err == nil && u.Scheme != "" && u.Opaque != "" {
-			return raw, nil // host:port parsed as scheme:opaque
-		}
-		return "", fmt.Errorf("listen URL %q: want http://host:port", raw)
-	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("listen URL %q: scheme %q, want http", raw, u.Scheme)
-	}
-	return u.Host, nil
 }

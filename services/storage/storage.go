@@ -21,6 +21,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
@@ -120,7 +121,7 @@ func (s *Storage) openStore() (*mvcc.Store, error) {
 
 // Start serves the gRPC API (and the admin endpoint, if configured) and starts applying the log.
 func (s *Storage) Start(ctx context.Context) error {
-	addr, err := listenHostPort(s.cfg.ListenURL)
+	addr, err := config.HostPort(s.cfg.ListenURL)
 	if err != nil {
 		return err
 	}

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 )
 
@@ -90,31 +89,25 @@ func (c Config) WithDefaults() Config {
 	if c.SubjectPrefix == "" {
 		c.SubjectPrefix = eventbus.DefaultSubjectPrefix
 	}
-	setDefault(&c.WindowRevisions, DefaultWindowRevisions)
-	setDefault(&c.WindowBytes, DefaultWindowBytes)
-	setDefault(&c.MaxRequestBytes, DefaultMaxRequestBytes)
-	setDefault(&c.WatcherBufferResponses, DefaultWatcherBufferResponses)
-	setDefault(&c.StreamBufferBytes, DefaultStreamBufferBytes)
-	setDefault(&c.HistoryPageSize, DefaultHistoryPageSize)
-	setDefault(&c.ProgressNotifyInterval, DefaultProgressNotifyInterval)
-	setDefault(&c.StoragePollInterval, DefaultStoragePollInterval)
-	setDefault(&c.StorageTimeout, DefaultStorageTimeout)
+	config.SetDefault(&c.WindowRevisions, DefaultWindowRevisions)
+	config.SetDefault(&c.WindowBytes, DefaultWindowBytes)
+	config.SetDefault(&c.MaxRequestBytes, DefaultMaxRequestBytes)
+	config.SetDefault(&c.WatcherBufferResponses, DefaultWatcherBufferResponses)
+	config.SetDefault(&c.StreamBufferBytes, DefaultStreamBufferBytes)
+	config.SetDefault(&c.HistoryPageSize, DefaultHistoryPageSize)
+	config.SetDefault(&c.ProgressNotifyInterval, DefaultProgressNotifyInterval)
+	config.SetDefault(&c.StoragePollInterval, DefaultStoragePollInterval)
+	config.SetDefault(&c.StorageTimeout, DefaultStorageTimeout)
 	if c.ProgressNotifyInterval < MinProgressNotifyInterval {
 		c.ProgressNotifyInterval = MinProgressNotifyInterval // as etcd adjusts it
 	}
 	return c
 }
 
-func setDefault[T int | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
-	}
-}
-
 // RegisterFlags binds the configuration to flags on fs; the current values are the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenURL, "listen-url", c.ListenURL, "URL to serve the etcd Watch API on (http://host:port).")
-	fs.Var((*listFlag)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs to read history and status from.")
+	fs.Var((*config.URLList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs to read history and status from.")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS URL of the event bus (comma-separated for a cluster).")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "Subject prefix of the cluster's records on the bus.")
 	fs.IntVar(&c.WindowRevisions, "window-revisions", c.WindowRevisions, "Recent revisions kept in memory.")
@@ -131,14 +124,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate reports every unusable setting.
 func (c Config) Validate() error {
 	var errs []error
-	if _, err := listenHostPort(c.ListenURL); err != nil {
+	if _, err := config.HostPort(c.ListenURL); err != nil {
 		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
 		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
-		if _, err := listenHostPort(e); err != nil {
+		if _, err := config.HostPort(e); err != nil {
 			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
 		}
 	}
@@ -164,33 +157,3 @@ func (c Config) Validate() error {
 // fragmentBytes is the response size at which fragmented responses are cut (etcd's
 // MaxRequestBytesWithOverhead).
 func (c Config) fragmentBytes() int { return c.MaxRequestBytes + grpcOverheadBytes }
-
-// listenHostPort returns the host:port of an http:// URL (or of a bare host:port).
-func listenHostPort(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		if err == nil && u.Scheme != "" && u.Opaque != "" {
-			return raw, nil // host:port parsed as scheme:opaque
-		}
-		return "", fmt.Errorf("URL %q: want http://host:port", raw)
-	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("URL %q: scheme %q, want http", raw, u.Scheme)
-	}
-	return u.Host, nil
-}
-
-// listFlag is a comma-separated list flag.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Set(s string) error {
-	*l = nil
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			*l = append(*l, v)
-		}
-	}
-	return nil
-}

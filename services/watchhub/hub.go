@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
 )
@@ -102,7 +103,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
 // Start serves the Watch API (and the admin endpoint, if configured), subscribes to the bus and starts
 // following the store. Watch requests wait until the hub knows the store's revision.
 func (h *Hub) Start(ctx context.Context) error {
-	addr, err := listenHostPort(h.cfg.ListenURL)
+	addr, err := config.HostPort(h.cfg.ListenURL)
 	if err != nil {
 		return err
 	}
@@ -176,7 +177,7 @@ func (h *Hub) URL() string {
 // Addr is the host:port the Watch API is served on, for gRPC clients.
 func (h *Hub) Addr() string {
 	if h.listener == nil {
-		addr, _ := listenHostPort(h.cfg.ListenURL)
+		addr, _ := config.HostPort(h.cfg.ListenURL)
 		return addr
 	}
 	return h.listener.Addr().String()

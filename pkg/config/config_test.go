@@ -1,0 +1,55 @@
+package config
+
+import (
+	"flag"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestHostPort(t *testing.T) {
+	for _, tc := range []struct {
+		raw, want string
+		ok        bool
+	}{
+		{"http://127.0.0.1:2379", "127.0.0.1:2379", true},
+		{"http://127.0.0.1:2379/", "127.0.0.1:2379", true},
+		{"127.0.0.1:2379", "127.0.0.1:2379", true},
+		{"localhost:0", "localhost:0", true},
+		{"https://127.0.0.1:2379", "", false},
+		{"ftp://a:1", "", false},
+		{"http://127.0.0.1", "", false},
+		{"http://127.0.0.1:2379/v3", "", false},
+		{"127.0.0.1", "", false},
+		{"", "", false},
+	} {
+		got, err := HostPort(tc.raw)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("HostPort(%q) = %q, %v; want %q, ok=%v", tc.raw, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestURLListFlag(t *testing.T) {
+	var l URLList
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.Var(&l, "urls", "")
+	if err := fs.Parse([]string{"--urls", " http://a:1, ,http://b:2 "}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"http://a:1", "http://b:2"}; !slices.Equal(l, want) {
+		t.Fatalf("got %q, want %q", l, want)
+	}
+	if got := l.String(); got != "http://a:1,http://b:2" {
+		t.Fatalf("String() = %q", got)
+	}
+}
+
+func TestSetDefault(t *testing.T) {
+	d, n := time.Duration(0), 7
+	SetDefault(&d, time.Second)
+	SetDefault(&n, 9)
+	if d != time.Second || n != 7 {
+		t.Fatalf("got %v, %d; want 1s, 7", d, n)
+	}
+}
