@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/etcdref"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
+	"github.com/cairn-kv/cairn/pkg/watchcheck"
 )
 
 // TestWatch runs the watch acceptance tests against one `cairn up` (3 members, 2 watchhubs behind the
@@ -163,33 +163,11 @@ func testWatchersThroughCrashes(t *testing.T, s *upStack) {
 		t.Fatal(err)
 	}
 	start := first.Header.Revision + 1
-	const clients, perClient = 10, 10
-	var mu sync.Mutex
-	next := make([]int64, clients*perClient)
-	var failures []string
-	for i := range clients {
-		c := s.client(t, s.endpoints[i%len(s.endpoints)])
-		for j := range perClient {
-			n := i*perClient + j
-			next[n] = start
-			wch := c.Watch(ctx, "crashwatch/w/", clientv3.WithPrefix(), clientv3.WithRev(start))
-			go func() {
-				for resp := range wch {
-					mu.Lock()
-					if err := resp.Err(); err != nil {
-						failures = append(failures, fmt.Sprintf("watcher %d: %v", n, err))
-					}
-					for _, ev := range resp.Events {
-						if ev.Kv.ModRevision != next[n] {
-							failures = append(failures, fmt.Sprintf("watcher %d: revision %d, want %d", n, ev.Kv.ModRevision, next[n]))
-						}
-						next[n] = ev.Kv.ModRevision + 1
-					}
-					mu.Unlock()
-				}
-			}()
-		}
+	var clients []*clientv3.Client
+	for i := range 10 {
+		clients = append(clients, s.client(t, s.endpoints[i%len(s.endpoints)]))
 	}
+	watchers := watchcheck.Start(ctx, clients, 10, "crashwatch/w/", start)
 	var last int64
 	write := func(count int) {
 		for range count {
@@ -215,23 +193,9 @@ func testWatchersThroughCrashes(t *testing.T, s *upStack) {
 		})
 	}
 	write(50)
-	waitFor(t, 2*time.Minute, "every watcher at the last revision", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(failures) > 0 {
-			return true
-		}
-		for _, n := range next {
-			if n <= last {
-				return false
-			}
-		}
-		return true
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(failures) > 0 {
-		t.Fatalf("%d failures, first: %s", len(failures), failures[0])
+	waitFor(t, 2*time.Minute, "every watcher at the last revision", func() bool { return watchers.Done(last) })
+	if err := watchers.Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 

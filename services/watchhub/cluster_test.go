@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/etcdref"
 	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/pkg/watchcheck"
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
@@ -210,33 +210,12 @@ func TestEveryRevisionOnceThroughClusterFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := first.Header.Revision + 1
-	const watchers, perClient, writes = 100, 10, 600
-	var mu sync.Mutex
-	next := make([]int64, watchers)
-	var failures []string
-	for i := range watchers / perClient {
-		cli := c.Client(t, c.Endpoints()[i%len(c.Endpoints())])
-		for j := range perClient {
-			n := i*perClient + j
-			next[n] = start
-			wch := cli.Watch(ctx, "w/", clientv3.WithPrefix(), clientv3.WithRev(start))
-			go func() {
-				for resp := range wch {
-					mu.Lock()
-					if err := resp.Err(); err != nil {
-						failures = append(failures, fmt.Sprintf("watcher %d: %v", n, err))
-					}
-					for _, ev := range resp.Events {
-						if ev.Kv.ModRevision != next[n] {
-							failures = append(failures, fmt.Sprintf("watcher %d: revision %d, want %d", n, ev.Kv.ModRevision, next[n]))
-						}
-						next[n] = ev.Kv.ModRevision + 1
-					}
-					mu.Unlock()
-				}
-			}()
-		}
+	const writes = 600
+	var clients []*clientv3.Client
+	for i := range 10 {
+		clients = append(clients, c.Client(t, c.Endpoints()[i%len(c.Endpoints())]))
 	}
+	watchers := watchcheck.Start(ctx, clients, 10, "w/", start)
 	hubs, members := c.Watchhubs(), c.Members()
 	faults := map[int]func(){
 		100: hubs[0].Stop,
@@ -260,28 +239,9 @@ func TestEveryRevisionOnceThroughClusterFaults(t *testing.T) {
 		}
 		last = resp.Header.Revision
 	}
-	c.Eventually(60*time.Second, "every watcher at the last revision", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(failures) > 0 {
-			return true
-		}
-		for _, n := range next {
-			if n <= last {
-				return false
-			}
-		}
-		return true
-	})
-	mu.Lock()
-	defer mu.Unlock()
-	if len(failures) > 0 {
-		t.Fatalf("%d failures, first: %s", len(failures), failures[0])
-	}
-	for n, rev := range next {
-		if rev != last+1 {
-			t.Fatalf("watcher %d at %d, want %d", n, rev, last+1)
-		}
+	c.Eventually(60*time.Second, "every watcher at the last revision", func() bool { return watchers.Done(last) })
+	if err := watchers.ErrUnlessAt(last); err != nil {
+		t.Fatal(err)
 	}
 }
 
