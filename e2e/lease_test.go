@@ -1,24 +1,18 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
-
 	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/pkg/leasecheck"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
 )
@@ -127,93 +121,29 @@ func TestLeasekeeperKill9OnCairnUp(t *testing.T) {
 		return false
 	})
 	standby = map[string]string{"leasekeeper-1": "leasekeeper-2", "leasekeeper-2": "leasekeeper-1"}[active]
-	cli := s.client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	session, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer session.Close()
-	if _, err := cli.Put(ctx, "session/key", "v", clientv3.WithLease(session.Lease())); err != nil {
-		t.Fatal(err)
-	}
-	short, err := cli.Grant(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Put(ctx, "short/key", "v", clientv3.WithLease(short.ID)); err != nil {
-		t.Fatal(err)
-	}
-	kaCtx, stopKeepAlive := context.WithCancel(ctx)
-	answers, err := cli.KeepAlive(kaCtx, short.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lastAnswer atomic.Int64
-	go func() {
-		for range answers {
-			lastAnswer.Store(time.Now().UnixNano())
-		}
-	}()
-	time.Sleep(1500 * time.Millisecond)
 	storage, err := storageclient.Dial(fmt.Sprintf("127.0.0.1:%d", s.child(t, "storage-1").Ports["api"]))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer storage.Close()
-	before, err := storage.KeeperStatus(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	victim := s.child(t, active)
-	stopKeepAlive()
-	last := time.Unix(0, lastAnswer.Load())
-	killed := time.Now()
-	if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 3*time.Second, "the standby leasekeeper to take over", func() bool { return s.keeperActive(t, standby) })
-	t.Logf("%s active %v after kill -9 of %s", standby, time.Since(killed), active)
-
-	for {
-		resp, err := cli.Get(ctx, "short/key")
-		if err != nil {
-			t.Fatal(err)
-		}
-		age := time.Since(last)
-		if len(resp.Kvs) == 0 {
-			if age < 1900*time.Millisecond {
-				t.Fatalf("the short lease expired %v after its last keep-alive answer, before its 2s TTL", age)
+	leasecheck.Run(t, leasecheck.Failover{
+		Client:  s.client(t),
+		Storage: storage,
+		Crash: func() {
+			if err := syscall.Kill(victim.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("short lease expired %v after its last keep-alive answer", age)
-			break
-		}
-		if age > 5*time.Second {
-			t.Fatalf("the short lease survives %v after its last keep-alive answer (TTL 2s)", age)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(5 * time.Second) // past the session's TTL
-	select {
-	case <-session.Done():
-		t.Fatal("the session kept alive through the failover ended")
-	default:
-	}
-	if resp, err := cli.Get(ctx, "session/key"); err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("session key after the failover: %v, %v", resp, err)
-	}
-	waitFor(t, 30*time.Second, "the supervisor to restart "+active, func() bool {
-		c := s.child(t, active)
-		return c.PID != 0 && c.PID != victim.PID && c.Ready
+		},
+		StandbyActive: func() bool { return s.keeperActive(t, standby) },
+		Restart: func() {
+			waitFor(t, 30*time.Second, "the supervisor to restart "+active, func() bool {
+				c := s.child(t, active)
+				return c.PID != 0 && c.PID != victim.PID && c.Ready
+			})
+		},
+		CrashedActive: func() bool { return s.keeperActive(t, active) },
 	})
-	if s.keeperActive(t, active) || !s.keeperActive(t, standby) {
-		t.Fatalf("after the restart of %s the roles changed", active)
-	}
-	_, err = storage.SubmitFenced(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: int64(session.Lease())}}, before.Epoch)
-	if !keeperclaim.IsStaleEpoch(err) {
-		t.Fatalf("revoke with the killed keeper's epoch %d: %v, want refused", before.Epoch, err)
-	}
 }
 
 // TestDevLeases: `cairn dev` runs a leasekeeper in-process: a lease granted through etcdctl is kept alive by

@@ -15,7 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/pkg/leasecheck"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/pkg/testcluster"
 )
@@ -215,105 +215,29 @@ func waitObserved(t *testing.T, observed <-chan *clientv3.GetResponse, leader st
 func TestLeasekeeperCrashThroughFrontend(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Leasekeepers: 2})
 	active := c.ActiveLeasekeeper(10 * time.Second)
-	cli := c.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	session := sessions(t, c, 1, 5)[0]
-	if _, err := cli.Put(ctx, "session/key", "v", clientv3.WithLease(session.Lease())); err != nil {
-		t.Fatal(err)
-	}
-	short, err := cli.Grant(ctx, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Put(ctx, "short/key", "v", clientv3.WithLease(short.ID)); err != nil {
-		t.Fatal(err)
-	}
-	kaCtx, stopKeepAlive := context.WithCancel(ctx)
-	answers, err := cli.KeepAlive(kaCtx, short.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lastAnswer atomic.Int64
-	go func() {
-		for range answers {
-			lastAnswer.Store(time.Now().UnixNano())
-		}
-	}()
-	time.Sleep(1500 * time.Millisecond)
-
-	storage, err := storageclient.Dial(c.Members()[0].StorageURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer storage.Close()
-	before, err := storage.KeeperStatus(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopKeepAlive()
-	last := time.Unix(0, lastAnswer.Load())
-	crashed := time.Now()
-	active.Crash()
 	var standby *testcluster.Leasekeeper
 	for _, k := range c.Leasekeepers() {
 		if k != active {
 			standby = k
 		}
 	}
-	c.Eventually(3*time.Second, "the standby to take over", func() bool { return standby.Keeper().Active() })
-	t.Logf("standby active %v after the crash", time.Since(crashed))
-
-	for {
-		resp, err := cli.Get(ctx, "short/key")
-		if err != nil {
-			t.Fatal(err)
-		}
-		age := time.Since(last)
-		if len(resp.Kvs) == 0 {
-			if age < 1900*time.Millisecond {
-				t.Fatalf("the short lease expired %v after its last keep-alive answer, before its 2s TTL", age)
+	storage, err := storageclient.Dial(c.Members()[0].StorageURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer storage.Close()
+	leasecheck.Run(t, leasecheck.Failover{
+		Client:        c.Client(t),
+		Storage:       storage,
+		Crash:         active.Crash,
+		StandbyActive: func() bool { return standby.Keeper().Active() },
+		Restart: func() {
+			if err := active.Start(); err != nil {
+				t.Fatal(err)
 			}
-			t.Logf("short lease expired %v after its last keep-alive answer", age)
-			break
-		}
-		if age > 5*time.Second {
-			t.Fatalf("the short lease survives %v after its last keep-alive answer (TTL 2s)", age)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(5 * time.Second) // past the session's TTL
-	select {
-	case <-session.Done():
-		t.Fatal("the session kept alive through the failover ended")
-	default:
-	}
-	if ttl, err := cli.TimeToLive(ctx, session.Lease()); err != nil || ttl.TTL <= 0 {
-		t.Fatalf("session lease after failover: %v, %v", ttl, err)
-	}
-	if resp, err := cli.Get(ctx, "session/key"); err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("session key after failover: %v, %v", resp, err)
-	}
-
-	// The crashed keeper restarts as a standby; its old epoch can revoke nothing.
-	if err := active.Start(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
-	if active.Keeper().Active() || !standby.Keeper().Active() {
-		t.Fatal("the restarted keeper took the role back")
-	}
-	after, err := storage.KeeperStatus(ctx)
-	if err != nil || after.Epoch != before.Epoch+1 {
-		t.Fatalf("claim after failover %v, %v; want epoch %d", after, err, before.Epoch+1)
-	}
-	_, err = storage.SubmitFenced(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: int64(session.Lease())}}, before.Epoch)
-	if !keeperclaim.IsStaleEpoch(err) {
-		t.Fatalf("revoke with the crashed keeper's epoch: %v, want refused", err)
-	}
-	if _, err := cli.TimeToLive(ctx, session.Lease()); err != nil {
-		t.Fatal(err)
-	}
+		},
+		CrashedActive: func() bool { return active.Keeper().Active() },
+	})
 }
 
 // TestLeaseHeadersAsEtcd: lease answers relayed from a keeper carry a full etcd header (cluster, member, raft
