@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
@@ -21,7 +22,7 @@ var errStoreFailed = errors.New("store failed")
 // runApplyLoop applies the committed log from the store's applied index + 1 until ctx ends, recovering from
 // store failures and retrying other errors with backoff.
 func (s *Storage) runApplyLoop(ctx context.Context) {
-	backoff := newBackoff()
+	retry := newRetryBackoff()
 	for ctx.Err() == nil {
 		from := s.currentStore().Position().AppliedIndex + 1
 		loopCtx, cancel := context.WithCancel(ctx)
@@ -44,7 +45,7 @@ func (s *Storage) runApplyLoop(ctx context.Context) {
 			continue
 		}
 		s.logger.Warn("apply loop interrupted; retrying", "from_index", from, "err", err)
-		backoff.wait(ctx)
+		pause(ctx, retry.NextBackOff())
 	}
 }
 
@@ -147,7 +148,7 @@ func (s *Storage) recoverStore(ctx context.Context, cause error) {
 	s.setUnhealthy(reason)
 	s.metrics.failures.Inc()
 	s.logger.Error("storage failed; reopening and replaying from the log", "err", cause)
-	backoff := newBackoff()
+	retry := newRetryBackoff()
 	for ctx.Err() == nil {
 		s.storeMu.Lock()
 		_ = s.store.Close()
@@ -163,7 +164,7 @@ func (s *Storage) recoverStore(ctx context.Context, cause error) {
 			return
 		}
 		s.logger.Error("reopen of storage failed; retrying", "err", err)
-		backoff.wait(ctx)
+		pause(ctx, retry.NextBackOff())
 	}
 }
 
@@ -195,17 +196,20 @@ func (s *Storage) reportDurable(ctx context.Context) {
 	s.reported.Store(durable)
 }
 
-// backoff doubles a wait from 50ms up to 5s.
-type backoff struct{ next time.Duration }
+// newRetryBackoff gives the pauses between retries of the apply loop and of a store reopen: from 50ms,
+// doubling with jitter, up to 5s.
+func newRetryBackoff() *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.Multiplier, b.MaxInterval = 50*time.Millisecond, 2, 5*time.Second
+	return b
+}
 
-func newBackoff() *backoff { return &backoff{next: 50 * time.Millisecond} }
-
-func (b *backoff) wait(ctx context.Context) {
-	t := time.NewTimer(b.next)
+// pause waits d or until ctx ends.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	b.next = min(2*b.next, 5*time.Second)
 }
