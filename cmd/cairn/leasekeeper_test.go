@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +20,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/pkg/loopback"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/services/storage"
 )
@@ -35,19 +35,9 @@ type keeperProcess struct {
 	admin string
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
-}
-
 func startKeeperProcess(t *testing.T, name, storageURL, natsURL string) *keeperProcess {
 	t.Helper()
-	kp := &keeperProcess{url: "http://" + freeAddr(t), admin: freeAddr(t)}
+	kp := &keeperProcess{url: "http://" + loopback.Addr(t), admin: loopback.Addr(t)}
 	args := []string{"leasekeeper", "--name", name, "--listen-url", kp.url, "--storage-endpoints", storageURL,
 		"--nats-url", natsURL, "--subject-prefix", "cmdtest", "--listen-metrics-urls", "http://" + kp.admin, "--log-level", "warn"}
 	kp.cmd = exec.Command(os.Args[0], "-test.run=^TestLeasekeeperProcessesKill9$", "-test.count=1")

@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cairn-kv/cairn/pkg/loopback"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
@@ -93,17 +94,17 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c := &Cluster{t: t, opts: opts, dir: t.TempDir()}
 	for i := range opts.Members {
 		name := fmt.Sprintf("m%d", i+1) // consensustest's member names
-		c.members = append(c.members, &Member{Name: name, cluster: c, StorageURL: "http://" + reserveAddr(t),
+		c.members = append(c.members, &Member{Name: name, cluster: c, StorageURL: "http://" + loopback.Addr(t),
 			dataDir: filepath.Join(c.dir, name+".storage")})
 	}
 	if opts.Leasekeepers > 0 || opts.Watchhubs > 0 {
 		c.startBus(t)
 	}
 	for i := range opts.Leasekeepers {
-		c.keepers = append(c.keepers, &Leasekeeper{Name: fmt.Sprintf("lk%d", i+1), URL: "http://" + reserveAddr(t), cluster: c})
+		c.keepers = append(c.keepers, &Leasekeeper{Name: fmt.Sprintf("lk%d", i+1), URL: "http://" + loopback.Addr(t), cluster: c})
 	}
 	for i := range opts.Watchhubs {
-		c.watchhubs = append(c.watchhubs, &Watchhub{Name: fmt.Sprintf("wh%d", i+1), URL: "http://" + reserveAddr(t), cluster: c})
+		c.watchhubs = append(c.watchhubs, &Watchhub{Name: fmt.Sprintf("wh%d", i+1), URL: "http://" + loopback.Addr(t), cluster: c})
 	}
 	for i := range opts.Frontends {
 		name := fmt.Sprintf("fe%d", i+1)
@@ -207,16 +208,6 @@ func (c *Cluster) startAll(t testing.TB) {
 			t.Fatal(err)
 		}
 	}
-}
-
-// reserveAddr picks a free loopback port (released before use: racy in principle, reliable on loopback).
-func reserveAddr(t testing.TB) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 // Members returns every member.

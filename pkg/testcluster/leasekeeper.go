@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/loopback"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
@@ -21,7 +22,7 @@ const busPrefix = "testcluster"
 // startBus starts the embedded NATS that carries the storages' applied records, on a loopback address it
 // keeps across StopNATS and StartNATS; it stops after everything else when the test ends.
 func (c *Cluster) startBus(t testing.TB) {
-	c.bus = &bus{addr: reserveAddr(t)}
+	c.bus = &bus{addr: loopback.Addr(t)}
 	if err := c.bus.start(); err != nil {
 		t.Fatal(err)
 	}

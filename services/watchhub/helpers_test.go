@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/pkg/loopback"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/services/storage"
@@ -48,20 +48,10 @@ type testStorage struct {
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // newTestEnv starts NATS and the given number of storages.
 func newTestEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
-	env := &testEnv{t: t, natsPort: freePort(t), tel: obs.NoTelemetry()}
+	env := &testEnv{t: t, natsPort: loopback.Port(t), tel: obs.NoTelemetry()}
 	env.startNATS()
 	l, err := memlog.Open(memlog.Config{MemberID: 1})
 	if err != nil {
@@ -70,7 +60,7 @@ func newTestEnv(t testing.TB, storages int) *testEnv {
 	env.log = l
 	for i := range storages {
 		env.storages = append(env.storages, &testStorage{cfg: storage.Config{
-			MemberID: uint64(i + 1), DataDir: t.TempDir(), ListenURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)),
+			MemberID: uint64(i + 1), DataDir: t.TempDir(), ListenURL: fmt.Sprintf("http://127.0.0.1:%d", loopback.Port(t)),
 			BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second,
 			LogCompactInterval: 50 * time.Millisecond,
 		}})

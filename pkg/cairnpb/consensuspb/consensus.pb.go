@@ -15,12 +15,13 @@
 package consensuspb
 
 import (
-	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
-	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
+
+	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
+	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
 
 const (

@@ -16,6 +16,7 @@ package consensuspb
 
 import (
 	context "context"
+
 	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"

@@ -12,6 +12,7 @@ package storagepb
 
 import (
 	context "context"
+
 	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"

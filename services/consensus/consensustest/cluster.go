@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/loopback"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
@@ -118,22 +118,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 // newMember reserves a loopback peer address (and API address) for a member.
 func (c *Cluster) newMember(name string) *Member {
 	m := &Member{Name: name, cluster: c, DataDir: filepath.Join(c.dir, name), Faults: transport.NewFaults()}
-	m.PeerURL = "http://" + reserveAddr(c.t)
+	m.PeerURL = "http://" + loopback.Addr(c.t)
 	if c.opts.ConsensusAPI {
-		m.APIAddr = reserveAddr(c.t)
+		m.APIAddr = loopback.Addr(c.t)
 	}
 	return m
-}
-
-// reserveAddr picks a free loopback port. The port is released before the member binds it, which is
-// racy in principle but reliable on loopback in practice.
-func reserveAddr(t testing.TB) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 func (c *Cluster) config(m *Member) consensus.Config {

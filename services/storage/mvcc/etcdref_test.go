@@ -3,13 +3,13 @@ package mvcc
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/loopback"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -67,20 +67,11 @@ func callEtcd(kv pb.KVClient, lease pb.LeaseClient, req *pb.InternalRaftRequest)
 	return nil, fmt.Errorf("unsupported request %v", req)
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startEtcd starts a single-member etcd on loopback with a fresh data dir and waits until it answers.
 func startEtcd(t *testing.T, bin string) (*grpc.ClientConn, func()) {
 	dir := t.TempDir()
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	client := fmt.Sprintf("http://127.0.0.1:%d", loopback.Port(t))
+	peer := fmt.Sprintf("http://127.0.0.1:%d", loopback.Port(t))
 	cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, "data"), "--name", "ref",
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "ref="+peer,
