@@ -120,23 +120,25 @@ func keepShortLeaseAlive(ctx context.Context, t *testing.T, cli *clientv3.Client
 }
 
 // checkExpiry polls short/key until it is gone: not before the lease's 2 s TTL has passed since its last
-// keep-alive answer, and not later than 5 s after it.
+// keep-alive answer, and not later than 5 s after it. A Get that still finds the key proves the lease alive
+// only when the Get was sent; one that finds it gone proves it expired by the time the answer came.
 func checkExpiry(ctx context.Context, t *testing.T, cli *clientv3.Client, last time.Time) {
 	for {
+		sent := time.Since(last)
 		resp, err := cli.Get(ctx, "short/key")
 		if err != nil {
 			t.Fatal(err)
 		}
-		age := time.Since(last)
 		if len(resp.Kvs) == 0 {
+			age := time.Since(last)
 			if age < 1900*time.Millisecond {
-				t.Fatalf("the short lease expired %v after its last keep-alive answer, before its 2s TTL", age)
+				t.Fatalf("the short lease expired by %v after its last keep-alive answer, before its 2s TTL", age)
 			}
-			t.Logf("short lease expired %v after its last keep-alive answer", age)
+			t.Logf("short lease expired %v to %v after its last keep-alive answer", sent, age)
 			return
 		}
-		if age > 5*time.Second {
-			t.Fatalf("the short lease survives %v after its last keep-alive answer (TTL 2s)", age)
+		if sent > 5*time.Second {
+			t.Fatalf("the short lease survives %v after its last keep-alive answer (TTL 2s)", sent)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -299,8 +299,8 @@ func TestFreePortsAreDistinctAndBindable(t *testing.T) {
 	}
 	seen := map[int]bool{}
 	for _, port := range ports {
-		if seen[port] || port <= 0 {
-			t.Fatalf("ports %v: duplicate or invalid %d", ports, port)
+		if seen[port] || port < lowestPort || port >= ephemeralLow() {
+			t.Fatalf("ports %v: duplicate, or %d outside [%d, %d)", ports, port, lowestPort, ephemeralLow())
 		}
 		seen[port] = true
 		listener, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))

@@ -118,7 +118,10 @@ func (n *Node) Start(ctx context.Context) error {
 		n.closeStartFailure()
 		return err
 	}
-	n.loop = newRaftLoop(n, rn, initialConf)
+	if n.loop, err = newRaftLoop(n, rn, initialConf); err != nil {
+		n.closeStartFailure()
+		return err
+	}
 	if err := n.serve(); err != nil {
 		n.closeStartFailure()
 		return err

@@ -26,6 +26,8 @@ type raftLoop struct {
 	traces         *proposalTraces
 	confHistory    []confPoint
 	storageApplied uint64
+	// persisted is the last index of the log fsynced to the WAL here.
+	persisted uint64
 }
 
 // confPoint is the configuration in force from index on, kept so a snapshot at any index since the last
@@ -36,8 +38,12 @@ type confPoint struct {
 	members   *membership
 }
 
-func newRaftLoop(n *Node, rn *raft.RawNode, initial confPoint) *raftLoop {
-	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(), confHistory: []confPoint{initial}}
+func newRaftLoop(n *Node, rn *raft.RawNode, initial confPoint) (*raftLoop, error) {
+	persisted, err := n.storage.LastIndex()
+	if err != nil {
+		return nil, fmt.Errorf("consensus: raft storage last index: %w", err)
+	}
+	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(), confHistory: []confPoint{initial}, persisted: persisted}, nil
 }
 
 // run is the raft loop of raft's README: take inputs, then for each Ready persist, send, hand on the
@@ -164,6 +170,9 @@ func (l *raftLoop) abort() {
 
 // handleReady processes one Ready. A leader sends its messages before its own fsync (raft thesis 10.2.1,
 // allowed by raft's README); a follower only after, because its messages promise what it persisted.
+// Committed entries that an earlier Ready already fsynced here are handed on before this Ready's fsync, so
+// under load the answers to one batch do not wait for the next batch's fsync (etcd applies in parallel with
+// its WAL write too); entries this fsync covers, conf changes and snapshots wait for it.
 func (l *raftLoop) handleReady(rd raft.Ready) error {
 	if rd.SoftState != nil {
 		l.n.publishSoftState(rd.SoftState)
@@ -175,14 +184,27 @@ func (l *raftLoop) handleReady(rd raft.Ready) error {
 		}
 		l.n.transport.Send(rd.Messages)
 	}
+	early := l.deliverableBeforePersist(rd)
+	if early {
+		if err := l.applyCommitted(rd.CommittedEntries); err != nil {
+			return err
+		}
+	}
 	if err := l.persist(rd); err != nil {
 		return err
 	}
 	if !leader {
 		l.n.transport.Send(rd.Messages)
 	}
-	if err := l.applyCommitted(rd.CommittedEntries); err != nil {
-		return err
+	if !early {
+		if err := l.applyCommitted(rd.CommittedEntries); err != nil {
+			return err
+		}
+	}
+	if len(rd.CommittedEntries) > 0 {
+		if err := l.maybeSnapshot(); err != nil {
+			return err
+		}
 	}
 	if len(rd.ReadStates) > 0 {
 		l.n.reads.deliver(rd.ReadStates)
@@ -222,11 +244,32 @@ func (l *raftLoop) persist(rd raft.Ready) error {
 	if err := l.n.storage.Append(rd.Entries); err != nil {
 		return fmt.Errorf("consensus: append %d entries to raft storage: %w", len(rd.Entries), err)
 	}
+	if snap != nil {
+		l.persisted = snap.GetMetadata().GetIndex()
+	}
+	if len(rd.Entries) > 0 {
+		l.persisted = rd.Entries[len(rd.Entries)-1].GetIndex()
+	}
 	return nil
 }
 
+// deliverableBeforePersist reports whether every committed entry of rd may be handed on before rd is
+// persisted: all are normal entries already fsynced here by an earlier Ready, and rd installs no snapshot.
+func (l *raftLoop) deliverableBeforePersist(rd raft.Ready) bool {
+	ents := rd.CommittedEntries
+	if len(ents) == 0 || !raft.IsEmptySnap(rd.Snapshot) || ents[len(ents)-1].GetIndex() > l.persisted {
+		return false
+	}
+	for _, e := range ents {
+		if t := e.GetType(); t == raftpb.EntryConfChange || t == raftpb.EntryConfChangeV2 {
+			return false
+		}
+	}
+	return true
+}
+
 // applyCommitted applies conf changes to raft and the membership, then makes the entries deliverable on
-// Committed: they are committed and fsynced here.
+// Committed: they are committed and fsynced here (or, before persist, by an earlier Ready).
 func (l *raftLoop) applyCommitted(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
@@ -252,7 +295,7 @@ func (l *raftLoop) applyCommitted(ents []*raftpb.Entry) error {
 	last := ents[len(ents)-1].GetIndex()
 	l.n.deliver.advance(last)
 	l.n.metrics.appliedIndex.Set(float64(last))
-	return l.maybeSnapshot()
+	return nil
 }
 
 // applyConfChange applies one membership change. A change the membership refuses (it became invalid
