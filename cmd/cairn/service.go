@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"time"
 
@@ -99,11 +98,7 @@ func (p *process) component(service string) *process {
 func (p *process) serveAdmin(health obs.HealthFunc) error {
 	mux := obs.AdminMux(p.registry, health)
 	if p.opts.enablePprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		obs.HandlePprof(mux)
 	}
 	return p.serveHandler(mux)
 }

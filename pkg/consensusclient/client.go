@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -81,7 +83,7 @@ func New(cfg Config) (*Client, error) {
 	opts := append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
-	}, cfg.DialOptions...)
+	}, append(rpctune.DialOptions(), cfg.DialOptions...)...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("consensusclient: dial %s: %w", cfg.Target, err)

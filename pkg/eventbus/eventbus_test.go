@@ -186,3 +186,73 @@ func TestPublisherSurvivesServerRestart(t *testing.T) {
 		return got.count(7) > 0
 	})
 }
+
+func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
+	srv := startServer(t, -1)
+	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var once, all collector
+	if _, err := SubscribeFirstCopies(sub, "test", once.handle); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Subscribe(sub, "test", all.handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const records = 300
+	members := []uint64{0x1a, 0x2b, 0x3c}
+	for _, member := range members {
+		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member}, nil, quietLogger())
+		pub.Start()
+		for i := uint64(1); i <= records; i++ {
+			pub.Publish(record(i), nil)
+		}
+		if err := pub.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every copy on the plain subscription", func() bool {
+		return all.count(0x1a)+all.count(0x2b)+all.count(0x3c) == len(members)*records
+	})
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	once.mu.Lock()
+	defer once.mu.Unlock()
+	seen := map[uint64]int{}
+	for _, indexes := range once.byMember {
+		for _, index := range indexes {
+			seen[index]++
+		}
+	}
+	if len(seen) != records {
+		t.Fatalf("first copies cover %d indexes, want %d", len(seen), records)
+	}
+	for index, n := range seen {
+		if n != 1 {
+			t.Fatalf("index %d handed on %d times, want once", index, n)
+		}
+	}
+}
+
+func TestRecentIndexes(t *testing.T) {
+	r := newRecentIndexes()
+	for _, tt := range []struct {
+		index uint64
+		want  bool
+	}{{5, true}, {5, false}, {6, true}, {0, true}, {0, true}, {5 + recentIndexWindow, true}, {5, true}, {6, false}} {
+		if got := r.first(tt.index); got != tt.want {
+			t.Fatalf("first(%d) = %v, want %v", tt.index, got, tt.want)
+		}
+	}
+}

@@ -13,15 +13,31 @@ import (
 type Handler func(rec *eventpb.AppliedRecord, meta Meta)
 
 // Subscribe delivers every member's records under prefix to handle until the subscription is unsubscribed.
-// Records that do not decode are skipped (and counted in Subscription.Dropped). NATS drops messages for a
-// handler that falls too far behind (a slow consumer): the caller must treat the bus as lossy.
+// Records that do not decode are skipped. NATS drops messages for a handler that falls too far behind (a
+// slow consumer): the caller must treat the bus as lossy.
 func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
+	return subscribe(nc, prefix, handle, nil)
+}
+
+// SubscribeFirstCopies is Subscribe for a consumer that needs each log index once: every member publishes
+// the same record, and only the first copy of a recent index to arrive is decoded and handed on (from the
+// index in its headers, before its body is decoded). A copy of an index too old to be remembered is handed
+// on again, so the consumer must still tolerate the odd duplicate.
+func SubscribeFirstCopies(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
+	return subscribe(nc, prefix, handle, newRecentIndexes())
+}
+
+func subscribe(nc *nats.Conn, prefix string, handle Handler, seen *recentIndexes) (*nats.Subscription, error) {
 	sub, err := nc.Subscribe(AllSubjects(prefix), func(msg *nats.Msg) {
+		meta := metaOf(msg.Header)
+		if seen != nil && !seen.first(meta.Index) {
+			return
+		}
 		var rec eventpb.AppliedRecord
 		if err := proto.Unmarshal(msg.Data, &rec); err != nil {
 			return
 		}
-		handle(&rec, metaOf(msg.Header))
+		handle(&rec, meta)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to %s: %w", AllSubjects(prefix), err)
@@ -31,4 +47,27 @@ func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription
 		return nil, fmt.Errorf("pending limits for %s: %w", AllSubjects(prefix), err)
 	}
 	return sub, nil
+}
+
+// recentIndexWindow is how many recent indexes recentIndexes remembers: far more than the members drift
+// apart on the bus.
+const recentIndexWindow = 1 << 14
+
+// recentIndexes remembers which of the recent log indexes were seen, in a ring keyed by index. It is used
+// from the subscription's one handler goroutine only.
+type recentIndexes struct{ ring []uint64 }
+
+func newRecentIndexes() *recentIndexes { return &recentIndexes{ring: make([]uint64, recentIndexWindow)} }
+
+// first reports whether index is seen for the first time (index 0, unknown, always is) and remembers it.
+func (r *recentIndexes) first(index uint64) bool {
+	if index == 0 {
+		return true
+	}
+	slot := &r.ring[index%recentIndexWindow]
+	if *slot == index {
+		return false
+	}
+	*slot = index
+	return true
 }

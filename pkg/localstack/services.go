@@ -81,7 +81,7 @@ func storageService() service {
 // member i's storage first, so the keepers spread their storage calls.
 func leasekeeperService() service {
 	return service{
-		name: "leasekeeper", count: (*plan).leasekeepers, ports: []string{"api", "metrics"},
+		name: "leasekeeper", pprof: true, count: (*plan).leasekeepers, ports: []string{"api", "metrics"},
 		args: func(p *plan, i int) []string {
 			return []string{
 				"--name", p.child("leasekeeper", i),
@@ -113,7 +113,7 @@ func watchhubService() service {
 
 func frontendService() service {
 	return service{
-		name: "frontend", count: (*plan).frontends, ports: []string{"client", "metrics"},
+		name: "frontend", pprof: true, count: (*plan).frontends, ports: []string{"client", "metrics"},
 		args: func(p *plan, i int) []string {
 			self := p.url(p.child("frontend", i), "client")
 			// The member with the frontend's number is listed first: it is the frontend's nearest.

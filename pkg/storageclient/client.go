@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strconv"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -36,7 +38,7 @@ func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 		target = u.Host
 	}
 	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1))}, opts...)
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1))}, append(rpctune.DialOptions(), opts...)...)
 	conn, err := grpc.NewClient(target, all...)
 	if err != nil {
 		return nil, fmt.Errorf("dial storage %s: %w", target, err)

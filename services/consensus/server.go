@@ -8,6 +8,8 @@ import (
 	"net"
 	"sync"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -27,7 +29,7 @@ func (n *Node) serve() error {
 	if err != nil {
 		return err
 	}
-	peer := grpc.NewServer(append(n.tel.ServerOptions(), grpc.MaxRecvMsgSize(transport.MaxRecvMsgSize))...)
+	peer := grpc.NewServer(append(append(n.tel.ServerOptions(), rpctune.ServerOptions()...), grpc.MaxRecvMsgSize(transport.MaxRecvMsgSize))...)
 	n.transport.Register(peer)
 	consensuspb.RegisterPeerClusterServer(peer, &peerClusterServer{n: n})
 	n.servers = append(n.servers, peer)
@@ -49,7 +51,7 @@ func (n *Node) serve() error {
 	if len(apiListeners) == 0 {
 		return nil
 	}
-	api := grpc.NewServer(append(n.tel.ServerOptions(), grpc.MaxRecvMsgSize(transport.MaxRecvMsgSize))...)
+	api := grpc.NewServer(append(append(n.tel.ServerOptions(), rpctune.ServerOptions()...), grpc.MaxRecvMsgSize(transport.MaxRecvMsgSize))...)
 	n.RegisterConsensus(api)
 	n.servers = append(n.servers, api)
 	for _, lis := range apiListeners {

@@ -65,6 +65,8 @@ type Config struct {
 	ConnsPerStorage int
 	// LogLevel is etcd's --log-level (debug, info, warn, error).
 	LogLevel string
+	// EnablePprof serves /debug/pprof on the client and metrics URLs, as etcd's --enable-pprof does.
+	EnablePprof bool
 	// ClientListeners, when set, are served instead of listening on ListenClientURLs (one per URL, in
 	// order); tests bind their ports beforehand this way.
 	ClientListeners []net.Listener
@@ -100,6 +102,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "How often storage and consensus replicas are health-checked.")
 	fs.IntVar(&c.ConnsPerStorage, "conns-per-storage", c.ConnsPerStorage, "gRPC connections kept open to each storage.")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "Log level: debug, info, warn or error.")
+	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "Enable runtime profiling data via HTTP server at the client and metrics URLs + \"/debug/pprof/\".")
 }
 
 // Validate reports every unusable setting.

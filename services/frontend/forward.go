@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"github.com/cairn-kv/cairn/pkg/config"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -37,7 +39,7 @@ func dialBackends(urls []string, opts []grpc.DialOption) ([]*backend, error) {
 		conn, err := grpc.NewClient(target, append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1)),
-		}, opts...)...)
+		}, append(rpctune.DialOptions(), opts...)...)...)
 		if err != nil {
 			closeBackends(out)
 			return nil, fmt.Errorf("dial %s: %w", u, err)

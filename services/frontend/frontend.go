@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -80,7 +82,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Frontend, error)
 
 // newGRPCServer builds the gRPC server with etcd's limits and keepalive policy.
 func (f *Frontend) newGRPCServer() *grpc.Server {
-	opts := append(f.tel.ServerOptions(),
+	opts := append(append(f.tel.ServerOptions(), rpctune.ServerOptions()...),
 		grpc.ForceServerCodecV2(newRelayCodec()),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
@@ -36,6 +37,9 @@ func (f *Frontend) adminMux() *http.ServeMux {
 		{"non_learner", f.learnerCheck},
 	})
 	f.installChecks(mux, "/livez", []namedCheck{{"serializable_read", f.readCheck(true)}})
+	if f.cfg.EnablePprof {
+		obs.HandlePprof(mux)
+	}
 	return mux
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
@@ -136,7 +138,7 @@ func newPool(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*pool, error)
 }
 
 func (p *pool) dialOptions() []grpc.DialOption {
-	return append(p.tel.DialOptions(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
+	return append(append(p.tel.DialOptions(), rpctune.DialOptions()...), grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: 10 * time.Second, Timeout: 5 * time.Second}))
 }
 

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"github.com/nats-io/nats.go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"golang.org/x/time/rate"
@@ -117,7 +119,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 		return err
 	}
 	k.nc = nc
-	if k.sub, err = eventbus.Subscribe(nc, k.cfg.SubjectPrefix, k.onRecord); err != nil {
+	if k.sub, err = eventbus.SubscribeFirstCopies(nc, k.cfg.SubjectPrefix, k.onRecord); err != nil {
 		nc.Close()
 		return err
 	}
@@ -133,7 +135,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 		return fmt.Errorf("leasekeeper listener on %s: %w", addr, err)
 	}
 	k.listener = lis
-	k.grpcServer = grpc.NewServer(k.tel.ServerOptions()...)
+	k.grpcServer = grpc.NewServer(append(k.tel.ServerOptions(), rpctune.ServerOptions()...)...)
 	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
 	go func() {
 		if err := k.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.opentelemetry.io/otel/trace"
@@ -130,7 +132,7 @@ func (s *Storage) Start(ctx context.Context) error {
 		return fmt.Errorf("storage listener on %s: %w", addr, err)
 	}
 	s.listener = lis
-	opts := append(s.tel.ServerOptions(), grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes+grpcOverheadBytes),
+	opts := append(append(s.tel.ServerOptions(), rpctune.ServerOptions()...), grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(maxSendBytes))
 	s.grpcServer = grpc.NewServer(opts...)
 	storagepb.RegisterStorageServer(s.grpcServer, &server{s: s})

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -118,7 +120,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		return err
 	}
 	h.nc = nc
-	sub, err := eventbus.Subscribe(nc, h.cfg.SubjectPrefix, h.feed.onRecord)
+	sub, err := eventbus.SubscribeFirstCopies(nc, h.cfg.SubjectPrefix, h.feed.onRecord)
 	if err != nil {
 		nc.Close()
 		_ = lis.Close()
@@ -156,7 +158,7 @@ func (h *Hub) Start(ctx context.Context) error {
 
 // serverOptions are etcd's gRPC server settings for the Watch service, with otelgrpc and the hub's codec.
 func (h *Hub) serverOptions() []grpc.ServerOption {
-	return append(h.tel.ServerOptions(),
+	return append(append(h.tel.ServerOptions(), rpctune.ServerOptions()...),
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxRecvMsgSize(h.cfg.fragmentBytes()),
 		grpc.MaxSendMsgSize(1<<31-1),

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/rpctune"
+
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -64,7 +66,7 @@ func startPeer(t *Transport, id uint64, target string) (*peer, error) {
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize), grpc.MaxCallSendMsgSize(MaxRecvMsgSize)),
-	}, t.cfg.DialOptions...)
+	}, append(rpctune.DialOptions(), t.cfg.DialOptions...)...)
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial peer %x at %s: %w", id, target, err)

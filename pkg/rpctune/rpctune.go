@@ -1,0 +1,35 @@
+// Package rpctune holds the gRPC transport settings every Cairn server and internal client shares.
+//
+// Cairn's hops are loopback or LAN links with sub-millisecond round trips, where gRPC's defaults cost more
+// than they give: a 64 KiB starting window grown by BDP-probing pings, and a new goroutine per stream whose
+// stack is grown (copied) again on every request. The settings here fix both: 1 MiB flow-control windows
+// from the start (no BDP pings), and a pool of stream workers that keep their grown stacks between requests.
+package rpctune
+
+import (
+	"google.golang.org/grpc"
+)
+
+// Window is the fixed per-stream and per-connection flow-control window.
+const Window = 1 << 20
+
+// StreamWorkers is how many goroutines a server keeps for running handlers; gRPC starts a fresh goroutine
+// for a stream when all are busy, so this bounds nothing.
+const StreamWorkers = 512
+
+// ServerOptions are the transport settings of every Cairn gRPC server.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(Window),
+		grpc.InitialConnWindowSize(Window),
+		grpc.NumStreamWorkers(StreamWorkers),
+	}
+}
+
+// DialOptions are the transport settings of every Cairn gRPC client connection to another Cairn service.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(Window),
+		grpc.WithInitialConnWindowSize(Window),
+	}
+}
