@@ -57,7 +57,9 @@ const recentIndexWindow = 1 << 14
 // from the subscription's one handler goroutine only.
 type recentIndexes struct{ ring []uint64 }
 
-func newRecentIndexes() *recentIndexes { return &recentIndexes{ring: make([]uint64, recentIndexWindow)} }
+func newRecentIndexes() *recentIndexes {
+	return &recentIndexes{ring: make([]uint64, recentIndexWindow)}
+}
 
 // first reports whether index is seen for the first time (index 0, unknown, always is) and remembers it.
 func (r *recentIndexes) first(index uint64) bool {
