@@ -10,8 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,6 +19,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
 	"github.com/cairn-kv/cairn/pkg/commitlog"
 	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
 // Membership is etcd's Cluster service plus Maintenance.MoveLeader as consensus serves them, with etcd's

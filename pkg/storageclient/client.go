@@ -10,8 +10,6 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -19,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
 // CompactRevisionTrailer is the trailer in which History reports the compact revision when it fails with

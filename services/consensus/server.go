@@ -8,8 +8,6 @@ import (
 	"net"
 	"sync"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -19,6 +17,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
 	"github.com/cairn-kv/cairn/pkg/commitlog"
 	"github.com/cairn-kv/cairn/pkg/consensusclient"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
 

@@ -8,9 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	"github.com/cairn-kv/cairn/pkg/config"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"

@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
 // Frontend is one stateless frontend: etcd's gRPC API, the JSON gateway and the admin endpoints on the client

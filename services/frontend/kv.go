@@ -26,7 +26,7 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	v := s.f.pool.view()
 	var resp *pb.RangeResponse
 	served, err := s.f.readOn(ctx, v.readOrder(r.Serializable), func(rep *storageReplica) (err error) {
-		resp, err = rep.client().Range(ctx, r)
+		resp, err = rep.kv().Range(ctx, r)
 		return err
 	})
 	if err != nil {
@@ -100,7 +100,7 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	v := f.pool.view()
 	var resp *storagepb.SubmitResponse
 	call := func(rep *storageReplica) (err error) {
-		resp, err = rep.client().Submit(ctx, req)
+		resp, err = rep.kv().Submit(ctx, req)
 		return err
 	}
 	var served *storageReplica

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
@@ -22,6 +22,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/consensusclient"
 	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 )
 
@@ -31,7 +32,10 @@ type storageReplica struct {
 	url     string
 	conns   []*grpc.ClientConn
 	clients []*storageclient.Client
-	next    atomic.Uint32
+	// pipelines carry the hot path (Range, Submit) on the same connections, one per connection; none when
+	// spans are recorded, so that each call keeps its own gRPC span.
+	pipelines []*storageclient.Pipeline
+	next      atomic.Uint32
 
 	memberID atomic.Uint64
 	term     atomic.Uint64 // raft term its log last reported
@@ -48,6 +52,20 @@ func (r *storageReplica) client() *storageclient.Client {
 	return r.clients[int(r.next.Add(1))%len(r.clients)]
 }
 
+// kvCalls is what the hot path asks of a storage: Range and Submit, over the unary client or a pipeline.
+type kvCalls interface {
+	Submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error)
+	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
+}
+
+// kv returns the next connection's pipeline, round robin, or its unary client when there are no pipelines.
+func (r *storageReplica) kv() kvCalls {
+	if len(r.pipelines) == 0 {
+		return r.client()
+	}
+	return r.pipelines[int(r.next.Add(1))%len(r.pipelines)]
+}
+
 // connected reports whether some connection is up or may come up without a failed dial.
 func (r *storageReplica) connected() bool {
 	for _, c := range r.conns {
@@ -59,6 +77,9 @@ func (r *storageReplica) connected() bool {
 }
 
 func (r *storageReplica) close() {
+	for _, pl := range r.pipelines {
+		pl.Close()
+	}
 	for _, c := range r.conns {
 		_ = c.Close()
 	}
@@ -166,6 +187,9 @@ func (p *pool) addStorage(rawURL string) (*storageReplica, error) {
 		conn.Connect() // keep it warm: the first request must not pay for the handshake
 		r.conns = append(r.conns, conn)
 		r.clients = append(r.clients, storageclient.New(conn))
+		if !p.tel.Recording() {
+			r.pipelines = append(r.pipelines, storageclient.NewPipeline(conn, p.tel.Inject))
+		}
 	}
 	p.storages = append(p.storages, r)
 	p.logger.Info("storage replica added", "storage_url", canonical)

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	"github.com/nats-io/nats.go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"golang.org/x/time/rate"
@@ -21,6 +19,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
 // revokeWorkers is how many revokes of expired leases are in flight at once.

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.opentelemetry.io/otel/trace"
@@ -25,6 +23,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/commitlog"
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 
@@ -64,10 +63,12 @@ type Storage struct {
 	recovering bool // apply loop only: a reopened store must commit once before storage is healthy again
 
 	grpcServer *grpc.Server
+	stopping   chan struct{} // closed when Stop begins: Pipeline streams finish their calls and end
 	listener   net.Listener
 	admin      *obs.AdminServer
 	cancel     context.CancelFunc
 	done       sync.WaitGroup
+	stopOnce   sync.Once
 }
 
 // New opens the storage's database in cfg.DataDir and prepares the service; nothing runs until Start.
@@ -91,7 +92,7 @@ func New(cfg Config, log commitlog.Log, sink AppliedSink, tel *obs.Telemetry, lo
 	s := &Storage{
 		cfg: cfg, log: log, sink: sink, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/storage"),
 		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
-		waiters: newWaiters(), appliedCh: make(chan struct{}), failedCh: make(chan struct{}, 1),
+		stopping: make(chan struct{}), waiters: newWaiters(), appliedCh: make(chan struct{}), failedCh: make(chan struct{}, 1),
 	}
 	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout)
 	s.metrics = newMetrics(s)
@@ -184,6 +185,7 @@ func (s *Storage) AdminAddr() string {
 
 // Stop stops serving and applying, then commits and closes the database.
 func (s *Storage) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stopping) })
 	if s.grpcServer != nil {
 		stopped := make(chan struct{})
 		go func() { s.grpcServer.GracefulStop(); close(stopped) }()

@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -26,6 +24,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
 // Hub is one watchhub. Build it with New, run it with Start, end it with Stop.

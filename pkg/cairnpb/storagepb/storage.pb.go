@@ -17,6 +17,7 @@ import (
 
 	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	mvccpb "go.etcd.io/etcd/api/v3/mvccpb"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
@@ -27,6 +28,240 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// PipelineRequest is one call on a Pipeline stream, or the abandonment of one.
+type PipelineRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id names the call; the caller chooses it, unique on its stream.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// timeout_micros is what remained of the caller's deadline when it sent the call (0: no deadline).
+	TimeoutMicros int64 `protobuf:"varint,2,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
+	// trace is the caller's W3C trace context.
+	Trace map[string]string `protobuf:"bytes,3,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Types that are valid to be assigned to Call:
+	//
+	//	*PipelineRequest_Submit
+	//	*PipelineRequest_Range
+	//	*PipelineRequest_Cancel
+	Call          isPipelineRequest_Call `protobuf_oneof:"call"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineRequest) Reset() {
+	*x = PipelineRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineRequest) ProtoMessage() {}
+
+func (x *PipelineRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineRequest.ProtoReflect.Descriptor instead.
+func (*PipelineRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *PipelineRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineRequest) GetTimeoutMicros() int64 {
+	if x != nil {
+		return x.TimeoutMicros
+	}
+	return 0
+}
+
+func (x *PipelineRequest) GetTrace() map[string]string {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetCall() isPipelineRequest_Call {
+	if x != nil {
+		return x.Call
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetSubmit() *SubmitRequest {
+	if x != nil {
+		if x, ok := x.Call.(*PipelineRequest_Submit); ok {
+			return x.Submit
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetRange() *etcdserverpb.RangeRequest {
+	if x != nil {
+		if x, ok := x.Call.(*PipelineRequest_Range); ok {
+			return x.Range
+		}
+	}
+	return nil
+}
+
+func (x *PipelineRequest) GetCancel() bool {
+	if x != nil {
+		if x, ok := x.Call.(*PipelineRequest_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return false
+}
+
+type isPipelineRequest_Call interface {
+	isPipelineRequest_Call()
+}
+
+type PipelineRequest_Submit struct {
+	Submit *SubmitRequest `protobuf:"bytes,4,opt,name=submit,proto3,oneof"`
+}
+
+type PipelineRequest_Range struct {
+	Range *etcdserverpb.RangeRequest `protobuf:"bytes,5,opt,name=range,proto3,oneof"`
+}
+
+type PipelineRequest_Cancel struct {
+	// cancel abandons the call with this id (the caller no longer waits for it).
+	Cancel bool `protobuf:"varint,6,opt,name=cancel,proto3,oneof"`
+}
+
+func (*PipelineRequest_Submit) isPipelineRequest_Call() {}
+
+func (*PipelineRequest_Range) isPipelineRequest_Call() {}
+
+func (*PipelineRequest_Cancel) isPipelineRequest_Call() {}
+
+// PipelineResponse answers the call of the same id: its response, or the gRPC status it failed with.
+type PipelineResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*PipelineResponse_Submit
+	//	*PipelineResponse_Range
+	//	*PipelineResponse_Error
+	Result        isPipelineResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineResponse) Reset() {
+	*x = PipelineResponse{}
+	mi := &file_storagepb_storage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineResponse) ProtoMessage() {}
+
+func (x *PipelineResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineResponse.ProtoReflect.Descriptor instead.
+func (*PipelineResponse) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PipelineResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineResponse) GetResult() isPipelineResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetSubmit() *SubmitResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Submit); ok {
+			return x.Submit
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetRange() *etcdserverpb.RangeResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Range); ok {
+			return x.Range
+		}
+	}
+	return nil
+}
+
+func (x *PipelineResponse) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isPipelineResponse_Result interface {
+	isPipelineResponse_Result()
+}
+
+type PipelineResponse_Submit struct {
+	Submit *SubmitResponse `protobuf:"bytes,2,opt,name=submit,proto3,oneof"`
+}
+
+type PipelineResponse_Range struct {
+	Range *etcdserverpb.RangeResponse `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
+}
+
+type PipelineResponse_Error struct {
+	Error *status.Status `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*PipelineResponse_Submit) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Range) isPipelineResponse_Result() {}
+
+func (*PipelineResponse_Error) isPipelineResponse_Result() {}
 
 // Entry is what storage proposes to the log: one etcd request with its routing and tracing context.
 type Entry struct {
@@ -50,7 +285,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_storagepb_storage_proto_msgTypes[0]
+	mi := &file_storagepb_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -62,7 +297,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[0]
+	mi := &file_storagepb_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -75,7 +310,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{0}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Entry) GetRequest() *etcdserverpb.InternalRaftRequest {
@@ -132,7 +367,7 @@ type KeeperClaim struct {
 
 func (x *KeeperClaim) Reset() {
 	*x = KeeperClaim{}
-	mi := &file_storagepb_storage_proto_msgTypes[1]
+	mi := &file_storagepb_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -144,7 +379,7 @@ func (x *KeeperClaim) String() string {
 func (*KeeperClaim) ProtoMessage() {}
 
 func (x *KeeperClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[1]
+	mi := &file_storagepb_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -157,7 +392,7 @@ func (x *KeeperClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperClaim.ProtoReflect.Descriptor instead.
 func (*KeeperClaim) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{1}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *KeeperClaim) GetKeeperId() string {
@@ -208,7 +443,7 @@ type KeeperState struct {
 
 func (x *KeeperState) Reset() {
 	*x = KeeperState{}
-	mi := &file_storagepb_storage_proto_msgTypes[2]
+	mi := &file_storagepb_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +455,7 @@ func (x *KeeperState) String() string {
 func (*KeeperState) ProtoMessage() {}
 
 func (x *KeeperState) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[2]
+	mi := &file_storagepb_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +468,7 @@ func (x *KeeperState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperState.ProtoReflect.Descriptor instead.
 func (*KeeperState) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KeeperState) GetHolder() string {
@@ -279,7 +514,7 @@ type KeeperStatusRequest struct {
 
 func (x *KeeperStatusRequest) Reset() {
 	*x = KeeperStatusRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +526,7 @@ func (x *KeeperStatusRequest) String() string {
 func (*KeeperStatusRequest) ProtoMessage() {}
 
 func (x *KeeperStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +539,7 @@ func (x *KeeperStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperStatusRequest.ProtoReflect.Descriptor instead.
 func (*KeeperStatusRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
 }
 
 type LeaseRecordsRequest struct {
@@ -317,7 +552,7 @@ type LeaseRecordsRequest struct {
 
 func (x *LeaseRecordsRequest) Reset() {
 	*x = LeaseRecordsRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +564,7 @@ func (x *LeaseRecordsRequest) String() string {
 func (*LeaseRecordsRequest) ProtoMessage() {}
 
 func (x *LeaseRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +577,7 @@ func (x *LeaseRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecordsRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LeaseRecordsRequest) GetPageSize() int64 {
@@ -363,7 +598,7 @@ type LeaseRecordsResponse struct {
 
 func (x *LeaseRecordsResponse) Reset() {
 	*x = LeaseRecordsResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +610,7 @@ func (x *LeaseRecordsResponse) String() string {
 func (*LeaseRecordsResponse) ProtoMessage() {}
 
 func (x *LeaseRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +623,7 @@ func (x *LeaseRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecordsResponse.ProtoReflect.Descriptor instead.
 func (*LeaseRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LeaseRecordsResponse) GetRecords() []*LeaseRecord {
@@ -420,7 +655,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +667,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +680,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SubmitRequest) GetRequest() *etcdserverpb.InternalRaftRequest {
@@ -491,7 +726,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +738,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +751,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitResponse) GetResponse() isSubmitResponse_Response {
@@ -692,7 +927,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +939,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +952,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HistoryRequest) GetKey() []byte {
@@ -774,7 +1009,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +1021,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +1034,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HistoryResponse) GetEvents() []*mvccpb.Event {
@@ -831,7 +1066,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1078,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1091,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{12}
 }
 
 type SnapshotChunk struct {
@@ -874,7 +1109,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1121,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1134,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SnapshotChunk) GetBlob() []byte {
@@ -945,7 +1180,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[12]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1192,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[12]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1205,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{12}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
 }
 
 type StatusResponse struct {
@@ -1001,7 +1236,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[13]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1248,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[13]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1261,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{13}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StatusResponse) GetMemberId() uint64 {
@@ -1135,7 +1370,7 @@ type DefragmentRequest struct {
 
 func (x *DefragmentRequest) Reset() {
 	*x = DefragmentRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1382,7 @@ func (x *DefragmentRequest) String() string {
 func (*DefragmentRequest) ProtoMessage() {}
 
 func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1395,7 @@ func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
 func (*DefragmentRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
 }
 
 type DefragmentResponse struct {
@@ -1173,7 +1408,7 @@ type DefragmentResponse struct {
 
 func (x *DefragmentResponse) Reset() {
 	*x = DefragmentResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1420,7 @@ func (x *DefragmentResponse) String() string {
 func (*DefragmentResponse) ProtoMessage() {}
 
 func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1433,7 @@ func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
 func (*DefragmentResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DefragmentResponse) GetDbSize() int64 {
@@ -1223,7 +1458,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1470,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1483,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -1283,7 +1518,25 @@ var File_storagepb_storage_proto protoreflect.FileDescriptor
 
 const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\"\xc6\x02\n" +
+	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\x1a\x17google/rpc/status.proto\"\xd1\x02\n" +
+	"\x0fPipelineRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
+	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x12?\n" +
+	"\x05trace\x18\x03 \x03(\v2).cairn.storage.PipelineRequest.TraceEntryR\x05trace\x126\n" +
+	"\x06submit\x18\x04 \x01(\v2\x1c.cairn.storage.SubmitRequestH\x00R\x06submit\x122\n" +
+	"\x05range\x18\x05 \x01(\v2\x1a.etcdserverpb.RangeRequestH\x00R\x05range\x12\x18\n" +
+	"\x06cancel\x18\x06 \x01(\bH\x00R\x06cancel\x1a8\n" +
+	"\n" +
+	"TraceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x06\n" +
+	"\x04call\"\xc6\x01\n" +
+	"\x10PipelineResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\x06submit\x18\x02 \x01(\v2\x1d.cairn.storage.SubmitResponseH\x00R\x06submit\x123\n" +
+	"\x05range\x18\x03 \x01(\v2\x1b.etcdserverpb.RangeResponseH\x00R\x05range\x12*\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"\xc6\x02\n" +
 	"\x05Entry\x12;\n" +
 	"\arequest\x18\x01 \x01(\v2!.etcdserverpb.InternalRaftRequestR\arequest\x125\n" +
 	"\x05trace\x18\x02 \x03(\v2\x1f.cairn.storage.Entry.TraceEntryR\x05trace\x12'\n" +
@@ -1376,7 +1629,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
 	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl\x12)\n" +
-	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xe6\x06\n" +
+	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xb7\a\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
@@ -1389,7 +1642,8 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x0fLeaseTimeToLive\x12$.etcdserverpb.LeaseTimeToLiveRequest\x1a%.etcdserverpb.LeaseTimeToLiveResponse\x12R\n" +
 	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponse\x12Y\n" +
 	"\fLeaseRecords\x12\".cairn.storage.LeaseRecordsRequest\x1a#.cairn.storage.LeaseRecordsResponse0\x01\x12N\n" +
-	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperStateB1Z/github.com/cairn-kv/cairn/pkg/cairnpb/storagepbb\x06proto3"
+	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperState\x12O\n" +
+	"\bPipeline\x12\x1e.cairn.storage.PipelineRequest\x1a\x1f.cairn.storage.PipelineResponse(\x010\x01B1Z/github.com/cairn-kv/cairn/pkg/cairnpb/storagepbb\x06proto3"
 
 var (
 	file_storagepb_storage_proto_rawDescOnce sync.Once
@@ -1403,91 +1657,103 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_storagepb_storage_proto_goTypes = []any{
-	(*Entry)(nil),                                // 0: cairn.storage.Entry
-	(*KeeperClaim)(nil),                          // 1: cairn.storage.KeeperClaim
-	(*KeeperState)(nil),                          // 2: cairn.storage.KeeperState
-	(*KeeperStatusRequest)(nil),                  // 3: cairn.storage.KeeperStatusRequest
-	(*LeaseRecordsRequest)(nil),                  // 4: cairn.storage.LeaseRecordsRequest
-	(*LeaseRecordsResponse)(nil),                 // 5: cairn.storage.LeaseRecordsResponse
-	(*SubmitRequest)(nil),                        // 6: cairn.storage.SubmitRequest
-	(*SubmitResponse)(nil),                       // 7: cairn.storage.SubmitResponse
-	(*HistoryRequest)(nil),                       // 8: cairn.storage.HistoryRequest
-	(*HistoryResponse)(nil),                      // 9: cairn.storage.HistoryResponse
-	(*SnapshotRequest)(nil),                      // 10: cairn.storage.SnapshotRequest
-	(*SnapshotChunk)(nil),                        // 11: cairn.storage.SnapshotChunk
-	(*StatusRequest)(nil),                        // 12: cairn.storage.StatusRequest
-	(*StatusResponse)(nil),                       // 13: cairn.storage.StatusResponse
-	(*DefragmentRequest)(nil),                    // 14: cairn.storage.DefragmentRequest
-	(*DefragmentResponse)(nil),                   // 15: cairn.storage.DefragmentResponse
-	(*LeaseRecord)(nil),                          // 16: cairn.storage.LeaseRecord
-	nil,                                          // 17: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.InternalRaftRequest)(nil),     // 18: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),             // 19: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),     // 20: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),             // 21: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),      // 22: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),      // 23: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 24: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 25: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),           // 26: etcdserverpb.AlarmResponse
-	(*mvccpb.Event)(nil),                         // 27: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),             // 28: etcdserverpb.AlarmMember
-	(*etcdserverpb.RangeRequest)(nil),            // 29: etcdserverpb.RangeRequest
-	(*etcdserverpb.HashKVRequest)(nil),           // 30: etcdserverpb.HashKVRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 31: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 32: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.RangeResponse)(nil),           // 33: etcdserverpb.RangeResponse
-	(*etcdserverpb.HashKVResponse)(nil),          // 34: etcdserverpb.HashKVResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 35: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 36: etcdserverpb.LeaseLeasesResponse
+	(*PipelineRequest)(nil),                      // 0: cairn.storage.PipelineRequest
+	(*PipelineResponse)(nil),                     // 1: cairn.storage.PipelineResponse
+	(*Entry)(nil),                                // 2: cairn.storage.Entry
+	(*KeeperClaim)(nil),                          // 3: cairn.storage.KeeperClaim
+	(*KeeperState)(nil),                          // 4: cairn.storage.KeeperState
+	(*KeeperStatusRequest)(nil),                  // 5: cairn.storage.KeeperStatusRequest
+	(*LeaseRecordsRequest)(nil),                  // 6: cairn.storage.LeaseRecordsRequest
+	(*LeaseRecordsResponse)(nil),                 // 7: cairn.storage.LeaseRecordsResponse
+	(*SubmitRequest)(nil),                        // 8: cairn.storage.SubmitRequest
+	(*SubmitResponse)(nil),                       // 9: cairn.storage.SubmitResponse
+	(*HistoryRequest)(nil),                       // 10: cairn.storage.HistoryRequest
+	(*HistoryResponse)(nil),                      // 11: cairn.storage.HistoryResponse
+	(*SnapshotRequest)(nil),                      // 12: cairn.storage.SnapshotRequest
+	(*SnapshotChunk)(nil),                        // 13: cairn.storage.SnapshotChunk
+	(*StatusRequest)(nil),                        // 14: cairn.storage.StatusRequest
+	(*StatusResponse)(nil),                       // 15: cairn.storage.StatusResponse
+	(*DefragmentRequest)(nil),                    // 16: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                   // 17: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                          // 18: cairn.storage.LeaseRecord
+	nil,                                          // 19: cairn.storage.PipelineRequest.TraceEntry
+	nil,                                          // 20: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.RangeRequest)(nil),            // 21: etcdserverpb.RangeRequest
+	(*etcdserverpb.RangeResponse)(nil),           // 22: etcdserverpb.RangeResponse
+	(*status.Status)(nil),                        // 23: google.rpc.Status
+	(*etcdserverpb.InternalRaftRequest)(nil),     // 24: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),             // 25: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),     // 26: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),             // 27: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),      // 28: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),      // 29: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 30: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 31: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),           // 32: etcdserverpb.AlarmResponse
+	(*mvccpb.Event)(nil),                         // 33: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),             // 34: etcdserverpb.AlarmMember
+	(*etcdserverpb.HashKVRequest)(nil),           // 35: etcdserverpb.HashKVRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 36: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 37: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.HashKVResponse)(nil),          // 38: etcdserverpb.HashKVResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 39: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 40: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	18, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	17, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
-	1,  // 2: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	16, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
-	18, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
-	1,  // 5: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	19, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	20, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	21, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	22, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	23, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	24, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	25, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	26, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
-	2,  // 14: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
-	27, // 15: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	28, // 16: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
-	6,  // 17: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	29, // 18: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
-	8,  // 19: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	30, // 20: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
-	10, // 21: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
-	12, // 22: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	14, // 23: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
-	31, // 24: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	32, // 25: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	4,  // 26: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
-	3,  // 27: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	7,  // 28: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	33, // 29: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	9,  // 30: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	34, // 31: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	11, // 32: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	13, // 33: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	15, // 34: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	35, // 35: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	36, // 36: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	5,  // 37: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	2,  // 38: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	28, // [28:39] is the sub-list for method output_type
-	17, // [17:28] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	19, // 0: cairn.storage.PipelineRequest.trace:type_name -> cairn.storage.PipelineRequest.TraceEntry
+	8,  // 1: cairn.storage.PipelineRequest.submit:type_name -> cairn.storage.SubmitRequest
+	21, // 2: cairn.storage.PipelineRequest.range:type_name -> etcdserverpb.RangeRequest
+	9,  // 3: cairn.storage.PipelineResponse.submit:type_name -> cairn.storage.SubmitResponse
+	22, // 4: cairn.storage.PipelineResponse.range:type_name -> etcdserverpb.RangeResponse
+	23, // 5: cairn.storage.PipelineResponse.error:type_name -> google.rpc.Status
+	24, // 6: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	20, // 7: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	3,  // 8: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	18, // 9: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
+	24, // 10: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	3,  // 11: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	25, // 12: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	26, // 13: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	27, // 14: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	28, // 15: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	29, // 16: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	30, // 17: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	31, // 18: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	32, // 19: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	4,  // 20: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
+	33, // 21: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	34, // 22: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	8,  // 23: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
+	21, // 24: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	10, // 25: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
+	35, // 26: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	12, // 27: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
+	14, // 28: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
+	16, // 29: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	36, // 30: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	37, // 31: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	6,  // 32: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
+	5,  // 33: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
+	0,  // 34: cairn.storage.Storage.Pipeline:input_type -> cairn.storage.PipelineRequest
+	9,  // 35: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	22, // 36: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	11, // 37: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	38, // 38: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	13, // 39: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	15, // 40: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	17, // 41: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	39, // 42: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	40, // 43: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	7,  // 44: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	4,  // 45: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	1,  // 46: cairn.storage.Storage.Pipeline:output_type -> cairn.storage.PipelineResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_storagepb_storage_proto_init() }
@@ -1495,7 +1761,17 @@ func file_storagepb_storage_proto_init() {
 	if File_storagepb_storage_proto != nil {
 		return
 	}
-	file_storagepb_storage_proto_msgTypes[7].OneofWrappers = []any{
+	file_storagepb_storage_proto_msgTypes[0].OneofWrappers = []any{
+		(*PipelineRequest_Submit)(nil),
+		(*PipelineRequest_Range)(nil),
+		(*PipelineRequest_Cancel)(nil),
+	}
+	file_storagepb_storage_proto_msgTypes[1].OneofWrappers = []any{
+		(*PipelineResponse_Submit)(nil),
+		(*PipelineResponse_Range)(nil),
+		(*PipelineResponse_Error)(nil),
+	}
+	file_storagepb_storage_proto_msgTypes[9].OneofWrappers = []any{
 		(*SubmitResponse_Put)(nil),
 		(*SubmitResponse_DeleteRange)(nil),
 		(*SubmitResponse_Txn)(nil),
@@ -1512,7 +1788,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

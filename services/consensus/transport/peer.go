@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
@@ -19,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
 // class is a kind of traffic with its own stream and queue.

@@ -1,0 +1,161 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+)
+
+// pipelineWorkers is how many goroutines a Pipeline stream keeps for its calls (more are started when all
+// are busy), so that calls run on stacks already grown.
+const pipelineWorkers = 64
+
+// Pipeline serves the calls of one stream concurrently, each as its unary RPC would be served, and sends
+// each answer as it is ready. When storage stops, the stream takes no more calls, answers those it has and
+// ends with Unavailable, so the frontend sends the next ones elsewhere.
+func (g *server) Pipeline(stream grpc.BidiStreamingServer[storagepb.PipelineRequest, storagepb.PipelineResponse]) error {
+	p := &pipeline{s: g.s, stream: stream, calls: map[uint64]context.CancelFunc{}, work: make(chan func())}
+	defer p.stop()
+	for range pipelineWorkers {
+		go p.worker()
+	}
+	requests, ended := make(chan *storagepb.PipelineRequest), make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				ended <- err
+				return
+			}
+			select {
+			case requests <- req:
+			case <-stream.Context().Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case req := <-requests:
+			if req.GetCancel() {
+				p.cancel(req.Id)
+			} else {
+				p.start(req)
+			}
+		case err := <-ended:
+			if errors.Is(err, io.EOF) {
+				p.wait()
+				return nil
+			}
+			return err
+		case <-g.s.stopping:
+			p.wait()
+			return status.Error(codes.Unavailable, "cairn storage unavailable: stopping")
+		}
+	}
+}
+
+// pipeline is the state of one Pipeline stream.
+type pipeline struct {
+	s      *Storage
+	stream grpc.BidiStreamingServer[storagepb.PipelineRequest, storagepb.PipelineResponse]
+	work   chan func()
+
+	sendMu sync.Mutex // stream.Send is not safe for concurrent use
+	mu     sync.Mutex
+	calls  map[uint64]context.CancelFunc
+	active sync.WaitGroup
+}
+
+func (p *pipeline) worker() {
+	for f := range p.work {
+		f()
+	}
+}
+
+// start runs req on a worker, under a context bounded by the caller's remaining deadline.
+func (p *pipeline) start(req *storagepb.PipelineRequest) {
+	ctx := p.s.tel.Extract(p.stream.Context(), req.Trace)
+	var cancel context.CancelFunc
+	if req.TimeoutMicros > 0 {
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMicros)*time.Microsecond)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	p.mu.Lock()
+	p.calls[req.Id] = cancel
+	p.mu.Unlock()
+	p.active.Add(1)
+	run := func() {
+		defer p.active.Done()
+		resp := p.serve(ctx, req)
+		p.mu.Lock()
+		delete(p.calls, req.Id)
+		p.mu.Unlock()
+		cancel()
+		p.sendMu.Lock()
+		defer p.sendMu.Unlock()
+		_ = p.stream.Send(resp) // a broken stream ends Recv too, which ends the stream
+	}
+	select {
+	case p.work <- run:
+	default:
+		go run()
+	}
+}
+
+// serve answers one call as the unary Submit or Range would.
+func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) *storagepb.PipelineResponse {
+	resp := &storagepb.PipelineResponse{Id: req.Id}
+	var err error
+	switch call := req.Call.(type) {
+	case *storagepb.PipelineRequest_Submit:
+		var out *storagepb.SubmitResponse
+		if out, err = (&server{s: p.s}).Submit(ctx, call.Submit); err == nil {
+			resp.Result = &storagepb.PipelineResponse_Submit{Submit: out}
+		}
+	case *storagepb.PipelineRequest_Range:
+		var out *pb.RangeResponse
+		if out, err = p.s.Range(ctx, call.Range); err == nil {
+			resp.Result = &storagepb.PipelineResponse_Range{Range: out}
+		}
+	default:
+		err = status.Error(codes.InvalidArgument, "cairn storage: pipeline call without submit or range")
+	}
+	if err != nil {
+		resp.Result = &storagepb.PipelineResponse_Error{Error: status.Convert(err).Proto()}
+	}
+	return resp
+}
+
+func (p *pipeline) cancel(id uint64) {
+	p.mu.Lock()
+	cancel := p.calls[id]
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// wait returns once every started call has sent its answer.
+func (p *pipeline) wait() { p.active.Wait() }
+
+// stop cancels the calls still running and releases the workers once they finish.
+func (p *pipeline) stop() {
+	p.mu.Lock()
+	for _, cancel := range p.calls {
+		cancel()
+	}
+	p.mu.Unlock()
+	p.active.Wait()
+	close(p.work)
+}

@@ -1,0 +1,129 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/pkg/storageclient"
+)
+
+func dialPipeline(t *testing.T, m *testMember) *storageclient.Pipeline {
+	t.Helper()
+	conn, err := grpc.NewClient(m.listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := storageclient.NewPipeline(conn, nil)
+	t.Cleanup(func() { p.Close(); _ = conn.Close() })
+	return p
+}
+
+// TestPipelineAnswersAsUnary: every call on the pipeline gets what the unary RPC gives, errors included.
+func TestPipelineAnswersAsUnary(t *testing.T) {
+	m := startMember(t, testConfig(t, 1), newMemlog(t, 1), nil)
+	p := dialPipeline(t, m)
+	ctx := ctxT(t)
+	put, err := p.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("a"), Value: []byte("1"), PrevKv: true}})
+	if err != nil || put.GetPut().GetHeader().GetRevision() != 2 {
+		t.Fatalf("put over the pipeline: %v, %v; want revision 2", put, err)
+	}
+	tests := []struct {
+		name string
+		req  *pb.RangeRequest
+	}{
+		{"key", &pb.RangeRequest{Key: []byte("a")}},
+		{"serializable prefix", &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("b"), Serializable: true}},
+		{"future revision", &pb.RangeRequest{Key: []byte("a"), Revision: 100}},
+		{"count only", &pb.RangeRequest{Key: []byte("a"), CountOnly: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want, wantErr := m.client.Range(ctx, tt.req)
+			got, gotErr := p.Range(ctx, tt.req)
+			if status.Code(gotErr) != status.Code(wantErr) || status.Convert(gotErr).Message() != status.Convert(wantErr).Message() {
+				t.Fatalf("error %v, want %v", gotErr, wantErr)
+			}
+			if !proto.Equal(got, want) {
+				t.Fatalf("answer %v, want %v", got, want)
+			}
+		})
+	}
+	if _, err := p.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{}}); err.Error() != rpctypes.ErrGRPCEmptyKey.Error() {
+		t.Fatalf("empty key over the pipeline: %v, want %v", err, rpctypes.ErrGRPCEmptyKey)
+	}
+}
+
+// TestPipelineConcurrentCalls: many callers share the pipeline's streams; each gets its own answer.
+func TestPipelineConcurrentCalls(t *testing.T) {
+	m := startMember(t, testConfig(t, 1), newMemlog(t, 1), nil)
+	p := dialPipeline(t, m)
+	ctx := ctxT(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 64 {
+		wg.Go(func() {
+			for i := range 20 {
+				key := fmt.Sprintf("w%d/%d", w, i)
+				put, err := p.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(key), Value: []byte(key)}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, err := p.Range(ctx, &pb.RangeRequest{Key: []byte(key)})
+				if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != key ||
+					got.Kvs[0].ModRevision != put.GetPut().Header.Revision {
+					errs <- fmt.Errorf("read %s after its put at %d: %v, %v", key, put.GetPut().Header.Revision, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestPipelineDeadlinesAndBrokenStreams: a call past its deadline fails as a unary call would, and calls on
+// a storage that went away fail with Unavailable instead of hanging.
+func TestPipelineDeadlinesAndBrokenStreams(t *testing.T) {
+	m := startMember(t, testConfig(t, 1), newMemlog(t, 1), nil)
+	p := dialPipeline(t, m)
+	expired, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	<-expired.Done()
+	if _, err := p.Range(expired, &pb.RangeRequest{Key: []byte("a")}); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("expired call: %v, want DeadlineExceeded", err)
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p.Range(canceled, &pb.RangeRequest{Key: []byte("a")}); status.Code(err) != codes.Canceled {
+		t.Fatalf("canceled call: %v, want Canceled", err)
+	}
+	ctx := ctxT(t)
+	if _, err := p.Range(ctx, &pb.RangeRequest{Key: []byte("a")}); err != nil {
+		t.Fatal(err)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	callCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := p.Range(callCtx, &pb.RangeRequest{Key: []byte("a")}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("call on a stopped storage: %v, want Unavailable", err)
+	}
+}
