@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -18,6 +16,9 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/cairn-kv/cairn/pkg/config"
+	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
 // backend is one watchhub or leasekeeper connection.
