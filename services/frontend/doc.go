@@ -34,6 +34,9 @@
 // every member's storage URL in consensus membership) and one to every consensus endpoint, and probes each
 // every ProbeInterval (sooner after a failure) for health, leader, term and membership. Routing reads an
 // immutable view of the last probe round without locks. A replica that fails a call is routed around at once.
+// Range and Submit, the hot path, travel on storage's Pipeline streams (storageclient.Pipeline: a message
+// each way per call, no gRPC stream per call) with the same answers and errors as the unary calls; when spans
+// are recorded (OTEL_EXPORTER_OTLP_ENDPOINT set) every call is unary instead, so it keeps its own gRPC span.
 //
 // # Answers as etcd's
 //
