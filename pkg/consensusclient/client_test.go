@@ -89,9 +89,14 @@ func TestRemoteLogBehavesLikeTheNode(t *testing.T) {
 		}
 	}
 
+	// A follower applies what the leader acknowledged a moment later: wait for it, boundedly.
 	st, err := clients[2].Status(ctx)
+	for deadline := time.Now().Add(5 * time.Second); err == nil && st.AppliedIndex < highest && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		st, err = clients[2].Status(ctx)
+	}
 	if err != nil || st.Leader != leader.Node().ID() || len(st.Members) != 3 || st.AppliedIndex < highest {
-		t.Fatalf("remote Status = %+v, %v", st, err)
+		t.Fatalf("remote Status = %+v, %v; want applied index %d", st, err, highest)
 	}
 	index, err := clients[2].ReadIndex(ctx)
 	if err != nil || index < highest {

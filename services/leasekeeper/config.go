@@ -57,7 +57,8 @@ type Config struct {
 	RenewInterval time.Duration
 	// TakeoverTimeout is how long a standby waits without seeing a renewal before it claims the role. The active
 	// keeper stops serving when its last successful renewal is older than ActiveTimeout (default two thirds of
-	// TakeoverTimeout), so it has stopped before any standby takes over.
+	// TakeoverTimeout), so it has stopped before any standby takes over. A keeper that has just started waits
+	// twice TakeoverTimeout on the first claim it reads, so a standby that was already watching wins the race.
 	TakeoverTimeout time.Duration
 	ActiveTimeout   time.Duration
 	// DeadlineExtension is added to every lease's deadline by a new active keeper (etcd: the election timeout).
@@ -150,7 +151,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CheckpointBatch, "checkpoint-batch", c.CheckpointBatch, "Maximum lease checkpoints in one entry.")
 	fs.IntVar(&c.RevokeRate, "revoke-rate", c.RevokeRate, "Maximum revokes of expired leases per second.")
 	fs.DurationVar(&c.RenewInterval, "renew-interval", c.RenewInterval, "Interval of claim renewals (active) and claim checks (standby).")
-	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", c.TakeoverTimeout, "Time without a renewal after which a standby takes over.")
+	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", c.TakeoverTimeout, "Time without a renewal after which a standby takes over (twice that for a keeper just started).")
 	fs.DurationVar(&c.ActiveTimeout, "active-timeout", c.ActiveTimeout, "Age of its last renewal at which the active keeper stops serving.")
 	fs.DurationVar(&c.DeadlineExtension, "deadline-extension", c.DeadlineExtension, "Least time every lease has left after a takeover (etcd: the election timeout).")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "Interval of lease table reconciliation with storage.")

@@ -14,6 +14,11 @@ import (
 type observation struct {
 	state  *storagepb.KeeperState
 	seenAt time.Time
+	// patience is how long the holder must stay silent after seenAt before this keeper claims the role:
+	// TakeoverTimeout, doubled for the first state a keeper reads after it starts. A standby that has watched
+	// the holder for a while saw its last renewal earlier than a keeper its supervisor has just restarted, so
+	// without the head start both would claim at about the same moment and the restarted one could win.
+	patience time.Duration
 }
 
 // runElection renews the claim while this keeper holds it, and otherwise watches it and takes over when the
@@ -84,7 +89,11 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 	}
 	now := time.Now()
 	if seen.state == nil || state.Epoch != seen.state.Epoch || state.Renewals != seen.state.Renewals || state.Holder != seen.state.Holder {
-		*seen = observation{state: state, seenAt: now}
+		patience := k.cfg.TakeoverTimeout
+		if seen.state == nil {
+			patience *= 2
+		}
+		*seen = observation{state: state, seenAt: now, patience: patience}
 	}
 	if state.Holder == k.id {
 		// A claim of ours won but its answer was lost, or promotion failed: whoever held the role before has
@@ -92,7 +101,7 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		k.promote(ctx, state, now, now)
 		return
 	}
-	if state.Holder != "" && now.Sub(seen.seenAt) < k.cfg.TakeoverTimeout {
+	if state.Holder != "" && now.Sub(seen.seenAt) < seen.patience {
 		return
 	}
 	// The previous holder renewed last before seenAt and stopped serving ActiveTimeout after that renewal at

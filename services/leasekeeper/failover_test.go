@@ -248,3 +248,43 @@ func TestStopHandsOver(t *testing.T) {
 		t.Fatalf("keep-alive on the new keeper: %d, %v", ttl, err)
 	}
 }
+
+// TestRestartedKeeperLetsTheStandbyWin: when the active keeper crashes and its supervisor starts it again at
+// once, the standby that watched the holder takes over, and a keeper started after the crash waits twice the
+// takeover timeout from its first look at the claim before it claims the role itself.
+func TestRestartedKeeperLetsTheStandbyWin(t *testing.T) {
+	tests := []struct {
+		name        string
+		withStandby bool
+	}{
+		{"the standby takes over", true},
+		{"alone, the restarted keeper waits twice the timeout", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newTestEnv(t, 1)
+			a := env.startKeeper(env.keeperConfig("a"))
+			waitActive(t, a, 5*time.Second)
+			var b *Keeper
+			if tt.withStandby {
+				b = env.startKeeper(env.keeperConfig("b"))
+				time.Sleep(500 * time.Millisecond) // b has read the claim
+			}
+			a.Crash()
+			restarted := env.startKeeper(env.keeperConfig("a"))
+			started := time.Now()
+			if tt.withStandby {
+				waitActive(t, b, 3*time.Second)
+				time.Sleep(time.Second)
+				if _, ok := restarted.activeEpoch(time.Now()); ok {
+					t.Fatal("the restarted keeper took the role from the standby")
+				}
+				return
+			}
+			waitActive(t, restarted, 2*restarted.cfg.TakeoverTimeout+3*time.Second)
+			if waited := time.Since(started); waited < 2*restarted.cfg.TakeoverTimeout {
+				t.Fatalf("the restarted keeper claimed after %v, want at least twice the takeover timeout %v", waited, restarted.cfg.TakeoverTimeout)
+			}
+		})
+	}
+}
