@@ -33,10 +33,11 @@ func (c metadataCarrier) Keys() []string {
 }
 
 func (t *Telemetry) extractIncoming(ctx context.Context) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok || len(md.Get("traceparent")) == 0 {
+	// ValueFromIncomingContext looks without copying the metadata, which FromIncomingContext does on every call.
+	if len(metadata.ValueFromIncomingContext(ctx, "traceparent")) == 0 {
 		return ctx
 	}
+	md, _ := metadata.FromIncomingContext(ctx)
 	return t.Propagator.Extract(ctx, metadataCarrier(md))
 }
 

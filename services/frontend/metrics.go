@@ -14,16 +14,16 @@ import (
 // metrics are the frontend's Prometheus series, served on /metrics.
 type metrics struct {
 	registry *prometheus.Registry
-	handled  *prometheus.HistogramVec
+	handled  *obs.Observers
 	retries  prometheus.Counter
 }
 
 func newMetrics(f *Frontend) *metrics {
 	m := &metrics{
 		registry: obs.NewRegistry(),
-		handled: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "frontend",
+		handled: obs.NewObservers(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "request_duration_seconds", Help: "Time to answer one unary etcd API request, by method and gRPC code.",
-			Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}, []string{"method", "code"}),
+			Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}, []string{"method", "code"})),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "replica_retries_total", Help: "Requests tried again on another replica after one was unavailable."}),
 	}
@@ -31,7 +31,7 @@ func newMetrics(f *Frontend) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "frontend", Name: name, Help: help},
 			func() float64 { return value(f.pool.view()) })
 	}
-	m.registry.MustRegister(m.handled, m.retries,
+	m.registry.MustRegister(m.handled.Vec(), m.retries,
 		gauge("storage_replicas_healthy", "Storage replicas that answered their last probe healthy.", func(v *view) float64 {
 			n := 0
 			for _, r := range v.leaderFirst {
@@ -58,6 +58,6 @@ func boolGauge(b bool) float64 {
 func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	m.handled.WithLabelValues(info.FullMethod, status.Code(err).String()).Observe(time.Since(start).Seconds())
+	m.handled.Observe(info.FullMethod, status.Code(err).String(), time.Since(start).Seconds())
 	return resp, err
 }

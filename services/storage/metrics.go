@@ -14,7 +14,7 @@ import (
 type metrics struct {
 	registry      *prometheus.Registry
 	applySeconds  prometheus.Histogram
-	submitSeconds *prometheus.HistogramVec
+	submitSeconds *obs.Observers
 	failures      prometheus.Counter
 }
 
@@ -28,16 +28,16 @@ func newMetrics(s *Storage) *metrics {
 		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "storage",
 			Name: "apply_duration_seconds", Help: "Time to apply one log entry into MVCC.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12)}),
-		submitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "storage",
+		submitSeconds: obs.NewObservers(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "storage",
 			Name: "submit_duration_seconds", Help: "Time from Submit to its answer, by request type and gRPC code.",
-			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 12)}, []string{"type", "code"}),
+			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 12)}, []string{"type", "code"})),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "storage",
 			Name: "failures_total", Help: "Store failures (failed bbolt commits) that needed a reopen and replay."}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "storage", Name: name, Help: help}, f)
 	}
-	m.registry.MustRegister(m.applySeconds, m.submitSeconds, m.failures,
+	m.registry.MustRegister(m.applySeconds, m.submitSeconds.Vec(), m.failures,
 		gauge("applied_index", "Last log index applied.", func() float64 { return float64(s.currentStore().Position().AppliedIndex) }),
 		gauge("durable_index", "Last log index committed to bbolt.", func() float64 { return float64(s.currentStore().Position().DurableIndex) }),
 		gauge("revision", "Current MVCC revision.", func() float64 { return float64(s.currentStore().Position().Revision) }),
@@ -55,7 +55,7 @@ func newMetrics(s *Storage) *metrics {
 }
 
 func (m *metrics) observeSubmit(req *pb.InternalRaftRequest, err error, took time.Duration) {
-	m.submitSeconds.WithLabelValues(requestType(req), status.Code(err).String()).Observe(took.Seconds())
+	m.submitSeconds.Observe(requestType(req), status.Code(err).String(), took.Seconds())
 }
 
 func requestType(req *pb.InternalRaftRequest) string {

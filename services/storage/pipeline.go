@@ -82,15 +82,15 @@ func (p *pipeline) worker() {
 	}
 }
 
-// start runs req on a worker, under a context bounded by the caller's remaining deadline.
+// start runs req on a worker, under a context bounded by the caller's remaining deadline and by storage's
+// request timeout (so Submit and Range need no timer of their own).
 func (p *pipeline) start(req *storagepb.PipelineRequest) {
 	ctx := p.s.tel.Extract(p.stream.Context(), req.Trace)
-	var cancel context.CancelFunc
+	timeout := p.s.cfg.RequestTimeout
 	if req.TimeoutMicros > 0 {
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMicros)*time.Microsecond)
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
+		timeout = min(timeout, time.Duration(req.TimeoutMicros)*time.Microsecond)
 	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	p.mu.Lock()
 	p.calls[req.Id] = cancel
 	p.mu.Unlock()

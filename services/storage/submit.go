@@ -39,7 +39,7 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 	if err := etcdcheck.Write(req, s.cfg.limits()); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := s.withRequestTimeout(ctx)
 	defer cancel()
 	switch {
 	case req.Range != nil:
@@ -91,7 +91,7 @@ func (s *Storage) ClaimKeeper(ctx context.Context, claim *storagepb.KeeperClaim)
 	if claim.GetKeeperId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "cairn storage: keeper claim without a keeper id")
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := s.withRequestTimeout(ctx)
 	defer cancel()
 	id := s.ids.next()
 	req := &pb.InternalRaftRequest{ID: id, Header: &pb.RequestHeader{ID: id}}
@@ -205,7 +205,7 @@ func (s *Storage) linearize(ctx context.Context) error {
 
 // linearizeWithTimeout is linearize bounded by RequestTimeout.
 func (s *Storage) linearizeWithTimeout(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := s.withRequestTimeout(ctx)
 	defer cancel()
 	return s.linearize(ctx)
 }
@@ -215,7 +215,7 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err := etcdcheck.Range(r); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cfg.RequestTimeout)
+	ctx, cancel := s.withRequestTimeout(ctx)
 	defer cancel()
 	if !r.Serializable {
 		if err := s.linearize(ctx); err != nil {
@@ -324,4 +324,13 @@ func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error)
 		resp.RaftTerm, resp.Leader, resp.RaftIndex, resp.ClusterId = ls.Term, ls.Leader, ls.CommitIndex, ls.ClusterID
 	}
 	return resp, nil
+}
+
+// withRequestTimeout bounds ctx by RequestTimeout, unless its deadline is already that close (a pipelined
+// call's is): one timer per request instead of two.
+func (s *Storage) withRequestTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= s.cfg.RequestTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.cfg.RequestTimeout)
 }
