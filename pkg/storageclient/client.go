@@ -181,6 +181,12 @@ func (c *Client) Hash(ctx context.Context, rev int64) (*pb.HashKVResponse, error
 	return c.rpc.Hash(ctx, &pb.HashKVRequest{Revision: rev})
 }
 
+// BackendHash returns the storage's hash of its whole database (etcd's Maintenance.Hash), with the revision
+// hashed in the header.
+func (c *Client) BackendHash(ctx context.Context) (*pb.HashResponse, error) {
+	return c.rpc.BackendHash(ctx, &pb.HashRequest{})
+}
+
 // Snapshot writes the storage's whole database to w, checks its SHA-256, and returns the first chunk's
 // description (applied index, revision, size; no blob).
 func (c *Client) Snapshot(ctx context.Context, w io.Writer) (*storagepb.SnapshotChunk, error) {

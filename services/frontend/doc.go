@@ -43,11 +43,12 @@
 // Response headers carry the cluster ID, the ID of the member whose storage answered, that member's raft
 // term and the storage's revision. The home member (the member named like the frontend, else a sticky
 // nearest one) is the member this frontend speaks for where etcd speaks for itself: Status (version "3.7.3"),
-// HashKV, Snapshot (the storage's database followed by its SHA-256, as etcdctl snapshot save expects) and
-// Defragment (a real bbolt compaction in that storage). Auth answers as an etcd with authentication
-// disabled: AuthStatus is enabled=false, Authenticate is ErrGRPCAuthNotEnabled, AuthDisable succeeds; users,
-// roles and AuthEnable are codes.Unimplemented. Maintenance.Hash (a whole-backend hash) is codes.Unimplemented
-// (HashKV is the consistency check). Downgrade answers as etcd does when no downgrade is possible.
+// HashKV, Hash (the storage's hash of its whole database; Cairn's own number, since its bbolt layout is not
+// etcd's, equal on members that applied the same entries), Snapshot (the storage's database followed by its
+// SHA-256, as etcdctl snapshot save expects) and Defragment (a real bbolt compaction in that storage). Auth
+// answers as an etcd with authentication disabled: AuthStatus is enabled=false, Authenticate is
+// ErrGRPCAuthNotEnabled, AuthDisable succeeds; users, roles and AuthEnable are codes.Unimplemented. Downgrade
+// answers as etcd does when no downgrade is possible.
 //
 // # HTTP
 //

@@ -19,13 +19,9 @@ const (
 	ClusterVersion = "3.7"
 )
 
-var (
-	errHashUnsupported = status.Error(codes.Unimplemented,
-		"cairn: Maintenance.Hash (a hash of the whole backend) is not supported; use HashKV")
-	errUnknownMethod = status.Error(codes.Unknown, "etcdserver: unknown method")
-)
+var errUnknownMethod = status.Error(codes.Unknown, "etcdserver: unknown method")
 
-// maintenanceServer is etcd's Maintenance service. Status, HashKV, Snapshot and Defragment speak for the
+// maintenanceServer is etcd's Maintenance service. Status, Hash, HashKV, Snapshot and Defragment speak for the
 // home member (see Config.Name); Alarm goes through storage like a write (GET like a read); MoveLeader to
 // the leader's consensus.
 type maintenanceServer struct {
@@ -80,8 +76,24 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 	return resp, nil
 }
 
-func (s *maintenanceServer) Hash(context.Context, *pb.HashRequest) (*pb.HashResponse, error) {
-	return nil, errHashUnsupported
+// Hash is the home member's hash of its whole backend (storage's BackendHash). Its value is Cairn's own (the
+// bbolt layout is not etcd's), equal on members that applied the same entries.
+func (s *maintenanceServer) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {
+	v, home, err := s.f.home()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.f.cfg.RequestTimeout)
+	defer cancel()
+	resp, err := home.client().BackendHash(ctx)
+	if err != nil {
+		return nil, replyError(ctx, err)
+	}
+	if resp.Header == nil {
+		resp.Header = &pb.ResponseHeader{}
+	}
+	v.fillHeader(resp.Header, home)
+	return resp, nil
 }
 
 func (s *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {

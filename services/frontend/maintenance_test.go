@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/pkg/testcluster"
 )
 
@@ -137,6 +138,17 @@ func TestMaintenance(t *testing.T) {
 		wantStatus(t, "hashkv of a future revision", err, rpctypes.ErrGRPCFutureRev)
 	})
 
+	t.Run("hash speaks for each home member and agrees on every member", func(t *testing.T) {
+		before := backendHashes(t, c, last.Header.Revision)
+		put, err := cli.Put(ctx, "maint/hash", "moves it")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after := backendHashes(t, c, put.Header.Revision); after == before {
+			t.Fatalf("a put left the hash at %d", before)
+		}
+	})
+
 	t.Run("snapshot is the database followed by its sha256", func(t *testing.T) {
 		one := c.Client(t, c.Endpoints()[2])
 		rc, err := one.Snapshot(ctx)
@@ -209,10 +221,6 @@ func TestMaintenance(t *testing.T) {
 				t.Errorf("cancel answered version %q, want etcd's cluster version 3.7", resp.Version)
 			}
 		}
-		_, err := m.Hash(ctx, &pb.HashRequest{})
-		if status.Code(err) != codes.Unimplemented {
-			t.Errorf("hash: %v, want Unimplemented", err)
-		}
 	})
 
 	t.Run("move leader from any frontend", func(t *testing.T) {
@@ -266,4 +274,51 @@ func TestAuthAsDisabledEtcd(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantStatus(t, tc.name, tc.call(), tc.want) })
 	}
+}
+
+// backendHashes waits for every member to apply rev, asks each frontend for Maintenance.Hash (client/v3 has no
+// Hash call) and checks it against its home member's storage asked directly, the header against the member,
+// and that every member has the same hash, which it returns.
+func backendHashes(t *testing.T, c *testcluster.Cluster, rev int64) uint32 {
+	t.Helper()
+	ctx := ctxFor(t)
+	for _, m := range c.Members() {
+		c.Eventually(10*time.Second, "every member applied revision "+fmt.Sprint(rev), func() bool {
+			st, err := m.Storage().Status(ctx)
+			return err == nil && st.Revision >= rev
+		})
+	}
+	var hashes []uint32
+	for i, fe := range c.Frontends() {
+		home := c.Members()[i]
+		resp, err := pb.NewMaintenanceClient(rawConn(t, fe.URL)).Hash(ctx, &pb.HashRequest{})
+		if err != nil {
+			t.Fatalf("hash through %s: %v", fe.Name, err)
+		}
+		h := resp.Header
+		if h.GetMemberId() != home.ID() || h.GetClusterId() != home.Node().ClusterID() || h.GetClusterId() == 0 ||
+			h.GetRaftTerm() == 0 || h.GetRevision() != rev {
+			t.Errorf("hash through %s: header %v, want member %x, cluster %x, a raft term, revision %d",
+				fe.Name, h, home.ID(), home.Node().ClusterID(), rev)
+		}
+		direct, err := storageclient.Dial(home.StorageURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := direct.BackendHash(ctx)
+		_ = direct.Close()
+		if err != nil {
+			t.Fatalf("hash of %s's storage: %v", home.Name, err)
+		}
+		if resp.Hash != want.Hash {
+			t.Errorf("hash through %s %d, its storage answers %d", fe.Name, resp.Hash, want.Hash)
+		}
+		hashes = append(hashes, resp.Hash)
+	}
+	for _, h := range hashes[1:] {
+		if h != hashes[0] {
+			t.Fatalf("members' hashes differ: %v", hashes)
+		}
+	}
+	return hashes[0]
 }

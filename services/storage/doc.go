@@ -10,8 +10,8 @@
 // RequestTimeout returns rpctypes.ErrGRPCTimeout.
 //
 // Reads: Range with serializable=false (and read-only Txn) first get a ReadIndex from the log and wait until it
-// is applied, so a read after an acknowledged write sees it. History, Hash, Snapshot, Status and the lease
-// queries are served from local state.
+// is applied, so a read after an acknowledged write sees it. History, Hash, BackendHash, Snapshot, Status and
+// the lease queries are served from local state.
 //
 // The apply loop consumes Log.Committed from the store's applied index + 1, in order, and hands every change to
 // an AppliedSink. The durable (bbolt-committed) applied index is reported to the log through Compact, at most

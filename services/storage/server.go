@@ -52,6 +52,10 @@ func (g *server) Hash(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVRespo
 	return g.s.Hash(ctx, r)
 }
 
+func (g *server) BackendHash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
+	return g.s.BackendHash(ctx, r)
+}
+
 func (g *server) Snapshot(_ *storagepb.SnapshotRequest, stream grpc.ServerStreamingServer[storagepb.SnapshotChunk]) error {
 	return g.s.Snapshot(stream.Context(), stream.Send)
 }

@@ -289,6 +289,13 @@ func (s *Storage) Hash(_ context.Context, r *pb.HashKVRequest) (*pb.HashKVRespon
 	return resp, err
 }
 
+// BackendHash has etcd's Maintenance.Hash semantics (see mvcc.Store.BackendHash).
+func (s *Storage) BackendHash(_ context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {
+	var resp *pb.HashResponse
+	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.BackendHash(); return err })
+	return resp, err
+}
+
 // LeaseTimeToLive reports a lease as storage knows it (see storagepb), read linearizably.
 func (s *Storage) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	if err := s.linearizeWithTimeout(ctx); err != nil {

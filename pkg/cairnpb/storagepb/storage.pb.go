@@ -1629,12 +1629,13 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
 	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl\x12)\n" +
-	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xb7\a\n" +
+	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xfd\a\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
 	"\aHistory\x12\x1d.cairn.storage.HistoryRequest\x1a\x1e.cairn.storage.HistoryResponse0\x01\x12A\n" +
-	"\x04Hash\x12\x1b.etcdserverpb.HashKVRequest\x1a\x1c.etcdserverpb.HashKVResponse\x12J\n" +
+	"\x04Hash\x12\x1b.etcdserverpb.HashKVRequest\x1a\x1c.etcdserverpb.HashKVResponse\x12D\n" +
+	"\vBackendHash\x12\x19.etcdserverpb.HashRequest\x1a\x1a.etcdserverpb.HashResponse\x12J\n" +
 	"\bSnapshot\x12\x1e.cairn.storage.SnapshotRequest\x1a\x1c.cairn.storage.SnapshotChunk0\x01\x12E\n" +
 	"\x06Status\x12\x1c.cairn.storage.StatusRequest\x1a\x1d.cairn.storage.StatusResponse\x12Q\n" +
 	"\n" +
@@ -1695,11 +1696,13 @@ var file_storagepb_storage_proto_goTypes = []any{
 	(*mvccpb.Event)(nil),                         // 33: mvccpb.Event
 	(*etcdserverpb.AlarmMember)(nil),             // 34: etcdserverpb.AlarmMember
 	(*etcdserverpb.HashKVRequest)(nil),           // 35: etcdserverpb.HashKVRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 36: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 37: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.HashKVResponse)(nil),          // 38: etcdserverpb.HashKVResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 39: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 40: etcdserverpb.LeaseLeasesResponse
+	(*etcdserverpb.HashRequest)(nil),             // 36: etcdserverpb.HashRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 37: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 38: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.HashKVResponse)(nil),          // 39: etcdserverpb.HashKVResponse
+	(*etcdserverpb.HashResponse)(nil),            // 40: etcdserverpb.HashResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 41: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 42: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
 	19, // 0: cairn.storage.PipelineRequest.trace:type_name -> cairn.storage.PipelineRequest.TraceEntry
@@ -1729,28 +1732,30 @@ var file_storagepb_storage_proto_depIdxs = []int32{
 	21, // 24: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
 	10, // 25: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
 	35, // 26: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
-	12, // 27: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
-	14, // 28: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	16, // 29: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
-	36, // 30: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	37, // 31: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	6,  // 32: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
-	5,  // 33: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	0,  // 34: cairn.storage.Storage.Pipeline:input_type -> cairn.storage.PipelineRequest
-	9,  // 35: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	22, // 36: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	11, // 37: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	38, // 38: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	13, // 39: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	15, // 40: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	17, // 41: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	39, // 42: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	40, // 43: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	7,  // 44: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	4,  // 45: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	1,  // 46: cairn.storage.Storage.Pipeline:output_type -> cairn.storage.PipelineResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
+	36, // 27: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
+	12, // 28: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
+	14, // 29: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
+	16, // 30: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	37, // 31: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	38, // 32: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	6,  // 33: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
+	5,  // 34: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
+	0,  // 35: cairn.storage.Storage.Pipeline:input_type -> cairn.storage.PipelineRequest
+	9,  // 36: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	22, // 37: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	11, // 38: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	39, // 39: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	40, // 40: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
+	13, // 41: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	15, // 42: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	17, // 43: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	41, // 44: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	42, // 45: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	7,  // 46: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	4,  // 47: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	1,  // 48: cairn.storage.Storage.Pipeline:output_type -> cairn.storage.PipelineResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
 	23, // [23:23] is the sub-list for extension type_name
 	23, // [23:23] is the sub-list for extension extendee
 	0,  // [0:23] is the sub-list for field type_name

@@ -29,6 +29,7 @@ const (
 	Storage_Range_FullMethodName           = "/cairn.storage.Storage/Range"
 	Storage_History_FullMethodName         = "/cairn.storage.Storage/History"
 	Storage_Hash_FullMethodName            = "/cairn.storage.Storage/Hash"
+	Storage_BackendHash_FullMethodName     = "/cairn.storage.Storage/BackendHash"
 	Storage_Snapshot_FullMethodName        = "/cairn.storage.Storage/Snapshot"
 	Storage_Status_FullMethodName          = "/cairn.storage.Storage/Status"
 	Storage_Defragment_FullMethodName      = "/cairn.storage.Storage/Defragment"
@@ -58,6 +59,10 @@ type StorageClient interface {
 	History(ctx context.Context, in *HistoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[HistoryResponse], error)
 	// Hash has etcd's HashKV semantics: the hash of the MVCC state at a revision.
 	Hash(ctx context.Context, in *etcdserverpb.HashKVRequest, opts ...grpc.CallOption) (*etcdserverpb.HashKVResponse, error)
+	// BackendHash has etcd's Maintenance.Hash semantics: a hash of the whole committed database, leaving out what
+	// each member writes by itself (applied index and term, compaction progress), so it is the same on every member
+	// that applied the same entries. The header carries the revision hashed.
+	BackendHash(ctx context.Context, in *etcdserverpb.HashRequest, opts ...grpc.CallOption) (*etcdserverpb.HashResponse, error)
 	// Snapshot streams a consistent copy of the whole database.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
 	// Status reports applied index, revisions, database size and health.
@@ -134,6 +139,16 @@ func (c *storageClient) Hash(ctx context.Context, in *etcdserverpb.HashKVRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(etcdserverpb.HashKVResponse)
 	err := c.cc.Invoke(ctx, Storage_Hash_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageClient) BackendHash(ctx context.Context, in *etcdserverpb.HashRequest, opts ...grpc.CallOption) (*etcdserverpb.HashResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(etcdserverpb.HashResponse)
+	err := c.cc.Invoke(ctx, Storage_BackendHash_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -260,6 +275,10 @@ type StorageServer interface {
 	History(*HistoryRequest, grpc.ServerStreamingServer[HistoryResponse]) error
 	// Hash has etcd's HashKV semantics: the hash of the MVCC state at a revision.
 	Hash(context.Context, *etcdserverpb.HashKVRequest) (*etcdserverpb.HashKVResponse, error)
+	// BackendHash has etcd's Maintenance.Hash semantics: a hash of the whole committed database, leaving out what
+	// each member writes by itself (applied index and term, compaction progress), so it is the same on every member
+	// that applied the same entries. The header carries the revision hashed.
+	BackendHash(context.Context, *etcdserverpb.HashRequest) (*etcdserverpb.HashResponse, error)
 	// Snapshot streams a consistent copy of the whole database.
 	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
 	// Status reports applied index, revisions, database size and health.
@@ -304,6 +323,9 @@ func (UnimplementedStorageServer) History(*HistoryRequest, grpc.ServerStreamingS
 }
 func (UnimplementedStorageServer) Hash(context.Context, *etcdserverpb.HashKVRequest) (*etcdserverpb.HashKVResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Hash not implemented")
+}
+func (UnimplementedStorageServer) BackendHash(context.Context, *etcdserverpb.HashRequest) (*etcdserverpb.HashResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BackendHash not implemented")
 }
 func (UnimplementedStorageServer) Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Error(codes.Unimplemented, "method Snapshot not implemented")
@@ -411,6 +433,24 @@ func _Storage_Hash_Handler(srv interface{}, ctx context.Context, dec func(interf
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(StorageServer).Hash(ctx, req.(*etcdserverpb.HashKVRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Storage_BackendHash_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(etcdserverpb.HashRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServer).BackendHash(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Storage_BackendHash_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServer).BackendHash(ctx, req.(*etcdserverpb.HashRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -552,6 +592,10 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Hash",
 			Handler:    _Storage_Hash_Handler,
+		},
+		{
+			MethodName: "BackendHash",
+			Handler:    _Storage_BackendHash_Handler,
 		},
 		{
 			MethodName: "Status",

@@ -21,7 +21,7 @@
 // A reader never sees part of an entry: Apply holds the store's write lock for one whole entry.
 //
 // The Store does no networking and no log I/O; it is deterministic: the same entries give the same state and the
-// same Hash on every member.
+// same Hash and BackendHash on every member.
 //
 // If a bbolt commit fails (for example ENOSPC), the store stops: it answers every later call with the failure, and
 // the caller must Close it and Open it again (which reloads the last committed state) before replaying the log.

@@ -172,6 +172,57 @@ func (s *Store) Hash(rev int64) (*pb.HashKVResponse, error) {
 		CompactRevision: compactRev, HashRevision: rev}, nil
 }
 
+// BackendHash is etcd's Maintenance.Hash: a CRC-32C of the whole committed bbolt database, bucket by bucket in
+// cursor order, each bucket's name followed by its keys and values. As etcd leaves out the consistent index and
+// term, it leaves out what each member writes on its own schedule (see inBackendHash), so members that applied
+// the same entries have the same hash, and any applied change to keys, leases, alarms, the compact revision or
+// the leasekeeper claim changes it. The header carries the revision hashed.
+func (s *Store) BackendHash() (*pb.HashResponse, error) {
+	tx, keep, cur, compactRev, err := s.consistentReadTx()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	err = tx.ForEach(func(bucket []byte, b *bolt.Bucket) error {
+		h.Write(bucket)
+		return b.ForEach(func(k, v []byte) error {
+			in, err := inBackendHash(bucket, k, keep, compactRev)
+			if in {
+				h.Write(k)
+				h.Write(v)
+			}
+			return err
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("backend hash at revision %d: %w", cur, err)
+	}
+	return &pb.HashResponse{Header: &pb.ResponseHeader{Revision: cur}, Hash: h.Sum32()}, nil
+}
+
+// inBackendHash reports whether BackendHash counts key k of bucket. It leaves out the meta keys a member
+// writes by itself: the consistent index and term (etcd's DefaultIgnores; an empty leader entry advances them
+// without changing data) and the finished compact revision, which records how far this member's background
+// compaction has got. For the same reason, of the key bucket's revisions at or below the compact revision it
+// counts only those the compaction keeps (as Hash does), so the hash does not depend on how many of the others
+// have been removed yet.
+func inBackendHash(bucket, k []byte, keep map[revision]struct{}, compactRev int64) (bool, error) {
+	switch {
+	case bytes.Equal(bucket, bucketMeta):
+		return !bytes.Equal(k, metaConsistentIndex) && !bytes.Equal(k, metaTerm) &&
+			!bytes.Equal(k, metaFinishedCompact), nil
+	case bytes.Equal(bucket, bucketKey):
+		rev, _, err := parseRevKey(k)
+		if err != nil {
+			return false, err
+		}
+		_, kept := keep[rev]
+		return rev.main > compactRev || kept, nil
+	}
+	return true, nil
+}
+
 // consistentReadTx commits what was applied and opens a read transaction on exactly that state, with the
 // revisions at or below the compact revision the index still holds. Applies resume as soon as it returns.
 func (s *Store) consistentReadTx() (*bolt.Tx, map[revision]struct{}, int64, int64, error) {
