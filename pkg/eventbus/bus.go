@@ -12,11 +12,13 @@ import (
 // DefaultSubjectPrefix is the subject prefix when none is configured; give each cluster sharing one NATS its own.
 const DefaultSubjectPrefix = "cairn"
 
-// Header names set on every published record.
+// Header names set on every bus message (an eventpb.AppliedBatch): the index of its first and last record,
+// the revision after its last record, and the publishing member (hex).
 const (
-	HeaderIndex    = "Cairn-Index"
-	HeaderRevision = "Cairn-Revision"
-	HeaderMember   = "Cairn-Member"
+	HeaderFirstIndex = "Cairn-First-Index"
+	HeaderIndex      = "Cairn-Index"
+	HeaderRevision   = "Cairn-Revision"
+	HeaderMember     = "Cairn-Member"
 )
 
 // Subject is the subject a member publishes its records on.
@@ -63,7 +65,7 @@ func Connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// Meta is what a consumer learns of a record from its headers, without decoding the body.
+// Meta is what a consumer learns of a record besides its body: where it sits and who published it.
 type Meta struct {
 	Index    uint64
 	Revision int64
@@ -72,18 +74,16 @@ type Meta struct {
 	Trace map[string]string
 }
 
-func metaOf(h nats.Header) Meta {
-	var m Meta
-	m.Index, _ = strconv.ParseUint(h.Get(HeaderIndex), 10, 64)
-	m.Revision, _ = strconv.ParseInt(h.Get(HeaderRevision), 10, 64)
-	m.Member, _ = strconv.ParseUint(h.Get(HeaderMember), 16, 64)
-	for _, k := range []string{"traceparent", "tracestate", "baggage"} {
-		if v := h.Get(k); v != "" {
-			if m.Trace == nil {
-				m.Trace = map[string]string{}
-			}
-			m.Trace[k] = v
-		}
-	}
-	return m
+// batchHeaders is what a message's headers say of its batch, read before the body is decoded.
+type batchHeaders struct {
+	member      uint64
+	first, last uint64
+}
+
+func headersOf(h nats.Header) batchHeaders {
+	var b batchHeaders
+	b.member, _ = strconv.ParseUint(h.Get(HeaderMember), 16, 64)
+	b.first, _ = strconv.ParseUint(h.Get(HeaderFirstIndex), 10, 64)
+	b.last, _ = strconv.ParseUint(h.Get(HeaderIndex), 10, 64)
+	return b
 }

@@ -8,8 +8,12 @@
 //   - Delivery is at most once per publisher and in order per publisher; every member publishes every record, so a
 //     consumer normally sees each index several times and must de-duplicate by index. A consumer that sees a gap
 //     in revisions (or suspects one) fills it from storage's History: the bus is the fast path, storage the truth.
-//   - Subjects are <prefix>.applied.<member id in hex>; headers carry Cairn-Index, Cairn-Revision, Cairn-Member
-//     and the W3C trace context of the storage apply span, so a watch event's trace continues the write's.
+//   - A message is an eventpb.AppliedBatch: the records a publisher had queued when it sent (one when the store is
+//     quiet, up to 512 under load, so NATS and every consumer handle far fewer messages than records; nothing
+//     waits to fill a batch). Subjects are <prefix>.applied.<member id in hex>; headers carry Cairn-First-Index,
+//     Cairn-Index (the last), Cairn-Revision and Cairn-Member, so a consumer can drop a copy it has already seen
+//     without decoding it. Each record carries the W3C trace context of its storage apply span, so a watch
+//     event's trace continues the write's.
 //
 // Embedded starts an in-process NATS server (github.com/nats-io/nats-server/v2) for `cairn dev`, for the
 // `cairn nats` child of `cairn up`, and for tests.

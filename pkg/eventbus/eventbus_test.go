@@ -2,6 +2,7 @@ package eventbus
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -254,5 +255,134 @@ func TestRecentIndexes(t *testing.T) {
 		if got := r.first(tt.index); got != tt.want {
 			t.Fatalf("first(%d) = %v, want %v", tt.index, got, tt.want)
 		}
+	}
+	// Seen now: 5, 6 (5 + window was overwritten by 5 again).
+	for _, tt := range []struct {
+		first, last uint64
+		want        bool
+	}{{5, 6, true}, {5, 5, true}, {6, 6, true}, {4, 6, false}, {5, 7, false}, {0, 6, false}, {6, 5, false}, {1, 1 + recentIndexWindow, false}} {
+		if got := r.allSeen(tt.first, tt.last); got != tt.want {
+			t.Fatalf("allSeen(%d, %d) = %v, want %v", tt.first, tt.last, got, tt.want)
+		}
+	}
+}
+
+// publishQueued queues records first..last on a publisher of member before starting it, so they leave in
+// as few messages as the batch limits allow, and stops it once they are sent.
+func publishQueued(t *testing.T, url string, member uint64, first, last uint64, rec func(uint64) *eventpb.AppliedRecord) {
+	t.Helper()
+	nc, err := Connect(url, "pub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member}, nil, quietLogger())
+	for i := first; i <= last; i++ {
+		pub.Publish(rec(i), map[string]string{"traceparent": fmt.Sprintf("00-%032x-%016x-01", i, i)})
+	}
+	pub.Start()
+	if err := pub.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPublisherBatchesWhatIsQueued(t *testing.T) {
+	big := func(index uint64) *eventpb.AppliedRecord {
+		r := record(index)
+		r.Events[0].Kv.Value = make([]byte, 1<<20)
+		return r
+	}
+	tests := []struct {
+		name      string
+		records   uint64
+		rec       func(uint64) *eventpb.AppliedRecord
+		wantMsgs  int
+		maxSizeOK int
+	}{
+		{"small records fill batches of maxBatchRecords", 1000, record, 2, 8 << 20},
+		{"a batch over the payload limit is split", 20, big, 4, 8 << 20}, // 20 MiB in halves: 4 messages of 5 MiB
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startServer(t, -1)
+			sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			var got collector
+			if _, err := Subscribe(sub, "test", got.handle); err != nil {
+				t.Fatal(err)
+			}
+			raw, err := sub.SubscribeSync(AllSubjects("test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			publishQueued(t, srv.ClientURL(), 0x1a, 1, tt.records, tt.rec)
+			waitFor(t, "all records", func() bool { return got.count(0x1a) == int(tt.records) })
+			for i, index := range got.byMember[0x1a] {
+				if index != uint64(i+1) {
+					t.Fatalf("record %d has index %d (out of order)", i, index)
+				}
+			}
+			for i, m := range got.metas {
+				if m.Index != uint64(i+1) || m.Revision != int64(m.Index)+1 || m.Member != 0x1a ||
+					m.Trace["traceparent"] != fmt.Sprintf("00-%032x-%016x-01", m.Index, m.Index) {
+					t.Fatalf("meta %d = %+v, want its own index, revision, member and trace", i, m)
+				}
+			}
+			msgs := 0
+			for {
+				msg, err := raw.NextMsg(100 * time.Millisecond)
+				if err != nil {
+					break
+				}
+				msgs++
+				if len(msg.Data) > tt.maxSizeOK {
+					t.Fatalf("message of %d bytes, over the payload limit", len(msg.Data))
+				}
+			}
+			if msgs != tt.wantMsgs {
+				t.Fatalf("%d records went in %d messages, want %d", tt.records, msgs, tt.wantMsgs)
+			}
+		})
+	}
+}
+
+// TestFirstCopiesAcrossBatchBoundaries: members batch differently, so one member's message can overlap what
+// another's already delivered; only the indexes not yet seen are handed on, once each.
+func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
+	srv := startServer(t, -1)
+	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var once collector
+	if _, err := SubscribeFirstCopies(sub, "test", once.handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	publishQueued(t, srv.ClientURL(), 0x1a, 1, 100, record)
+	waitFor(t, "member 1a's records", func() bool { return once.count(0x1a) == 100 })
+	publishQueued(t, srv.ClientURL(), 0x2b, 50, 150, record) // overlaps 50..100
+	publishQueued(t, srv.ClientURL(), 0x3c, 1, 150, record)  // all seen: not handed on
+	waitFor(t, "member 2b's new records", func() bool { return once.count(0x2b) == 50 })
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	once.mu.Lock()
+	defer once.mu.Unlock()
+	if got := once.byMember[0x2b]; got[0] != 101 || got[len(got)-1] != 150 {
+		t.Fatalf("member 2b handed on %d..%d, want 101..150", got[0], got[len(got)-1])
+	}
+	if n := len(once.byMember[0x3c]); n != 0 {
+		t.Fatalf("member 3c's copies of seen indexes handed on %d times, want none", n)
 	}
 }

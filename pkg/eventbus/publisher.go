@@ -79,6 +79,7 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer,
 func (p *Publisher) Start() { go p.run() }
 
 // Publish queues rec with the trace context to carry; it never blocks, and drops rec when the queue is full.
+// rec is the publisher's from then on (its trace field is set when it is sent).
 func (p *Publisher) Publish(rec *eventpb.AppliedRecord, trace map[string]string) {
 	select {
 	case p.queue <- queued{rec: rec, trace: trace}:
@@ -106,17 +107,25 @@ func (p *Publisher) Stop(ctx context.Context) error {
 	return p.nc.FlushWithContext(ctx)
 }
 
+// maxBatchRecords bounds the records of one bus message.
+const maxBatchRecords = 512
+
+// run sends what is queued, as one message per batch: whatever has queued up while the previous message went
+// out (one record when the store is quiet, many under load), so batching adds no wait.
 func (p *Publisher) run() {
 	defer close(p.done)
+	var batch []queued
 	for {
 		select {
 		case q := <-p.queue:
-			p.send(q)
+			batch = p.fill(append(batch[:0], q))
+			p.send(batch)
 		case <-p.stop:
 			for {
 				select {
 				case q := <-p.queue:
-					p.send(q)
+					batch = p.fill(append(batch[:0], q))
+					p.send(batch)
 				default:
 					return
 				}
@@ -125,26 +134,50 @@ func (p *Publisher) run() {
 	}
 }
 
-func (p *Publisher) send(q queued) {
-	body, err := proto.Marshal(q.rec)
+// fill adds to batch what else is queued, up to maxBatchRecords.
+func (p *Publisher) fill(batch []queued) []queued {
+	for len(batch) < maxBatchRecords {
+		select {
+		case q := <-p.queue:
+			batch = append(batch, q)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// send publishes batch as one eventpb.AppliedBatch, split in halves while it exceeds NATS' payload limit.
+func (p *Publisher) send(batch []queued) {
+	recs := make([]*eventpb.AppliedRecord, len(batch))
+	for i, q := range batch {
+		q.rec.Trace = q.trace
+		recs[i] = q.rec
+	}
+	first, last := recs[0], recs[len(recs)-1]
+	body, err := proto.Marshal(&eventpb.AppliedBatch{Records: recs})
 	if err != nil {
-		p.dropped.Inc()
-		p.logger.Error("applied record not encodable", "index", q.rec.GetIndex(), "err", err)
+		p.dropped.Add(float64(len(batch)))
+		p.logger.Error("applied records not encodable", "first_index", first.GetIndex(), "last_index", last.GetIndex(), "err", err)
+		return
+	}
+	if int64(len(body)) > p.nc.MaxPayload() && len(batch) > 1 {
+		half := len(batch) / 2
+		p.send(batch[:half])
+		p.send(batch[half:])
 		return
 	}
 	msg := &nats.Msg{Subject: p.subject, Data: body, Header: nats.Header{}}
-	msg.Header.Set(HeaderIndex, strconv.FormatUint(q.rec.GetIndex(), 10))
-	msg.Header.Set(HeaderRevision, strconv.FormatInt(q.rec.GetRevision(), 10))
+	msg.Header.Set(HeaderFirstIndex, strconv.FormatUint(first.GetIndex(), 10))
+	msg.Header.Set(HeaderIndex, strconv.FormatUint(last.GetIndex(), 10))
+	msg.Header.Set(HeaderRevision, strconv.FormatInt(last.GetRevision(), 10))
 	msg.Header.Set(HeaderMember, strconv.FormatUint(p.cfg.MemberID, 16))
-	for k, v := range q.trace {
-		msg.Header.Set(k, v)
-	}
 	if err := p.nc.PublishMsg(msg); err != nil {
-		p.dropped.Inc()
-		p.logDropped(q.rec.GetIndex(), err)
+		p.dropped.Add(float64(len(batch)))
+		p.logDropped(last.GetIndex(), err)
 		return
 	}
-	p.published.Inc()
+	p.published.Add(float64(len(batch)))
 }
 
 // logDropped logs a refused publish at most every few seconds: while NATS is away every record fails the same way.

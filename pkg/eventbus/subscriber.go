@@ -20,24 +20,29 @@ func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription
 }
 
 // SubscribeFirstCopies is Subscribe for a consumer that needs each log index once: every member publishes
-// the same record, and only the first copy of a recent index to arrive is decoded and handed on (from the
-// index in its headers, before its body is decoded). A copy of an index too old to be remembered is handed
-// on again, so the consumer must still tolerate the odd duplicate.
+// the same records, and only the first copy of a recent index to arrive is handed on. A message whose every
+// index (from the first and last index in its headers) was already handed on is not even decoded. A copy of
+// an index too old to be remembered is handed on again, so the consumer must still tolerate the odd duplicate.
 func SubscribeFirstCopies(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
 	return subscribe(nc, prefix, handle, newRecentIndexes())
 }
 
 func subscribe(nc *nats.Conn, prefix string, handle Handler, seen *recentIndexes) (*nats.Subscription, error) {
 	sub, err := nc.Subscribe(AllSubjects(prefix), func(msg *nats.Msg) {
-		meta := metaOf(msg.Header)
-		if seen != nil && !seen.first(meta.Index) {
+		h := headersOf(msg.Header)
+		if seen != nil && seen.allSeen(h.first, h.last) {
 			return
 		}
-		var rec eventpb.AppliedRecord
-		if err := proto.Unmarshal(msg.Data, &rec); err != nil {
+		var batch eventpb.AppliedBatch
+		if err := proto.Unmarshal(msg.Data, &batch); err != nil {
 			return
 		}
-		handle(&rec, meta)
+		for _, rec := range batch.Records {
+			if seen != nil && !seen.first(rec.Index) {
+				continue
+			}
+			handle(rec, Meta{Index: rec.Index, Revision: rec.Revision, Member: h.member, Trace: rec.Trace})
+		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("subscribe to %s: %w", AllSubjects(prefix), err)
@@ -59,6 +64,19 @@ type recentIndexes struct{ ring []uint64 }
 
 func newRecentIndexes() *recentIndexes {
 	return &recentIndexes{ring: make([]uint64, recentIndexWindow)}
+}
+
+// allSeen reports whether every index from first to last was seen; it remembers nothing.
+func (r *recentIndexes) allSeen(first, last uint64) bool {
+	if first == 0 || last < first || last-first >= recentIndexWindow {
+		return false
+	}
+	for index := first; index <= last; index++ {
+		if r.ring[index%recentIndexWindow] != index {
+			return false
+		}
+	}
+	return true
 }
 
 // first reports whether index is seen for the first time (index 0, unknown, always is) and remembers it.

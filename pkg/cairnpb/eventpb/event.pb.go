@@ -73,7 +73,7 @@ func (x LeaseChange_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaseChange_Type.Descriptor instead.
 func (LeaseChange_Type) EnumDescriptor() ([]byte, []int) {
-	return file_eventpb_event_proto_rawDescGZIP(), []int{1, 0}
+	return file_eventpb_event_proto_rawDescGZIP(), []int{2, 0}
 }
 
 // AppliedRecord is what one applied log entry changed on one member's storage, as that storage publishes it on
@@ -97,6 +97,8 @@ type AppliedRecord struct {
 	// alarms_changed says the entry changed the alarms; alarms are then the ones now active.
 	AlarmsChanged bool                        `protobuf:"varint,8,opt,name=alarms_changed,json=alarmsChanged,proto3" json:"alarms_changed,omitempty"`
 	Alarms        []*etcdserverpb.AlarmMember `protobuf:"bytes,9,rep,name=alarms,proto3" json:"alarms,omitempty"`
+	// trace is the W3C trace context (traceparent, tracestate) of the storage apply span, if it was recorded.
+	Trace         map[string]string `protobuf:"bytes,10,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +196,58 @@ func (x *AppliedRecord) GetAlarms() []*etcdserverpb.AlarmMember {
 	return nil
 }
 
+func (x *AppliedRecord) GetTrace() map[string]string {
+	if x != nil {
+		return x.Trace
+	}
+	return nil
+}
+
+// AppliedBatch is one bus message: the records one member's publisher had queued, in index order.
+type AppliedBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*AppliedRecord       `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppliedBatch) Reset() {
+	*x = AppliedBatch{}
+	mi := &file_eventpb_event_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedBatch) ProtoMessage() {}
+
+func (x *AppliedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_eventpb_event_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedBatch.ProtoReflect.Descriptor instead.
+func (*AppliedBatch) Descriptor() ([]byte, []int) {
+	return file_eventpb_event_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *AppliedBatch) GetRecords() []*AppliedRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 // LeaseChange is one change to one lease.
 type LeaseChange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -207,7 +261,7 @@ type LeaseChange struct {
 
 func (x *LeaseChange) Reset() {
 	*x = LeaseChange{}
-	mi := &file_eventpb_event_proto_msgTypes[1]
+	mi := &file_eventpb_event_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +273,7 @@ func (x *LeaseChange) String() string {
 func (*LeaseChange) ProtoMessage() {}
 
 func (x *LeaseChange) ProtoReflect() protoreflect.Message {
-	mi := &file_eventpb_event_proto_msgTypes[1]
+	mi := &file_eventpb_event_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +286,7 @@ func (x *LeaseChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseChange.ProtoReflect.Descriptor instead.
 func (*LeaseChange) Descriptor() ([]byte, []int) {
-	return file_eventpb_event_proto_rawDescGZIP(), []int{1}
+	return file_eventpb_event_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LeaseChange) GetType() LeaseChange_Type {
@@ -267,7 +321,7 @@ var File_eventpb_event_proto protoreflect.FileDescriptor
 
 const file_eventpb_event_proto_rawDesc = "" +
 	"\n" +
-	"\x13eventpb/event.proto\x12\x0ecairn.event.v1\x1a\trpc.proto\x1a\x18etcd/api/mvccpb/kv.proto\"\xd3\x02\n" +
+	"\x13eventpb/event.proto\x12\x0ecairn.event.v1\x1a\trpc.proto\x1a\x18etcd/api/mvccpb/kv.proto\"\xcd\x03\n" +
 	"\rAppliedRecord\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
@@ -277,7 +331,15 @@ const file_eventpb_event_proto_rawDesc = "" +
 	"\x06leases\x18\x06 \x03(\v2\x1b.cairn.event.v1.LeaseChangeR\x06leases\x12)\n" +
 	"\x10compact_revision\x18\a \x01(\x03R\x0fcompactRevision\x12%\n" +
 	"\x0ealarms_changed\x18\b \x01(\bR\ralarmsChanged\x121\n" +
-	"\x06alarms\x18\t \x03(\v2\x19.etcdserverpb.AlarmMemberR\x06alarms\"\xcb\x01\n" +
+	"\x06alarms\x18\t \x03(\v2\x19.etcdserverpb.AlarmMemberR\x06alarms\x12>\n" +
+	"\x05trace\x18\n" +
+	" \x03(\v2(.cairn.event.v1.AppliedRecord.TraceEntryR\x05trace\x1a8\n" +
+	"\n" +
+	"TraceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\fAppliedBatch\x127\n" +
+	"\arecords\x18\x01 \x03(\v2\x1d.cairn.event.v1.AppliedRecordR\arecords\"\xcb\x01\n" +
 	"\vLeaseChange\x124\n" +
 	"\x04type\x18\x01 \x01(\x0e2 .cairn.event.v1.LeaseChange.TypeR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x03R\x02id\x12\x10\n" +
@@ -302,24 +364,28 @@ func file_eventpb_event_proto_rawDescGZIP() []byte {
 }
 
 var file_eventpb_event_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_eventpb_event_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_eventpb_event_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_eventpb_event_proto_goTypes = []any{
 	(LeaseChange_Type)(0),            // 0: cairn.event.v1.LeaseChange.Type
 	(*AppliedRecord)(nil),            // 1: cairn.event.v1.AppliedRecord
-	(*LeaseChange)(nil),              // 2: cairn.event.v1.LeaseChange
-	(*mvccpb.Event)(nil),             // 3: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil), // 4: etcdserverpb.AlarmMember
+	(*AppliedBatch)(nil),             // 2: cairn.event.v1.AppliedBatch
+	(*LeaseChange)(nil),              // 3: cairn.event.v1.LeaseChange
+	nil,                              // 4: cairn.event.v1.AppliedRecord.TraceEntry
+	(*mvccpb.Event)(nil),             // 5: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil), // 6: etcdserverpb.AlarmMember
 }
 var file_eventpb_event_proto_depIdxs = []int32{
-	3, // 0: cairn.event.v1.AppliedRecord.events:type_name -> mvccpb.Event
-	2, // 1: cairn.event.v1.AppliedRecord.leases:type_name -> cairn.event.v1.LeaseChange
-	4, // 2: cairn.event.v1.AppliedRecord.alarms:type_name -> etcdserverpb.AlarmMember
-	0, // 3: cairn.event.v1.LeaseChange.type:type_name -> cairn.event.v1.LeaseChange.Type
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 0: cairn.event.v1.AppliedRecord.events:type_name -> mvccpb.Event
+	3, // 1: cairn.event.v1.AppliedRecord.leases:type_name -> cairn.event.v1.LeaseChange
+	6, // 2: cairn.event.v1.AppliedRecord.alarms:type_name -> etcdserverpb.AlarmMember
+	4, // 3: cairn.event.v1.AppliedRecord.trace:type_name -> cairn.event.v1.AppliedRecord.TraceEntry
+	1, // 4: cairn.event.v1.AppliedBatch.records:type_name -> cairn.event.v1.AppliedRecord
+	0, // 5: cairn.event.v1.LeaseChange.type:type_name -> cairn.event.v1.LeaseChange.Type
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_eventpb_event_proto_init() }
@@ -333,7 +399,7 @@ func file_eventpb_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_eventpb_event_proto_rawDesc), len(file_eventpb_event_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
