@@ -221,9 +221,10 @@ type endpointStatusJSON struct {
 			MemberID uint64 `json:"member_id"`
 			Revision int64  `json:"revision"`
 		} `json:"header"`
-		Version string `json:"version"`
-		Leader  uint64 `json:"leader"`
-		DbSize  int64  `json:"dbSize"`
+		Version        string `json:"version"`
+		StorageVersion string `json:"storageVersion"`
+		Leader         uint64 `json:"leader"`
+		DbSize         int64  `json:"dbSize"`
 	} `json:"Status"`
 }
 

@@ -32,7 +32,7 @@ const grpcOverheadBytes = 512 * 1024
 // Config configures a frontend. Flag names and defaults are etcd's where etcd has the setting.
 type Config struct {
 	// Name is the frontend's name (--name). When a member has the same name, that member is this
-	// frontend's home member: Status, HashKV and Snapshot describe it, as an etcd endpoint describes itself.
+	// frontend's home member: Status, Hash, HashKV and Snapshot describe it, as an etcd endpoint describes itself.
 	Name string
 	// ListenClientURLs are where the etcd API (gRPC and the JSON gateway on one port) is served
 	// (--listen-client-urls); port 0 picks a free port (see ClientURLs).
@@ -88,7 +88,7 @@ func DefaultConfig() Config {
 
 // RegisterFlags binds the configuration to etcd-named flags on fs; the current values are the defaults.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Name, "name", c.Name, "Name of this frontend; a member of the same name is its home member (Status, HashKV, Snapshot).")
+	fs.StringVar(&c.Name, "name", c.Name, "Name of this frontend; a member of the same name is its home member (Status, Hash, HashKV, Snapshot).")
 	fs.Var((*config.URLList)(&c.ListenClientURLs), "listen-client-urls", "List of URLs to listen on for client traffic (gRPC and HTTP).")
 	fs.Var((*config.URLList)(&c.AdvertiseClientURLs), "advertise-client-urls", "List of this frontend's client URLs to advertise to the public.")
 	fs.Var((*config.URLList)(&c.ListenMetricsURLs), "listen-metrics-urls", "List of URLs to listen on for /metrics and the health endpoints.")

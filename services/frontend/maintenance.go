@@ -12,11 +12,13 @@ import (
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 )
 
-// Versions Cairn reports: the etcd API version it implements (clients gate features on it) and the cluster
-// version (major.minor) Downgrade answers with.
+// Versions Cairn reports: the etcd API version it implements (clients gate features on it), the cluster
+// version (major.minor) Downgrade answers with, and the storage version Status reports (etcd v3.7.3's:
+// etcdctl endpoint status shows it as STORAGE VERSION).
 const (
 	ServerVersion  = "3.7.3"
 	ClusterVersion = "3.7"
+	StorageVersion = "3.7.0"
 )
 
 var errUnknownMethod = status.Error(codes.Unknown, "etcdserver: unknown method")
@@ -57,7 +59,7 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 		Header: &pb.ResponseHeader{Revision: st.Revision}, Version: ServerVersion,
 		DbSize: st.DbSize, DbSizeInUse: st.DbSizeInUse, Leader: st.Leader, RaftIndex: st.RaftIndex,
 		RaftTerm: st.RaftTerm, RaftAppliedIndex: st.AppliedIndex, DbSizeQuota: st.DbSizeQuota,
-		DowngradeInfo: &pb.DowngradeInfo{},
+		DowngradeInfo: &pb.DowngradeInfo{}, StorageVersion: StorageVersion,
 	}
 	if m, ok := v.memberOf(st.MemberId); ok {
 		resp.IsLearner = m.IsLearner

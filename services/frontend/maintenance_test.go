@@ -106,7 +106,8 @@ func TestMaintenance(t *testing.T) {
 			home := c.Members()[i]
 			if st.Header.MemberId != home.ID() || st.Leader != leader.ID() || st.RaftTerm == 0 || st.RaftIndex == 0 ||
 				st.RaftAppliedIndex == 0 || st.DbSize <= 0 || st.DbSizeInUse <= 0 || st.DbSizeInUse > st.DbSize ||
-				st.DbSizeQuota != 2<<30 || st.IsLearner || len(st.Errors) != 0 || st.Header.ClusterId == 0 {
+				st.DbSizeQuota != 2<<30 || st.IsLearner || len(st.Errors) != 0 || st.Header.ClusterId == 0 ||
+				st.StorageVersion != "3.7.0" {
 				t.Errorf("status through %s: %+v", fe.Name, st)
 			}
 		}

@@ -106,7 +106,7 @@ type view struct {
 	// nearestFirst starts with the home member's storage, then the healthy ones by round trip, then the
 	// unhealthy ones.
 	nearestFirst []*storageReplica
-	// home is the member this frontend speaks for in Status, HashKV and Snapshot (nil when unknown).
+	// home is the member this frontend speaks for in Status, Hash, HashKV and Snapshot (nil when unknown).
 	home *storageReplica
 	// consensusLeaderFirst starts with the leader's consensus, then the healthy ones, then the others.
 	consensusLeaderFirst []*consensusReplica
