@@ -113,7 +113,7 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	if err != nil {
 		return nil, err
 	}
-	v.fillHeader(responseHeader(resp), served)
+	v.fillHeader(resp.ResponseHeader(), served)
 	return resp, nil
 }
 
@@ -137,33 +137,4 @@ func readOnlyRequest(req *pb.InternalRaftRequest) (readOnly, serializable bool) 
 		return req.Alarm.Action == pb.AlarmRequest_GET, true
 	}
 	return false, false
-}
-
-// responseHeader returns the header of whichever response resp holds, creating it when storage sent none.
-func responseHeader(resp *storagepb.SubmitResponse) *pb.ResponseHeader {
-	slot := func(h **pb.ResponseHeader) *pb.ResponseHeader {
-		if *h == nil {
-			*h = &pb.ResponseHeader{}
-		}
-		return *h
-	}
-	switch r := resp.Response.(type) {
-	case *storagepb.SubmitResponse_Put:
-		return slot(&r.Put.Header)
-	case *storagepb.SubmitResponse_DeleteRange:
-		return slot(&r.DeleteRange.Header)
-	case *storagepb.SubmitResponse_Txn:
-		return slot(&r.Txn.Header)
-	case *storagepb.SubmitResponse_Compaction:
-		return slot(&r.Compaction.Header)
-	case *storagepb.SubmitResponse_LeaseGrant:
-		return slot(&r.LeaseGrant.Header)
-	case *storagepb.SubmitResponse_LeaseRevoke:
-		return slot(&r.LeaseRevoke.Header)
-	case *storagepb.SubmitResponse_LeaseCheckpoint:
-		return slot(&r.LeaseCheckpoint.Header)
-	case *storagepb.SubmitResponse_Alarm:
-		return slot(&r.Alarm.Header)
-	}
-	return nil
 }

@@ -238,13 +238,34 @@ func TestMaintenance(t *testing.T) {
 				notLeaderFE = fe.URL
 			}
 		}
+		before, err := c.Client(t, notLeaderFE).Put(ctx, "maint/term", "before")
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := c.Client(t, notLeaderFE).MoveLeader(ctx, target.ID()); err != nil {
 			t.Fatal(err)
+		}
+		// Headers carry the new term at once, as etcd's do (not a status probe's term from before the move).
+		after, err := c.Client(t, notLeaderFE).Put(ctx, "maint/term", "after")
+		if err != nil {
+			t.Fatal(err)
+		}
+		read, err := c.Client(t, notLeaderFE).Get(ctx, "maint/term", clientv3.WithSerializable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Client(t, notLeaderFE).Status(ctx, notLeaderFE)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.Header.RaftTerm <= before.Header.RaftTerm || after.Header.RaftTerm != st.RaftTerm || read.Header.RaftTerm != st.RaftTerm {
+			t.Fatalf("raft_term before the move %d, of the put after it %d, of a read %d; the member's term is %d",
+				before.Header.RaftTerm, after.Header.RaftTerm, read.Header.RaftTerm, st.RaftTerm)
 		}
 		if got := c.Leader(10 * time.Second); got != target {
 			t.Fatalf("leader is %s, want %s", got.Name, target.Name)
 		}
-		_, err := c.Client(t, notLeaderFE).MoveLeader(ctx, 12345)
+		_, err = c.Client(t, notLeaderFE).MoveLeader(ctx, 12345)
 		wantStatus(t, "move leader to a stranger", err, rpctypes.ErrGRPCBadLeaderTransferee)
 	})
 }

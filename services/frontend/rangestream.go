@@ -43,7 +43,7 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 	if err != nil {
 		return err
 	}
-	header := &pb.ResponseHeader{Revision: first.Header.GetRevision()}
+	header := &pb.ResponseHeader{Revision: first.Header.GetRevision(), RaftTerm: first.Header.GetRaftTerm()}
 	v.fillHeader(header, served)
 	if r.CountOnly {
 		return stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Header: header, Count: first.Count}})

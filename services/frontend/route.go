@@ -95,7 +95,8 @@ func replyError(ctx context.Context, err error) error {
 }
 
 // fillHeader completes a response header as etcd does: the serving member, its raft term and the cluster.
-// The revision is the storage's.
+// The revision is the storage's, and so is the raft term when storage set it (the term of the last entry it
+// applied); otherwise the term the replica's last probe reported.
 func (v *view) fillHeader(h *pb.ResponseHeader, r *storageReplica) {
 	if h == nil {
 		return
@@ -103,6 +104,11 @@ func (v *view) fillHeader(h *pb.ResponseHeader, r *storageReplica) {
 	h.ClusterId = v.clusterID
 	if r != nil {
 		h.MemberId = r.memberID.Load()
+	}
+	if h.RaftTerm > 0 {
+		return
+	}
+	if r != nil {
 		if term := r.term.Load(); term > 0 {
 			h.RaftTerm = term
 			return

@@ -29,6 +29,10 @@ func (s *Storage) SubmitFenced(ctx context.Context, req *pb.InternalRaftRequest,
 	start := time.Now()
 	resp, err := s.submit(ctx, req, keeperEpoch)
 	s.metrics.observeSubmit(req, err, time.Since(start))
+	if h := resp.ResponseHeader(); h != nil {
+		// The term of the last entry applied: at least the term this write was committed in.
+		h.RaftTerm = s.currentStore().Position().AppliedTerm
+	}
 	return resp, err
 }
 
@@ -223,7 +227,12 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		}
 	}
 	var resp *pb.RangeResponse
-	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.Range(r); return err })
+	err := s.withStore(func(st *mvcc.Store) (err error) {
+		if resp, err = st.Range(r); err == nil {
+			resp.Header.RaftTerm = st.Position().AppliedTerm
+		}
+		return err
+	})
 	return resp, err
 }
 
