@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -59,6 +60,31 @@ func (c *collector) count(member uint64) int {
 	return len(c.byMember[member])
 }
 
+// subscribeAll connects a subscriber to srv and subscribes each collector to prefix "test" (with
+// SubscribeFirstCopies when its value is true, Subscribe otherwise); the subscriptions are known to the server
+// when it returns, and the connection closes with the test.
+func subscribeAll(t *testing.T, srv *Embedded, collectors map[*collector]bool) *nats.Conn {
+	t.Helper()
+	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	for c, firstCopies := range collectors {
+		subscribe := Subscribe
+		if firstCopies {
+			subscribe = SubscribeFirstCopies
+		}
+		if _, err := subscribe(sub, "test", c.handle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -72,18 +98,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestPublishSubscribeInOrderPerMember(t *testing.T) {
 	srv := startServer(t, -1)
-	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	var got collector
-	if _, err := Subscribe(sub, "test", got.handle); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	subscribeAll(t, srv, map[*collector]bool{&got: false})
 	const records = 500
 	for _, member := range []uint64{0x1a, 0x2b} {
 		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
@@ -190,21 +206,8 @@ func TestPublisherSurvivesServerRestart(t *testing.T) {
 
 func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 	srv := startServer(t, -1)
-	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	var once, all collector
-	if _, err := SubscribeFirstCopies(sub, "test", once.handle); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Subscribe(sub, "test", all.handle); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeAll(t, srv, map[*collector]bool{&once: true, &all: false})
 	const records = 300
 	members := []uint64{0x1a, 0x2b, 0x3c}
 	for _, member := range members {
@@ -305,15 +308,8 @@ func TestPublisherBatchesWhatIsQueued(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := startServer(t, -1)
-			sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Close()
 			var got collector
-			if _, err := Subscribe(sub, "test", got.handle); err != nil {
-				t.Fatal(err)
-			}
+			sub := subscribeAll(t, srv, map[*collector]bool{&got: false})
 			raw, err := sub.SubscribeSync(AllSubjects("test"))
 			if err != nil {
 				t.Fatal(err)
@@ -356,18 +352,8 @@ func TestPublisherBatchesWhatIsQueued(t *testing.T) {
 // another's already delivered; only the indexes not yet seen are handed on, once each.
 func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
 	srv := startServer(t, -1)
-	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
 	var once collector
-	if _, err := SubscribeFirstCopies(sub, "test", once.handle); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	sub := subscribeAll(t, srv, map[*collector]bool{&once: true})
 	publishQueued(t, srv.ClientURL(), 0x1a, 1, 100, record)
 	waitFor(t, "member 1a's records", func() bool { return once.count(0x1a) == 100 })
 	publishQueued(t, srv.ClientURL(), 0x2b, 50, 150, record) // overlaps 50..100

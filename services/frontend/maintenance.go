@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
 )
 
 // Versions Cairn reports: the etcd API version it implements (clients gate features on it), the cluster
@@ -81,38 +82,33 @@ func (s *maintenanceServer) Status(ctx context.Context, _ *pb.StatusRequest) (*p
 // Hash is the home member's hash of its whole backend (storage's BackendHash). Its value is Cairn's own (the
 // bbolt layout is not etcd's), equal on members that applied the same entries.
 func (s *maintenanceServer) Hash(ctx context.Context, _ *pb.HashRequest) (*pb.HashResponse, error) {
-	v, home, err := s.f.home()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.f.cfg.RequestTimeout)
-	defer cancel()
-	resp, err := home.client().BackendHash(ctx)
-	if err != nil {
-		return nil, replyError(ctx, err)
-	}
-	if resp.Header == nil {
-		resp.Header = &pb.ResponseHeader{}
-	}
-	v.fillHeader(resp.Header, home)
-	return resp, nil
+	return askHome(ctx, s.f, func(ctx context.Context, c *storageclient.Client) (*pb.HashResponse, error) {
+		return c.BackendHash(ctx)
+	})
 }
 
 func (s *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	v, home, err := s.f.home()
+	return askHome(ctx, s.f, func(ctx context.Context, c *storageclient.Client) (*pb.HashKVResponse, error) {
+		return c.Hash(ctx, r.Revision)
+	})
+}
+
+// askHome calls the home member's storage, bounded by the request timeout, and completes the answer's header
+// (storage sets its revision).
+func askHome[R interface{ GetHeader() *pb.ResponseHeader }](ctx context.Context, f *Frontend,
+	call func(context.Context, *storageclient.Client) (R, error)) (R, error) {
+	var none R
+	v, home, err := f.home()
 	if err != nil {
-		return nil, err
+		return none, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.f.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, f.cfg.RequestTimeout)
 	defer cancel()
-	resp, err := home.client().Hash(ctx, r.Revision)
+	resp, err := call(ctx, home.client())
 	if err != nil {
-		return nil, replyError(ctx, err)
+		return none, replyError(ctx, err)
 	}
-	if resp.Header == nil {
-		resp.Header = &pb.ResponseHeader{}
-	}
-	v.fillHeader(resp.Header, home)
+	v.fillHeader(resp.GetHeader(), home)
 	return resp, nil
 }
 
