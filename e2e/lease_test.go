@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -95,13 +93,8 @@ func at(s []string, i int) string {
 
 // keeperActive reads a leasekeeper child's /metrics: whether it is the active keeper.
 func (s *upStack) keeperActive(t *testing.T, name string) bool {
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.child(t, name).Ports["metrics"]))
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return strings.Contains(string(body), "\ncairn_leasekeeper_active 1\n")
+	active, ok := s.metric(t, name, "cairn_leasekeeper_active")
+	return ok && active == 1
 }
 
 // TestLeasekeeperKill9OnCairnUp kill -9s the active leasekeeper process of `cairn up` under client/v3 traffic:

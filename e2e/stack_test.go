@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -126,6 +128,27 @@ func (s *upStack) child(t testing.TB, name string) supervisor.ChildStatus {
 		t.Fatalf("stack.json has no child %q", name)
 	}
 	return child
+}
+
+// metric reads an unlabelled series from a child's /metrics; false when the child does not answer or has no
+// such series.
+func (s *upStack) metric(t testing.TB, child, series string) (float64, bool) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", s.child(t, child).Ports["metrics"]))
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(body)) {
+		if value, found := strings.CutPrefix(strings.TrimSpace(line), series+" "); found {
+			v, err := strconv.ParseFloat(value, 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }
 
 // stop sends SIGTERM to cairn up and checks that it and every child exit cleanly.

@@ -138,6 +138,16 @@ func testClientV3Watches(t *testing.T, s *upStack) {
 			from = resp.Header.Revision
 		}
 	}
+	// The bus brings the puts to the hubs a moment after they are acknowledged: wait until both hubs have all
+	// three, so each watch below gets them in one 3 MiB catch-up response.
+	waitFor(t, 10*time.Second, "the hubs to have the big puts", func() bool {
+		for _, hub := range []string{"watchhub-1", "watchhub-2"} {
+			if head, ok := s.metric(t, hub, "cairn_watchhub_head_revision"); !ok || int64(head) < from+2 {
+				return false
+			}
+		}
+		return true
+	})
 	small, err := clientv3.New(clientv3.Config{Endpoints: s.endpoints, DialTimeout: 5 * time.Second, MaxCallRecvMsgSize: 3 << 20})
 	if err != nil {
 		t.Fatal(err)
