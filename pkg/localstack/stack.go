@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,11 @@ type Config struct {
 	// Env holds extra "KEY=value" entries for every child (the children inherit this process's environment,
 	// OTEL_EXPORTER_OTLP_ENDPOINT included).
 	Env []string
+	// ChildGOMAXPROCS is every child's GOMAXPROCS. 0 means the GOMAXPROCS environment variable when it is set
+	// (the children inherit it), else max(1, cores/4): the stack's processes share this machine's cores, and a
+	// Go runtime per process running (and spinning for work) on every core costs more than it gives — on 2
+	// cores, 1 per child gave 10-15% more puts per second than Go's default.
+	ChildGOMAXPROCS int
 	// ReadyTimeout bounds each child's wait to become healthy during Start. Default 60s.
 	ReadyTimeout time.Duration
 	// StopTimeout is how long a child may take to stop after SIGTERM before SIGKILL. Default 10s.
@@ -76,9 +82,24 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// childEnv is the environment every child gets on top of this process's (see ChildGOMAXPROCS).
+func (c Config) childEnv() []string {
+	procs := c.ChildGOMAXPROCS
+	if procs == 0 {
+		if _, set := os.LookupEnv("GOMAXPROCS"); set {
+			return c.Env
+		}
+		procs = max(1, runtime.NumCPU()/4)
+	}
+	return append([]string{"GOMAXPROCS=" + strconv.Itoa(procs)}, c.Env...)
+}
+
 // Validate reports what makes the configuration unusable.
 func (c Config) Validate() error {
 	var errs []error
+	if c.ChildGOMAXPROCS < 0 {
+		errs = append(errs, fmt.Errorf("localstack: negative child GOMAXPROCS %d", c.ChildGOMAXPROCS))
+	}
 	if c.Binary == "" {
 		errs = append(errs, errors.New("localstack: no cairn binary"))
 	}
@@ -214,7 +235,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		specs = append(specs, supervisor.ChildSpec{
 			Name:      name,
 			Argv:      argv,
-			Env:       s.cfg.Env,
+			Env:       s.cfg.childEnv(),
 			LogFile:   filepath.Join(s.logDir(), name+".log"),
 			Ports:     s.plan.layout.Ports[name],
 			DependsOn: deps,

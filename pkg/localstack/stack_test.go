@@ -2,7 +2,10 @@ package localstack
 
 import (
 	"maps"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -161,6 +164,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no binary", Config{DataDir: "d"}, "no cairn binary"},
 		{"no data dir", Config{Binary: "cairn"}, "no data dir"},
 		{"negative members", Config{Binary: "cairn", DataDir: "d", Members: -1}, "negative member"},
+		{"negative child GOMAXPROCS", Config{Binary: "cairn", DataDir: "d", ChildGOMAXPROCS: -2}, "negative child GOMAXPROCS"},
 		{"bad port", Config{Binary: "cairn", DataDir: "d", ClientPort: 70000}, "out of range"},
 		{"unknown service", Config{Binary: "cairn", DataDir: "d", ExtraArgs: map[string][]string{"etcd": nil}}, "unknown service"},
 	}
@@ -169,6 +173,39 @@ func TestConfigValidate(t *testing.T) {
 			err := tt.cfg.Validate()
 			if (tt.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.want)) {
 				t.Fatalf("Validate: %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestChildGOMAXPROCS(t *testing.T) {
+	auto := "GOMAXPROCS=" + strconv.Itoa(max(1, runtime.NumCPU()/4))
+	tests := []struct {
+		name     string
+		procs    int
+		environ  string // GOMAXPROCS of this process; "" for unset
+		extraEnv []string
+		want     []string
+	}{
+		{"auto", 0, "", nil, []string{auto}},
+		{"auto keeps the extra env after it", 0, "", []string{"A=b"}, []string{auto, "A=b"}},
+		{"inherited from the environment", 0, "3", nil, nil},
+		{"explicit wins over the environment", 2, "3", nil, []string{"GOMAXPROCS=2"}},
+		{"an extra env entry wins (it comes later)", 2, "", []string{"GOMAXPROCS=5"}, []string{"GOMAXPROCS=2", "GOMAXPROCS=5"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.environ != "" {
+				t.Setenv("GOMAXPROCS", tt.environ)
+			} else if old, set := os.LookupEnv("GOMAXPROCS"); set {
+				t.Setenv("GOMAXPROCS", old) // restored after the test
+				_ = os.Unsetenv("GOMAXPROCS")
+			}
+			_, children := testStack(t, Config{ChildGOMAXPROCS: tt.procs, Env: tt.extraEnv})
+			for _, spec := range children {
+				if !slices.Equal(spec.Env, tt.want) {
+					t.Fatalf("%s env %v, want %v", spec.Name, spec.Env, tt.want)
+				}
 			}
 		})
 	}
