@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cairn-kv/cairn/pkg/supervisor"
+	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
 // cairnBinary is the binary under test, built once by TestMain.
@@ -246,13 +247,7 @@ func runEtcdctl(t testing.TB, etcdctl string, endpoints []string, stdin string, 
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, 100*time.Millisecond, what, cond)
 }
 
 // prefixWriter prefixes every line, so the stack's own log stands apart in verbose test output.

@@ -22,6 +22,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/keeperclaim"
 	"github.com/cairn-kv/cairn/pkg/loopback"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/pkg/testwait"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -66,14 +67,7 @@ func (kp *keeperProcess) active() bool {
 
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return time.Since(start)
+	return testwait.Until(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 // TestLeasekeeperProcessesKill9 runs two `cairn leasekeeper` processes on one storage and NATS, kill -9s the

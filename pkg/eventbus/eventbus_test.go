@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
+	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -87,13 +88,7 @@ func subscribeAll(t *testing.T, srv *Embedded, collectors map[*collector]bool) *
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, 5*time.Millisecond, what, cond)
 }
 
 func TestPublishSubscribeInOrderPerMember(t *testing.T) {

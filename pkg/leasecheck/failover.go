@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/keeperclaim"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
 // Failover is what the check needs of the cluster under test.
@@ -146,11 +147,5 @@ func checkExpiry(ctx context.Context, t *testing.T, cli *clientv3.Client, last t
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, d, 20*time.Millisecond, what, cond)
 }

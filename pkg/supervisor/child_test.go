@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
 // The test binary doubles as the supervised child: with childModeEnv set, TestMain runs one of the modes
@@ -139,13 +141,7 @@ func alive(pid int) bool {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 func startSupervisor(t *testing.T, cfg Config) *Supervisor {

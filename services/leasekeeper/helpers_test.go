@@ -17,6 +17,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/pkg/testwait"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/storage"
 )
@@ -161,13 +162,7 @@ func leaseClient(t testing.TB, k *Keeper) pb.LeaseClient {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, 10*time.Millisecond, what, cond)
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

@@ -10,6 +10,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
 // testMember is a running storage on loopback with its log and a client of its gRPC API.
@@ -59,13 +60,7 @@ func startMember(t testing.TB, cfg Config, log commitlog.Log, tel *obs.Telemetry
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, 5*time.Millisecond, what, cond)
 }
 
 func ctxT(t *testing.T) context.Context {

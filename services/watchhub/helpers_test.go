@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/loopback"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/pkg/testwait"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -238,13 +239,7 @@ func ctxT(t testing.TB) context.Context {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, 5*time.Millisecond, what, cond)
 }
 
 // rawStream is a raw etcdserverpb Watch stream whose responses are collected by a goroutine.

@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+
+	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
 // recorder is the raft side of a transport under test: it records what the transport hands it.
@@ -131,13 +133,7 @@ func msg(typ raftpb.MessageType, from, to uint64, payload int) *raftpb.Message {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, 2*time.Millisecond, what, cond)
 }
 
 func pair(t *testing.T) (a, b *member) {
