@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
 	"github.com/cairn-kv/cairn/pkg/testwait"
@@ -365,5 +366,76 @@ func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
 	}
 	if n := len(once.byMember[0x3c]); n != 0 {
 		t.Fatalf("member 3c's copies of seen indexes handed on %d times, want none", n)
+	}
+}
+
+// TestSubscribeLeaseChanges checks that a lease subscription gets each record once, with its position and
+// lease changes exactly as published and without the events.
+func TestSubscribeLeaseChanges(t *testing.T) {
+	srv := startServer(t, -1)
+	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var mu sync.Mutex
+	got := map[uint64]*eventpb.AppliedRecord{}
+	copies := 0
+	if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, _ Meta) {
+		mu.Lock()
+		defer mu.Unlock()
+		got[rec.Index] = rec
+		copies++
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const records = 50
+	want := func(i uint64) *eventpb.AppliedRecord {
+		rec := record(i)
+		rec.Term = 7
+		if i%3 == 0 {
+			rec.Leases = []*eventpb.LeaseChange{{Type: eventpb.LeaseChange_GRANTED, Id: int64(i), Ttl: 30},
+				{Type: eventpb.LeaseChange_CHECKPOINTED, Id: int64(i), RemainingTtl: 12}}
+		}
+		return rec
+	}
+	for _, member := range []uint64{0x1a, 0x2b} {
+		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member}, nil, quietLogger())
+		pub.Start()
+		for i := uint64(1); i <= records; i++ {
+			rec := want(i)
+			rec.MemberId = member
+			pub.Publish(rec, map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+		}
+		if err := pub.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "every index", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == records })
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if copies != records {
+		t.Fatalf("%d records handed on, want each of the %d indexes once", copies, records)
+	}
+	for i := uint64(1); i <= records; i++ {
+		rec, w := got[i], want(i)
+		if rec.MemberId != 0x1a && rec.MemberId != 0x2b {
+			t.Fatalf("index %d: member %x, want a publisher's", i, rec.MemberId)
+		}
+		w.Events, w.MemberId = nil, rec.MemberId
+		if !proto.Equal(rec, w) {
+			t.Fatalf("index %d: got %v, want %v", i, rec, w)
+		}
 	}
 }

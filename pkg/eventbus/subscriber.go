@@ -16,7 +16,7 @@ type Handler func(rec *eventpb.AppliedRecord, meta Meta)
 // Records that do not decode are skipped. NATS drops messages for a handler that falls too far behind (a
 // slow consumer): the caller must treat the bus as lossy.
 func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, prefix, handle, nil)
+	return subscribe(nc, prefix, handle, nil, decodeBatch)
 }
 
 // SubscribeFirstCopies is Subscribe for a consumer that needs each log index once: every member publishes
@@ -24,20 +24,53 @@ func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription
 // index (from the first and last index in its headers) was already handed on is not even decoded. A copy of
 // an index too old to be remembered is handed on again, so the consumer must still tolerate the odd duplicate.
 func SubscribeFirstCopies(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, prefix, handle, newRecentIndexes())
+	return subscribe(nc, prefix, handle, newRecentIndexes(), decodeBatch)
 }
 
-func subscribe(nc *nats.Conn, prefix string, handle Handler, seen *recentIndexes) (*nats.Subscription, error) {
+// SubscribeLeaseChanges is SubscribeFirstCopies for a consumer of lease changes only (a leasekeeper): each
+// record it hands on carries its member, index, term, revision and lease changes, and nothing else (no events,
+// alarms or trace), which spares decoding the events that make up most of the bus.
+func SubscribeLeaseChanges(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
+	return subscribe(nc, prefix, handle, newRecentIndexes(), decodeLeaseBatch)
+}
+
+// decodeBatch decodes a whole message.
+func decodeBatch(data []byte) ([]*eventpb.AppliedRecord, error) {
+	var batch eventpb.AppliedBatch
+	if err := proto.Unmarshal(data, &batch); err != nil {
+		return nil, err
+	}
+	return batch.Records, nil
+}
+
+// leaseOnly skips, without keeping them, the fields eventpb.LeaseRecord leaves out.
+var leaseOnly = proto.UnmarshalOptions{DiscardUnknown: true}
+
+// decodeLeaseBatch decodes a message as eventpb.LeaseBatch, into records with only the lease fields.
+func decodeLeaseBatch(data []byte) ([]*eventpb.AppliedRecord, error) {
+	var batch eventpb.LeaseBatch
+	if err := leaseOnly.Unmarshal(data, &batch); err != nil {
+		return nil, err
+	}
+	out := make([]*eventpb.AppliedRecord, len(batch.Records))
+	for i, r := range batch.Records {
+		out[i] = &eventpb.AppliedRecord{MemberId: r.MemberId, Index: r.Index, Term: r.Term, Revision: r.Revision, Leases: r.Leases}
+	}
+	return out, nil
+}
+
+func subscribe(nc *nats.Conn, prefix string, handle Handler, seen *recentIndexes,
+	decode func([]byte) ([]*eventpb.AppliedRecord, error)) (*nats.Subscription, error) {
 	sub, err := nc.Subscribe(AllSubjects(prefix), func(msg *nats.Msg) {
 		h := headersOf(msg.Header)
 		if seen != nil && seen.allSeen(h.first, h.last) {
 			return
 		}
-		var batch eventpb.AppliedBatch
-		if err := proto.Unmarshal(msg.Data, &batch); err != nil {
+		records, err := decode(msg.Data)
+		if err != nil {
 			return
 		}
-		for _, rec := range batch.Records {
+		for _, rec := range records {
 			if seen != nil && !seen.first(rec.Index) {
 				continue
 			}

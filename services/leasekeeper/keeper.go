@@ -118,7 +118,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 		return err
 	}
 	k.nc = nc
-	if k.sub, err = eventbus.SubscribeFirstCopies(nc, k.cfg.SubjectPrefix, k.onRecord); err != nil {
+	if k.sub, err = eventbus.SubscribeLeaseChanges(nc, k.cfg.SubjectPrefix, k.onRecord); err != nil {
 		nc.Close()
 		return err
 	}

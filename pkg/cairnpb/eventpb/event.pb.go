@@ -317,6 +317,129 @@ func (x *LeaseChange) GetRemainingTtl() int64 {
 	return 0
 }
 
+// LeaseRecord reads an AppliedRecord (the same field numbers) for what a leasekeeper needs: the record's
+// position, revision and lease changes. Its events, most of a record's bytes, are skipped undecoded.
+type LeaseRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MemberId      uint64                 `protobuf:"varint,1,opt,name=member_id,json=memberId,proto3" json:"member_id,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	Revision      int64                  `protobuf:"varint,4,opt,name=revision,proto3" json:"revision,omitempty"`
+	Leases        []*LeaseChange         `protobuf:"bytes,6,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRecord) Reset() {
+	*x = LeaseRecord{}
+	mi := &file_eventpb_event_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRecord) ProtoMessage() {}
+
+func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_eventpb_event_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
+func (*LeaseRecord) Descriptor() ([]byte, []int) {
+	return file_eventpb_event_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LeaseRecord) GetMemberId() uint64 {
+	if x != nil {
+		return x.MemberId
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *LeaseRecord) GetLeases() []*LeaseChange {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+// LeaseBatch reads an AppliedBatch as LeaseRecords.
+type LeaseBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*LeaseRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseBatch) Reset() {
+	*x = LeaseBatch{}
+	mi := &file_eventpb_event_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseBatch) ProtoMessage() {}
+
+func (x *LeaseBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_eventpb_event_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseBatch.ProtoReflect.Descriptor instead.
+func (*LeaseBatch) Descriptor() ([]byte, []int) {
+	return file_eventpb_event_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *LeaseBatch) GetRecords() []*LeaseRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
 var File_eventpb_event_proto protoreflect.FileDescriptor
 
 const file_eventpb_event_proto_rawDesc = "" +
@@ -349,7 +472,16 @@ const file_eventpb_event_proto_rawDesc = "" +
 	"\aUNKNOWN\x10\x00\x12\v\n" +
 	"\aGRANTED\x10\x01\x12\v\n" +
 	"\aREVOKED\x10\x02\x12\x10\n" +
-	"\fCHECKPOINTED\x10\x03B/Z-github.com/cairn-kv/cairn/pkg/cairnpb/eventpbb\x06proto3"
+	"\fCHECKPOINTED\x10\x03\"\xa5\x01\n" +
+	"\vLeaseRecord\x12\x1b\n" +
+	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x1a\n" +
+	"\brevision\x18\x04 \x01(\x03R\brevision\x123\n" +
+	"\x06leases\x18\x06 \x03(\v2\x1b.cairn.event.v1.LeaseChangeR\x06leases\"C\n" +
+	"\n" +
+	"LeaseBatch\x125\n" +
+	"\arecords\x18\x01 \x03(\v2\x1b.cairn.event.v1.LeaseRecordR\arecordsB/Z-github.com/cairn-kv/cairn/pkg/cairnpb/eventpbb\x06proto3"
 
 var (
 	file_eventpb_event_proto_rawDescOnce sync.Once
@@ -364,28 +496,32 @@ func file_eventpb_event_proto_rawDescGZIP() []byte {
 }
 
 var file_eventpb_event_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_eventpb_event_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_eventpb_event_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_eventpb_event_proto_goTypes = []any{
 	(LeaseChange_Type)(0),            // 0: cairn.event.v1.LeaseChange.Type
 	(*AppliedRecord)(nil),            // 1: cairn.event.v1.AppliedRecord
 	(*AppliedBatch)(nil),             // 2: cairn.event.v1.AppliedBatch
 	(*LeaseChange)(nil),              // 3: cairn.event.v1.LeaseChange
-	nil,                              // 4: cairn.event.v1.AppliedRecord.TraceEntry
-	(*mvccpb.Event)(nil),             // 5: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil), // 6: etcdserverpb.AlarmMember
+	(*LeaseRecord)(nil),              // 4: cairn.event.v1.LeaseRecord
+	(*LeaseBatch)(nil),               // 5: cairn.event.v1.LeaseBatch
+	nil,                              // 6: cairn.event.v1.AppliedRecord.TraceEntry
+	(*mvccpb.Event)(nil),             // 7: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil), // 8: etcdserverpb.AlarmMember
 }
 var file_eventpb_event_proto_depIdxs = []int32{
-	5, // 0: cairn.event.v1.AppliedRecord.events:type_name -> mvccpb.Event
+	7, // 0: cairn.event.v1.AppliedRecord.events:type_name -> mvccpb.Event
 	3, // 1: cairn.event.v1.AppliedRecord.leases:type_name -> cairn.event.v1.LeaseChange
-	6, // 2: cairn.event.v1.AppliedRecord.alarms:type_name -> etcdserverpb.AlarmMember
-	4, // 3: cairn.event.v1.AppliedRecord.trace:type_name -> cairn.event.v1.AppliedRecord.TraceEntry
+	8, // 2: cairn.event.v1.AppliedRecord.alarms:type_name -> etcdserverpb.AlarmMember
+	6, // 3: cairn.event.v1.AppliedRecord.trace:type_name -> cairn.event.v1.AppliedRecord.TraceEntry
 	1, // 4: cairn.event.v1.AppliedBatch.records:type_name -> cairn.event.v1.AppliedRecord
 	0, // 5: cairn.event.v1.LeaseChange.type:type_name -> cairn.event.v1.LeaseChange.Type
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	3, // 6: cairn.event.v1.LeaseRecord.leases:type_name -> cairn.event.v1.LeaseChange
+	4, // 7: cairn.event.v1.LeaseBatch.records:type_name -> cairn.event.v1.LeaseRecord
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_eventpb_event_proto_init() }
@@ -399,7 +535,7 @@ func file_eventpb_event_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_eventpb_event_proto_rawDesc), len(file_eventpb_event_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
