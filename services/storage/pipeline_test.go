@@ -18,7 +18,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 )
 
-func dialPipeline(t *testing.T, m *testMember) *storageclient.Pipeline {
+func dialPipeline(t testing.TB, m *testMember) *storageclient.Pipeline {
 	t.Helper()
 	conn, err := grpc.NewClient(m.listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
