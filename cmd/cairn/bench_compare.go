@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,17 +93,20 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 	if err != nil {
 		return err
 	}
+	var rounds [][]bench.ComparisonResult
 	for round := 1; round <= max(cmp.repeat, 1); round++ {
 		results, runErr := bench.Compare(ctx, bench.CompareConfig{
-			Targets: targets, Scenarios: scenarios, DialTimeout: opts.dialTimeout,
+			Targets: roundOrder(targets, round), Scenarios: scenarios, DialTimeout: opts.dialTimeout,
 			RequestTimeout: opts.requestTimeout, Progress: cmd.ErrOrStderr(),
 		})
+		results = inTargetOrder(results, targets)
+		rounds = append(rounds, results)
 		if opts.output == "json" {
 			if err := json.NewEncoder(cmd.OutOrStdout()).Encode(results); err != nil {
 				return err
 			}
 		} else {
-			fmt.Fprintf(cmd.OutOrStdout(), "\nround %d of %d, %s\n", round, max(cmp.repeat, 1), describeTargets(targets))
+			fmt.Fprintf(cmd.OutOrStdout(), "\nround %d of %d, %s\n", round, max(cmp.repeat, 1), describeTargets(roundOrder(targets, round)))
 			if err := bench.WriteComparison(cmd.OutOrStdout(), results); err != nil {
 				return err
 			}
@@ -111,7 +115,42 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 			return runErr
 		}
 	}
+	if opts.output == "text" && len(rounds) > 1 {
+		fmt.Fprintf(cmd.OutOrStdout(), "\nover %d rounds (each ratio is taken within its round):\n", len(rounds))
+		return bench.WriteRoundsSummary(cmd.OutOrStdout(), rounds, targets[0].Name)
+	}
 	return nil
+}
+
+// roundOrder is the order the targets run in within each scenario of a round: as given in odd rounds,
+// reversed in even ones, so that neither always runs first (after the other's load) over several rounds.
+func roundOrder(targets []bench.Target, round int) []bench.Target {
+	if round%2 == 1 {
+		return targets
+	}
+	reversed := slices.Clone(targets)
+	slices.Reverse(reversed)
+	return reversed
+}
+
+// inTargetOrder lists each scenario's results in the order of targets (the first is the tables' baseline).
+func inTargetOrder(results []bench.ComparisonResult, targets []bench.Target) []bench.ComparisonResult {
+	rank := map[string]int{}
+	for i, t := range targets {
+		rank[t.Name] = i
+	}
+	var out []bench.ComparisonResult
+	for start := 0; start < len(results); {
+		end := start + 1
+		for end < len(results) && results[end].Scenario == results[start].Scenario {
+			end++
+		}
+		scenario := slices.Clone(results[start:end])
+		slices.SortStableFunc(scenario, func(a, b bench.ComparisonResult) int { return rank[a.Target] - rank[b.Target] })
+		out = append(out, scenario...)
+		start = end
+	}
+	return out
 }
 
 // compareScenarios are the rows of the workloads --workloads names, in that order.

@@ -22,7 +22,8 @@
 //     histogram. Summary.WriteText prints the same layout as etcd's tool; Summary is also plain JSON
 //     (`--output json`) so scripts can compare runs.
 //   - Compare runs a list of Scenarios against several Targets (e.g. reference etcd and Cairn) in one process,
-//     interleaved per scenario, and WriteComparison prints them as one table. StandardScenarios are the rows of
+//     interleaved per scenario, and WriteComparison prints them as one table; WriteRoundsSummary folds several
+//     rounds into medians, with each target's ratio to the baseline taken round by round. StandardScenarios are the rows of
 //     etcd's performance documentation: put with 1 client, put with 1000 clients on 100 connections,
 //     linearizable range and serializable range.
 package bench
