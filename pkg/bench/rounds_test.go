@@ -24,8 +24,8 @@ func TestSummarizeRounds(t *testing.T) {
 		{cell("put", "etcd", 2000), cell("put", "cairn", 1400), cell("range", "etcd", 300), cell("range", "cairn", 150)},
 	}
 	tests := []struct {
-		scenario, target          string
-		rounds                    int
+		scenario, target         string
+		rounds                   int
 		median, min, max, versus float64
 	}{
 		// ratios per round 0.5, 0.9, 0.7: the median is the paired one, not median(cairn)/median(etcd)
