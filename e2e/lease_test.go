@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"regexp"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,13 +11,6 @@ import (
 	"github.com/cairn-kv/cairn/pkg/leasecheck"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
-)
-
-var (
-	leaseHexID    = regexp.MustCompile(`\b[0-9a-f]{16}\b`)
-	leaseLeft     = regexp.MustCompile(`remaining\(\d+s\)`)
-	leaseKeysList = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
-	leaseJSONID   = regexp.MustCompile(`"lease":\d+`)
 )
 
 // leaseTranscript runs one etcdctl lease session against endpoints, normalized by leaseNormalizer.
@@ -51,45 +42,11 @@ func leaseTranscript(t *testing.T, etcdctl string, endpoints []string) []string 
 	return transcript
 }
 
-// leaseNormalizer returns what makes two lease sessions' etcdctl output comparable: hex lease IDs are numbered
-// in order of appearance, JSON's decimal lease IDs masked, remaining TTLs masked and attached keys sorted (etcd
-// lists them in no order).
+// leaseNormalizer masks what differs between two lease sessions: the cluster's own values, then the lease IDs
+// and TTLs (leasecheck.TranscriptNormalizer).
 func leaseNormalizer() func(string) string {
-	ids := map[string]string{}
-	return func(s string) string {
-		s = normalize(etcdctlStep{}, s)
-		// JSON's decimal IDs first: a 16-digit one would otherwise pass for a hex ID below.
-		s = leaseJSONID.ReplaceAllString(s, `"lease":ID`)
-		s = leaseHexID.ReplaceAllStringFunc(s, func(hex string) string {
-			if _, ok := ids[hex]; !ok {
-				ids[hex] = fmt.Sprintf("ID%d", len(ids)+1)
-			}
-			return ids[hex]
-		})
-		s = leaseLeft.ReplaceAllString(s, "remaining(N)")
-		return leaseKeysList.ReplaceAllStringFunc(s, func(m string) string {
-			keys := strings.Fields(leaseKeysList.FindStringSubmatch(m)[1])
-			slices.Sort(keys)
-			return "attached keys([" + strings.Join(keys, " ") + "])"
-		})
-	}
-}
-
-// TestLeaseNormalizer: the transcripts compare whatever digits the IDs happen to have (a 16-digit decimal ID
-// in JSON once passed for a new hex ID and failed the comparison).
-func TestLeaseNormalizer(t *testing.T) {
-	norm := leaseNormalizer()
-	for _, tt := range []struct{ in, want string }{
-		{"lease 694d9a9e1e4bc30f granted with TTL(30s)", "lease ID1 granted with TTL(T)"},
-		{`"kvs":[{"key":"a","lease":7587893077345731343}]`, `"kvs":[{"key":"a","lease":ID}]`},
-		{`"kvs":[{"key":"a","lease":1234567890123456}]`, `"kvs":[{"key":"a","lease":ID}]`},
-		{"lease 694d9a9e1e4bc30f remaining(29s) attached keys([b a])", "lease ID1 remaining(T) attached keys([a b])"},
-		{"lease 0000000000000abc revoked", "lease ID2 revoked"},
-	} {
-		if got := norm(tt.in); got != tt.want {
-			t.Errorf("normalized %q\n got %q\nwant %q", tt.in, got, tt.want)
-		}
-	}
+	leases := leasecheck.TranscriptNormalizer()
+	return func(s string) string { return leases(normalize(etcdctlStep{}, s)) }
 }
 
 // TestEtcdctlLeasesOnCairnUp runs one etcdctl lease session (grant, put --lease, timetolive --keys, list,

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
-	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/pkg/leasecheck"
 	"github.com/cairn-kv/cairn/pkg/testcluster"
 )
 
@@ -41,12 +40,6 @@ func etcdctlRun(t *testing.T, etcdctl, endpoints string, timeout time.Duration, 
 	return stdout.String(), errLine, code
 }
 
-var (
-	leaseIDPattern   = regexp.MustCompile(`\b[0-9a-f]{16}\b`)
-	remainingPattern = regexp.MustCompile(`remaining\(\d+s\)`)
-	keysPattern      = regexp.MustCompile(`attached keys\(\[([^\]]*)\]\)`)
-)
-
 // leaseScript runs the same etcdctl lease session against endpoints and returns what it printed, with lease IDs
 // numbered in order of appearance, remaining TTLs masked and attached keys sorted (etcd lists them in no order).
 func leaseScript(t *testing.T, etcdctl, endpoints string) []string {
@@ -73,21 +66,7 @@ func leaseScript(t *testing.T, etcdctl, endpoints string) []string {
 		{"lease", "grant", "9000000001"},
 		{"lease", "grant", "1"},
 	}
-	ids := map[string]string{}
-	normalize := func(s string) string {
-		s = leaseIDPattern.ReplaceAllStringFunc(s, func(hex string) string {
-			if _, ok := ids[hex]; !ok {
-				ids[hex] = fmt.Sprintf("ID%d", len(ids)+1)
-			}
-			return ids[hex]
-		})
-		s = remainingPattern.ReplaceAllString(s, "remaining(N)")
-		return keysPattern.ReplaceAllStringFunc(s, func(m string) string {
-			keys := strings.Fields(keysPattern.FindStringSubmatch(m)[1])
-			slices.Sort(keys)
-			return "attached keys([" + strings.Join(keys, " ") + "])"
-		})
-	}
+	normalize := leasecheck.TranscriptNormalizer()
 	transcript := []string{normalize(out), normalize(out2)}
 	for _, args := range steps {
 		stdout, errLine, code := run(args...)
