@@ -98,20 +98,7 @@ func TestPublishSubscribeInOrderPerMember(t *testing.T) {
 	subscribeAll(t, srv, map[*collector]bool{&got: false})
 	const records = 500
 	for _, member := range []uint64{0x1a, 0x2b} {
-		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member}, nil, quietLogger())
-		pub.Start()
-		for i := uint64(1); i <= records; i++ {
-			trace := map[string]string{"traceparent": "00-0102030405060708090a0b0c0d0e0f10-0102030405060708-01"}
-			pub.Publish(record(i), trace)
-		}
-		if err := pub.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		publishQueued(t, srv.ClientURL(), member, 1, records, record)
 	}
 	waitFor(t, "all records", func() bool { return got.count(0x1a) == records && got.count(0x2b) == records })
 	for member, indexes := range got.byMember {
@@ -207,19 +194,7 @@ func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 	const records = 300
 	members := []uint64{0x1a, 0x2b, 0x3c}
 	for _, member := range members {
-		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member}, nil, quietLogger())
-		pub.Start()
-		for i := uint64(1); i <= records; i++ {
-			pub.Publish(record(i), nil)
-		}
-		if err := pub.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		publishQueued(t, srv.ClientURL(), member, 1, records, record)
 	}
 	waitFor(t, "every copy on the plain subscription", func() bool {
 		return all.count(0x1a)+all.count(0x2b)+all.count(0x3c) == len(members)*records
@@ -403,21 +378,11 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 		return rec
 	}
 	for _, member := range []uint64{0x1a, 0x2b} {
-		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member}, nil, quietLogger())
-		pub.Start()
-		for i := uint64(1); i <= records; i++ {
+		publishQueued(t, srv.ClientURL(), member, 1, records, func(i uint64) *eventpb.AppliedRecord {
 			rec := want(i)
 			rec.MemberId = member
-			pub.Publish(rec, map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
-		}
-		if err := pub.Stop(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+			return rec
+		})
 	}
 	waitFor(t, "every index", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == records })
 	if err := sub.Flush(); err != nil {
