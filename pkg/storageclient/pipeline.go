@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 )
@@ -49,6 +50,20 @@ func (p *Pipeline) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 
 // Range is Client.Range over the pipeline.
 func (p *Pipeline) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	encoded, err := p.RangeEncoded(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.RangeResponse{}
+	if err := proto.Unmarshal(encoded, resp); err != nil {
+		return nil, status.Errorf(codes.Internal, "cairn storage pipeline: decode range answer: %v", err)
+	}
+	return resp, nil
+}
+
+// RangeEncoded is Range answered with the RangeResponse in its wire encoding, as storage sent it, for passing
+// on undecoded.
+func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest) ([]byte, error) {
 	resp, err := p.call(ctx, &storagepb.PipelineRequest{Call: &storagepb.PipelineRequest_Range{Range: req}})
 	if err != nil {
 		return nil, err
@@ -63,7 +78,7 @@ func (p *Pipeline) Close() {
 	}
 }
 
-func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*storagepb.PipelineResponse, error) {
+func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*storagepb.PipelineAnswer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
@@ -96,7 +111,7 @@ func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*s
 
 // answer is what a waiting call receives: the response, or the error that broke its stream.
 type answer struct {
-	resp *storagepb.PipelineResponse
+	resp *storagepb.PipelineAnswer
 	err  error
 }
 
@@ -153,7 +168,8 @@ func (l *lane) send(req *storagepb.PipelineRequest) (<-chan answer, error) {
 // receive hands each answer to its caller until the stream ends, then fails the calls still waiting.
 func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint64]chan answer) {
 	for {
-		resp, err := stream.Recv()
+		resp := &storagepb.PipelineAnswer{} // a range answer stays encoded
+		err := stream.RecvMsg(resp)
 		l.mu.Lock()
 		if err != nil {
 			if l.stream == stream {

@@ -162,14 +162,26 @@ type rawMessage struct{ data []byte }
 func newRawMessage() any { return new(rawMessage) }
 
 // relayCodec is the codec of the frontend's gRPC server and of its hub streams: a rawMessage passes through
-// as bytes, every other message is protobuf (so nothing differs on the wire).
+// as bytes, a splicedMessage as its parts, every other message is protobuf (so nothing differs on the wire).
 type relayCodec struct{ proto encoding.CodecV2 }
 
 func newRelayCodec() relayCodec { return relayCodec{proto: encoding.GetCodecV2("proto")} }
 
+// splicedMessage is a message sent as the concatenation of already encoded parts (see kvServer.relayRange).
+type splicedMessage struct{ parts [][]byte }
+
 func (c relayCodec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*rawMessage); ok {
-		return mem.BufferSlice{mem.SliceBuffer(r.data)}, nil
+	switch m := v.(type) {
+	case *rawMessage:
+		return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
+	case *splicedMessage:
+		out := make(mem.BufferSlice, 0, len(m.parts))
+		for _, part := range m.parts {
+			if len(part) > 0 {
+				out = append(out, mem.SliceBuffer(part))
+			}
+		}
+		return out, nil
 	}
 	return c.proto.Marshal(v)
 }

@@ -81,6 +81,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Frontend, error)
 
 // newGRPCServer builds the gRPC server with etcd's limits and keepalive policy.
 func (f *Frontend) newGRPCServer() *grpc.Server {
+	kv := &kvServer{f: f}
 	opts := append(append(f.tel.ServerOptions(), rpctune.ServerOptions()...),
 		grpc.ForceServerCodecV2(newRelayCodec()),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
@@ -88,10 +89,10 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor),
+		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor, kv.relayRange),
 	)
 	s := grpc.NewServer(opts...)
-	pb.RegisterKVServer(s, &kvServer{f: f})
+	pb.RegisterKVServer(s, kv)
 	pb.RegisterClusterServer(s, &clusterServer{f: f})
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
 	pb.RegisterAuthServer(s, &authServer{f: f})

@@ -26,7 +26,7 @@ func ctxFor(t *testing.T) context.Context {
 }
 
 // rawKV dials one frontend with plain gRPC (no client/v3 retries), so errors arrive exactly as sent.
-func rawConn(t *testing.T, endpoint string) *grpc.ClientConn {
+func rawConn(t testing.TB, endpoint string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

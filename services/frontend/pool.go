@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/commitlog"
@@ -64,6 +65,19 @@ func (r *storageReplica) kv() kvCalls {
 		return r.client()
 	}
 	return r.pipelines[int(r.next.Add(1))%len(r.pipelines)]
+}
+
+// rangeEncoded is Range answered in the response's wire encoding: storage's own over a pipeline, else the unary
+// answer encoded here.
+func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest) ([]byte, error) {
+	if p, ok := r.kv().(*storageclient.Pipeline); ok {
+		return p.RangeEncoded(ctx, req)
+	}
+	resp, err := r.client().Range(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Marshal(resp)
 }
 
 // connected reports whether some connection is up or may come up without a failed dial.

@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 )
 
 // errNoStorage is returned when no storage replica is known at all.
@@ -115,6 +117,19 @@ func (v *view) fillHeader(h *pb.ResponseHeader, r *storageReplica) {
 		}
 	}
 	h.RaftTerm = v.term
+}
+
+// headerField is the header fillHeader gives, encoded as a response's field 1, for putting before storage's
+// encoded response: protobuf merges the two headers field by field, a field set in the later one (storage's
+// revision and raft term) overriding the earlier, so the client reads the header fillHeader would have made.
+func (v *view) headerField(r *storageReplica) []byte {
+	h := &pb.ResponseHeader{}
+	v.fillHeader(h, r)
+	encoded, err := proto.Marshal(h)
+	if err != nil {
+		return nil // a message of four integers always encodes
+	}
+	return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), encoded)
 }
 
 // readOn calls read on each replica of order until one answers, trying the next on unavailability; it

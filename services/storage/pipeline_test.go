@@ -14,7 +14,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 )
 
@@ -56,6 +58,17 @@ func TestPipelineAnswersAsUnary(t *testing.T) {
 			}
 			if !proto.Equal(got, want) {
 				t.Fatalf("answer %v, want %v", got, want)
+			}
+			encoded, encErr := p.RangeEncoded(ctx, tt.req)
+			if status.Code(encErr) != status.Code(wantErr) || status.Convert(encErr).Message() != status.Convert(wantErr).Message() {
+				t.Fatalf("encoded: error %v, want %v", encErr, wantErr)
+			}
+			if wantErr != nil {
+				return
+			}
+			var decoded pb.RangeResponse
+			if err := proto.Unmarshal(encoded, &decoded); err != nil || !proto.Equal(&decoded, want) {
+				t.Fatalf("encoded answer decodes to %v (%v), want %v", &decoded, err, want)
 			}
 		})
 	}
@@ -125,5 +138,29 @@ func TestPipelineDeadlinesAndBrokenStreams(t *testing.T) {
 	defer cancel()
 	if _, err := p.Range(callCtx, &pb.RangeRequest{Key: []byte("a")}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("call on a stopped storage: %v, want Unavailable", err)
+	}
+}
+
+// TestPipelineAnswerMirrorsResponse: the frontend decodes storage's PipelineResponse as PipelineAnswer, so the
+// two must keep the same fields, numbers and kinds, except that the range answer is bytes.
+func TestPipelineAnswerMirrorsResponse(t *testing.T) {
+	resp := (&storagepb.PipelineResponse{}).ProtoReflect().Descriptor().Fields()
+	ans := (&storagepb.PipelineAnswer{}).ProtoReflect().Descriptor().Fields()
+	if resp.Len() != ans.Len() {
+		t.Fatalf("PipelineResponse has %d fields, PipelineAnswer %d", resp.Len(), ans.Len())
+	}
+	for i := range resp.Len() {
+		r := resp.Get(i)
+		a := ans.ByNumber(r.Number())
+		if a == nil || a.Name() != r.Name() {
+			t.Fatalf("field %d (%s) has no PipelineAnswer twin", r.Number(), r.Name())
+		}
+		kindsMatch := a.Kind() == r.Kind() && (r.Kind() != protoreflect.MessageKind || a.Message().FullName() == r.Message().FullName())
+		if r.Name() == "range" {
+			kindsMatch = r.Kind() == protoreflect.MessageKind && a.Kind() == protoreflect.BytesKind
+		}
+		if !kindsMatch {
+			t.Errorf("field %s: %v in PipelineResponse, %v in PipelineAnswer", r.Name(), r.Kind(), a.Kind())
+		}
 	}
 }

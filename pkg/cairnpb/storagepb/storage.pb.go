@@ -263,6 +263,115 @@ func (*PipelineResponse_Range) isPipelineResponse_Result() {}
 
 func (*PipelineResponse_Error) isPipelineResponse_Result() {}
 
+// PipelineAnswer is PipelineResponse (the same fields and numbers) as the frontend reads it: a range answer is
+// left in its wire encoding, for relaying to the client undecoded (an embedded message and bytes are encoded
+// alike).
+type PipelineAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*PipelineAnswer_Submit
+	//	*PipelineAnswer_Range
+	//	*PipelineAnswer_Error
+	Result        isPipelineAnswer_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PipelineAnswer) Reset() {
+	*x = PipelineAnswer{}
+	mi := &file_storagepb_storage_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PipelineAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PipelineAnswer) ProtoMessage() {}
+
+func (x *PipelineAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PipelineAnswer.ProtoReflect.Descriptor instead.
+func (*PipelineAnswer) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PipelineAnswer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *PipelineAnswer) GetResult() isPipelineAnswer_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *PipelineAnswer) GetSubmit() *SubmitResponse {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineAnswer_Submit); ok {
+			return x.Submit
+		}
+	}
+	return nil
+}
+
+func (x *PipelineAnswer) GetRange() []byte {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineAnswer_Range); ok {
+			return x.Range
+		}
+	}
+	return nil
+}
+
+func (x *PipelineAnswer) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*PipelineAnswer_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isPipelineAnswer_Result interface {
+	isPipelineAnswer_Result()
+}
+
+type PipelineAnswer_Submit struct {
+	Submit *SubmitResponse `protobuf:"bytes,2,opt,name=submit,proto3,oneof"`
+}
+
+type PipelineAnswer_Range struct {
+	Range []byte `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
+}
+
+type PipelineAnswer_Error struct {
+	Error *status.Status `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
+}
+
+func (*PipelineAnswer_Submit) isPipelineAnswer_Result() {}
+
+func (*PipelineAnswer_Range) isPipelineAnswer_Result() {}
+
+func (*PipelineAnswer_Error) isPipelineAnswer_Result() {}
+
 // Entry is what storage proposes to the log: one etcd request with its routing and tracing context.
 type Entry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -285,7 +394,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_storagepb_storage_proto_msgTypes[2]
+	mi := &file_storagepb_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +406,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[2]
+	mi := &file_storagepb_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +419,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Entry) GetRequest() *etcdserverpb.InternalRaftRequest {
@@ -367,7 +476,7 @@ type KeeperClaim struct {
 
 func (x *KeeperClaim) Reset() {
 	*x = KeeperClaim{}
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +488,7 @@ func (x *KeeperClaim) String() string {
 func (*KeeperClaim) ProtoMessage() {}
 
 func (x *KeeperClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +501,7 @@ func (x *KeeperClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperClaim.ProtoReflect.Descriptor instead.
 func (*KeeperClaim) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *KeeperClaim) GetKeeperId() string {
@@ -443,7 +552,7 @@ type KeeperState struct {
 
 func (x *KeeperState) Reset() {
 	*x = KeeperState{}
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +564,7 @@ func (x *KeeperState) String() string {
 func (*KeeperState) ProtoMessage() {}
 
 func (x *KeeperState) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +577,7 @@ func (x *KeeperState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperState.ProtoReflect.Descriptor instead.
 func (*KeeperState) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KeeperState) GetHolder() string {
@@ -514,7 +623,7 @@ type KeeperStatusRequest struct {
 
 func (x *KeeperStatusRequest) Reset() {
 	*x = KeeperStatusRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -526,7 +635,7 @@ func (x *KeeperStatusRequest) String() string {
 func (*KeeperStatusRequest) ProtoMessage() {}
 
 func (x *KeeperStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -539,7 +648,7 @@ func (x *KeeperStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperStatusRequest.ProtoReflect.Descriptor instead.
 func (*KeeperStatusRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
 }
 
 type LeaseRecordsRequest struct {
@@ -552,7 +661,7 @@ type LeaseRecordsRequest struct {
 
 func (x *LeaseRecordsRequest) Reset() {
 	*x = LeaseRecordsRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -564,7 +673,7 @@ func (x *LeaseRecordsRequest) String() string {
 func (*LeaseRecordsRequest) ProtoMessage() {}
 
 func (x *LeaseRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,7 +686,7 @@ func (x *LeaseRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecordsRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LeaseRecordsRequest) GetPageSize() int64 {
@@ -598,7 +707,7 @@ type LeaseRecordsResponse struct {
 
 func (x *LeaseRecordsResponse) Reset() {
 	*x = LeaseRecordsResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +719,7 @@ func (x *LeaseRecordsResponse) String() string {
 func (*LeaseRecordsResponse) ProtoMessage() {}
 
 func (x *LeaseRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +732,7 @@ func (x *LeaseRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecordsResponse.ProtoReflect.Descriptor instead.
 func (*LeaseRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LeaseRecordsResponse) GetRecords() []*LeaseRecord {
@@ -655,7 +764,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +776,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +789,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SubmitRequest) GetRequest() *etcdserverpb.InternalRaftRequest {
@@ -726,7 +835,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -738,7 +847,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -751,7 +860,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SubmitResponse) GetResponse() isSubmitResponse_Response {
@@ -927,7 +1036,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1048,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1061,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HistoryRequest) GetKey() []byte {
@@ -1009,7 +1118,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1130,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1143,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HistoryResponse) GetEvents() []*mvccpb.Event {
@@ -1066,7 +1175,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[12]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1078,7 +1187,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[12]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1091,7 +1200,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{12}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{13}
 }
 
 type SnapshotChunk struct {
@@ -1109,7 +1218,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_storagepb_storage_proto_msgTypes[13]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1121,7 +1230,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[13]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1134,7 +1243,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{13}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SnapshotChunk) GetBlob() []byte {
@@ -1180,7 +1289,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1301,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1314,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
 }
 
 type StatusResponse struct {
@@ -1236,7 +1345,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1357,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1370,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StatusResponse) GetMemberId() uint64 {
@@ -1370,7 +1479,7 @@ type DefragmentRequest struct {
 
 func (x *DefragmentRequest) Reset() {
 	*x = DefragmentRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1491,7 @@ func (x *DefragmentRequest) String() string {
 func (*DefragmentRequest) ProtoMessage() {}
 
 func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1504,7 @@ func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
 func (*DefragmentRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{17}
 }
 
 type DefragmentResponse struct {
@@ -1408,7 +1517,7 @@ type DefragmentResponse struct {
 
 func (x *DefragmentResponse) Reset() {
 	*x = DefragmentResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[17]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1420,7 +1529,7 @@ func (x *DefragmentResponse) String() string {
 func (*DefragmentResponse) ProtoMessage() {}
 
 func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[17]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1433,7 +1542,7 @@ func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
 func (*DefragmentResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{17}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DefragmentResponse) GetDbSize() int64 {
@@ -1458,7 +1567,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[18]
+	mi := &file_storagepb_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1579,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[18]
+	mi := &file_storagepb_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1592,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{18}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -1535,6 +1644,12 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
 	"\x06submit\x18\x02 \x01(\v2\x1d.cairn.storage.SubmitResponseH\x00R\x06submit\x123\n" +
 	"\x05range\x18\x03 \x01(\v2\x1b.etcdserverpb.RangeResponseH\x00R\x05range\x12*\n" +
+	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"\xa7\x01\n" +
+	"\x0ePipelineAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
+	"\x06submit\x18\x02 \x01(\v2\x1d.cairn.storage.SubmitResponseH\x00R\x06submit\x12\x16\n" +
+	"\x05range\x18\x03 \x01(\fH\x00R\x05range\x12*\n" +
 	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
 	"\x06result\"\xc6\x02\n" +
 	"\x05Entry\x12;\n" +
@@ -1658,107 +1773,110 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_storagepb_storage_proto_goTypes = []any{
 	(*PipelineRequest)(nil),                      // 0: cairn.storage.PipelineRequest
 	(*PipelineResponse)(nil),                     // 1: cairn.storage.PipelineResponse
-	(*Entry)(nil),                                // 2: cairn.storage.Entry
-	(*KeeperClaim)(nil),                          // 3: cairn.storage.KeeperClaim
-	(*KeeperState)(nil),                          // 4: cairn.storage.KeeperState
-	(*KeeperStatusRequest)(nil),                  // 5: cairn.storage.KeeperStatusRequest
-	(*LeaseRecordsRequest)(nil),                  // 6: cairn.storage.LeaseRecordsRequest
-	(*LeaseRecordsResponse)(nil),                 // 7: cairn.storage.LeaseRecordsResponse
-	(*SubmitRequest)(nil),                        // 8: cairn.storage.SubmitRequest
-	(*SubmitResponse)(nil),                       // 9: cairn.storage.SubmitResponse
-	(*HistoryRequest)(nil),                       // 10: cairn.storage.HistoryRequest
-	(*HistoryResponse)(nil),                      // 11: cairn.storage.HistoryResponse
-	(*SnapshotRequest)(nil),                      // 12: cairn.storage.SnapshotRequest
-	(*SnapshotChunk)(nil),                        // 13: cairn.storage.SnapshotChunk
-	(*StatusRequest)(nil),                        // 14: cairn.storage.StatusRequest
-	(*StatusResponse)(nil),                       // 15: cairn.storage.StatusResponse
-	(*DefragmentRequest)(nil),                    // 16: cairn.storage.DefragmentRequest
-	(*DefragmentResponse)(nil),                   // 17: cairn.storage.DefragmentResponse
-	(*LeaseRecord)(nil),                          // 18: cairn.storage.LeaseRecord
-	nil,                                          // 19: cairn.storage.PipelineRequest.TraceEntry
-	nil,                                          // 20: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.RangeRequest)(nil),            // 21: etcdserverpb.RangeRequest
-	(*etcdserverpb.RangeResponse)(nil),           // 22: etcdserverpb.RangeResponse
-	(*status.Status)(nil),                        // 23: google.rpc.Status
-	(*etcdserverpb.InternalRaftRequest)(nil),     // 24: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),             // 25: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),     // 26: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),             // 27: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),      // 28: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),      // 29: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 30: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 31: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),           // 32: etcdserverpb.AlarmResponse
-	(*mvccpb.Event)(nil),                         // 33: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),             // 34: etcdserverpb.AlarmMember
-	(*etcdserverpb.HashKVRequest)(nil),           // 35: etcdserverpb.HashKVRequest
-	(*etcdserverpb.HashRequest)(nil),             // 36: etcdserverpb.HashRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 37: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 38: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.HashKVResponse)(nil),          // 39: etcdserverpb.HashKVResponse
-	(*etcdserverpb.HashResponse)(nil),            // 40: etcdserverpb.HashResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 41: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 42: etcdserverpb.LeaseLeasesResponse
+	(*PipelineAnswer)(nil),                       // 2: cairn.storage.PipelineAnswer
+	(*Entry)(nil),                                // 3: cairn.storage.Entry
+	(*KeeperClaim)(nil),                          // 4: cairn.storage.KeeperClaim
+	(*KeeperState)(nil),                          // 5: cairn.storage.KeeperState
+	(*KeeperStatusRequest)(nil),                  // 6: cairn.storage.KeeperStatusRequest
+	(*LeaseRecordsRequest)(nil),                  // 7: cairn.storage.LeaseRecordsRequest
+	(*LeaseRecordsResponse)(nil),                 // 8: cairn.storage.LeaseRecordsResponse
+	(*SubmitRequest)(nil),                        // 9: cairn.storage.SubmitRequest
+	(*SubmitResponse)(nil),                       // 10: cairn.storage.SubmitResponse
+	(*HistoryRequest)(nil),                       // 11: cairn.storage.HistoryRequest
+	(*HistoryResponse)(nil),                      // 12: cairn.storage.HistoryResponse
+	(*SnapshotRequest)(nil),                      // 13: cairn.storage.SnapshotRequest
+	(*SnapshotChunk)(nil),                        // 14: cairn.storage.SnapshotChunk
+	(*StatusRequest)(nil),                        // 15: cairn.storage.StatusRequest
+	(*StatusResponse)(nil),                       // 16: cairn.storage.StatusResponse
+	(*DefragmentRequest)(nil),                    // 17: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                   // 18: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                          // 19: cairn.storage.LeaseRecord
+	nil,                                          // 20: cairn.storage.PipelineRequest.TraceEntry
+	nil,                                          // 21: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.RangeRequest)(nil),            // 22: etcdserverpb.RangeRequest
+	(*etcdserverpb.RangeResponse)(nil),           // 23: etcdserverpb.RangeResponse
+	(*status.Status)(nil),                        // 24: google.rpc.Status
+	(*etcdserverpb.InternalRaftRequest)(nil),     // 25: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),             // 26: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),     // 27: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),             // 28: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),      // 29: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),      // 30: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 31: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 32: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),           // 33: etcdserverpb.AlarmResponse
+	(*mvccpb.Event)(nil),                         // 34: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),             // 35: etcdserverpb.AlarmMember
+	(*etcdserverpb.HashKVRequest)(nil),           // 36: etcdserverpb.HashKVRequest
+	(*etcdserverpb.HashRequest)(nil),             // 37: etcdserverpb.HashRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 38: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 39: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.HashKVResponse)(nil),          // 40: etcdserverpb.HashKVResponse
+	(*etcdserverpb.HashResponse)(nil),            // 41: etcdserverpb.HashResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 42: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 43: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	19, // 0: cairn.storage.PipelineRequest.trace:type_name -> cairn.storage.PipelineRequest.TraceEntry
-	8,  // 1: cairn.storage.PipelineRequest.submit:type_name -> cairn.storage.SubmitRequest
-	21, // 2: cairn.storage.PipelineRequest.range:type_name -> etcdserverpb.RangeRequest
-	9,  // 3: cairn.storage.PipelineResponse.submit:type_name -> cairn.storage.SubmitResponse
-	22, // 4: cairn.storage.PipelineResponse.range:type_name -> etcdserverpb.RangeResponse
-	23, // 5: cairn.storage.PipelineResponse.error:type_name -> google.rpc.Status
-	24, // 6: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	20, // 7: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
-	3,  // 8: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	18, // 9: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
-	24, // 10: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
-	3,  // 11: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	25, // 12: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	26, // 13: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	27, // 14: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	28, // 15: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	29, // 16: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	30, // 17: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	31, // 18: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	32, // 19: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
-	4,  // 20: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
-	33, // 21: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	34, // 22: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
-	8,  // 23: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	21, // 24: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
-	10, // 25: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	35, // 26: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
-	36, // 27: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
-	12, // 28: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
-	14, // 29: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	16, // 30: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
-	37, // 31: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	38, // 32: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	6,  // 33: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
-	5,  // 34: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	0,  // 35: cairn.storage.Storage.Pipeline:input_type -> cairn.storage.PipelineRequest
-	9,  // 36: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	22, // 37: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	11, // 38: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	39, // 39: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	40, // 40: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
-	13, // 41: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	15, // 42: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	17, // 43: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	41, // 44: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	42, // 45: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	7,  // 46: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	4,  // 47: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	1,  // 48: cairn.storage.Storage.Pipeline:output_type -> cairn.storage.PipelineResponse
-	36, // [36:49] is the sub-list for method output_type
-	23, // [23:36] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	20, // 0: cairn.storage.PipelineRequest.trace:type_name -> cairn.storage.PipelineRequest.TraceEntry
+	9,  // 1: cairn.storage.PipelineRequest.submit:type_name -> cairn.storage.SubmitRequest
+	22, // 2: cairn.storage.PipelineRequest.range:type_name -> etcdserverpb.RangeRequest
+	10, // 3: cairn.storage.PipelineResponse.submit:type_name -> cairn.storage.SubmitResponse
+	23, // 4: cairn.storage.PipelineResponse.range:type_name -> etcdserverpb.RangeResponse
+	24, // 5: cairn.storage.PipelineResponse.error:type_name -> google.rpc.Status
+	10, // 6: cairn.storage.PipelineAnswer.submit:type_name -> cairn.storage.SubmitResponse
+	24, // 7: cairn.storage.PipelineAnswer.error:type_name -> google.rpc.Status
+	25, // 8: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	21, // 9: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	4,  // 10: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	19, // 11: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
+	25, // 12: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	4,  // 13: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	26, // 14: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	27, // 15: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	28, // 16: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	29, // 17: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	30, // 18: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	31, // 19: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	32, // 20: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	33, // 21: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	5,  // 22: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
+	34, // 23: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	35, // 24: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	9,  // 25: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
+	22, // 26: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	11, // 27: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
+	36, // 28: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	37, // 29: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
+	13, // 30: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
+	15, // 31: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
+	17, // 32: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	38, // 33: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	39, // 34: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	7,  // 35: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
+	6,  // 36: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
+	0,  // 37: cairn.storage.Storage.Pipeline:input_type -> cairn.storage.PipelineRequest
+	10, // 38: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	23, // 39: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	12, // 40: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	40, // 41: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	41, // 42: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
+	14, // 43: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	16, // 44: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	18, // 45: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	42, // 46: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	43, // 47: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	8,  // 48: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	5,  // 49: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	1,  // 50: cairn.storage.Storage.Pipeline:output_type -> cairn.storage.PipelineResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_storagepb_storage_proto_init() }
@@ -1776,7 +1894,12 @@ func file_storagepb_storage_proto_init() {
 		(*PipelineResponse_Range)(nil),
 		(*PipelineResponse_Error)(nil),
 	}
-	file_storagepb_storage_proto_msgTypes[9].OneofWrappers = []any{
+	file_storagepb_storage_proto_msgTypes[2].OneofWrappers = []any{
+		(*PipelineAnswer_Submit)(nil),
+		(*PipelineAnswer_Range)(nil),
+		(*PipelineAnswer_Error)(nil),
+	}
+	file_storagepb_storage_proto_msgTypes[10].OneofWrappers = []any{
 		(*SubmitResponse_Put)(nil),
 		(*SubmitResponse_DeleteRange)(nil),
 		(*SubmitResponse_Txn)(nil),
@@ -1793,7 +1916,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
