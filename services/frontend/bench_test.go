@@ -4,13 +4,13 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
+	"github.com/cairn-kv/cairn/pkg/bench"
 	"github.com/cairn-kv/cairn/pkg/testcluster"
 )
 
@@ -33,7 +33,7 @@ func BenchmarkRangeList(b *testing.B) {
 	list := &pb.RangeRequest{Key: []byte("/registry/pods/"), RangeEnd: []byte("/registry/pods0"), Serializable: true}
 	time.Sleep(time.Second) // every storage has applied the puts
 	b.SetParallelism(max(1, 8/runtime.GOMAXPROCS(0)))
-	cpu0, start := processCPU(), time.Now()
+	cpu0, start := bench.ProcessCPU(), time.Now()
 	b.ResetTimer()
 	b.RunParallel(func(pbb *testing.PB) {
 		for pbb.Next() {
@@ -46,12 +46,5 @@ func BenchmarkRangeList(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "lists/s")
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/list")
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((bench.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/list")
 }

@@ -6,10 +6,10 @@ import (
 	"runtime"
 	"sort"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/bench"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
@@ -83,7 +83,7 @@ func BenchmarkPipelineRange(b *testing.B) {
 	p := dialPipeline(b, m)
 	var n atomic.Int64
 	b.SetParallelism(256 / max(1, runtime.GOMAXPROCS(0)))
-	cpu0, start := processCPU(), time.Now()
+	cpu0, start := bench.ProcessCPU(), time.Now()
 	b.ResetTimer()
 	b.RunParallel(func(pbb *testing.PB) {
 		ctx := context.Background()
@@ -97,12 +97,5 @@ func BenchmarkPipelineRange(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
-	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	b.ReportMetric(float64((bench.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/call")
 }
