@@ -16,9 +16,11 @@
 //     another storage only when it certainly was not proposed (no connection could be made, or the storage
 //     refused it before proposing); when the connection breaks while it is in flight the client gets etcd's
 //     "request timed out, possibly due to connection lost", never a duplicate.
-//   - Linearizable reads (Range, RangeStream, a read-only Txn) go to the leader's storage first, which makes
-//     them linearizable with a ReadIndex; serializable reads go to the nearest storage (the home member's,
-//     else the shortest round trip). Reads, MemberList, Status and the other idempotent calls are tried on the
+//   - Linearizable point reads (a Range of one key or with limit 1, a count, a read-only Txn) go to the
+//     leader's storage first, whose ReadIndex needs no forwarding; linearizable ranges that may return many
+//     keys (a LIST) and serializable reads go to the nearest storage (the home member's, else the shortest
+//     round trip), so big reads spread over the members. Every storage makes a linearizable read wait for a
+//     ReadIndex of its own. Reads, MemberList, Status and the other idempotent calls are tried on the
 //     next replica when one is unavailable.
 //   - Cluster calls and MoveLeader go to consensus (the leader's first); MoveLeader is forwarded to the
 //     leader whichever member this frontend speaks for.

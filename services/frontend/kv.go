@@ -63,7 +63,7 @@ func (s *kvServer) readRange(ctx context.Context, r *pb.RangeRequest,
 	ctx, cancel := boundContext(ctx, s.f.cfg.RequestTimeout)
 	defer cancel()
 	v := s.f.pool.view()
-	served, err := s.f.readOn(ctx, v.readOrder(r.Serializable), func(rep *storageReplica) error { return read(ctx, rep) })
+	served, err := s.f.readOn(ctx, v.rangeOrder(r), func(rep *storageReplica) error { return read(ctx, rep) })
 	return v, served, err
 }
 
@@ -83,6 +83,15 @@ func (v *view) readOrder(serializable bool) []*storageReplica {
 		return v.nearestFirst
 	}
 	return v.leaderFirst
+}
+
+// rangeOrder is where a Range goes: as readOrder says, except that a linearizable range that may return many
+// keys goes to the nearest storage too. Every storage answers a linearizable read after a ReadIndex of its
+// own, so large reads (a Kubernetes LIST) spread over the members' storages as they spread over etcd's
+// members; a point read is cheaper on the leader's storage, whose ReadIndex is not forwarded.
+func (v *view) rangeOrder(r *pb.RangeRequest) []*storageReplica {
+	manyKeys := len(r.RangeEnd) > 0 && !r.CountOnly && r.Limit != 1
+	return v.readOrder(r.Serializable || manyKeys)
 }
 
 func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {

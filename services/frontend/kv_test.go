@@ -159,6 +159,14 @@ func TestKVHeadersAndRouting(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		list, err := cli.Get(ctx, "hdr/", clientv3.WithPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := cli.Get(ctx, "hdr/", clientv3.WithPrefix(), clientv3.WithLimit(1))
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range []struct {
 			name       string
 			h          *pb.ResponseHeader
@@ -168,6 +176,8 @@ func TestKVHeadersAndRouting(t *testing.T) {
 			{"put goes to the leader's storage", put.Header, leader.ID(), put.Header.Revision},
 			{"linearizable get goes to the leader's storage", lin.Header, leader.ID(), put.Header.Revision},
 			{"serializable get goes to the home member's storage", ser.Header, home.ID(), 1},
+			{"linearizable prefix get goes to the home member's storage", list.Header, home.ID(), put.Header.Revision},
+			{"linearizable prefix get of one key goes to the leader's storage", first.Header, leader.ID(), put.Header.Revision},
 		} {
 			h := tc.h
 			if h.ClusterId != clusterID || h.MemberId != tc.wantMember || h.RaftTerm == 0 || h.Revision < tc.minRev {
@@ -177,6 +187,9 @@ func TestKVHeadersAndRouting(t *testing.T) {
 		}
 		if len(lin.Kvs) != 1 || lin.Kvs[0].ModRevision != put.Header.Revision {
 			t.Errorf("linearizable read after put: %v", lin.Kvs)
+		}
+		if n := len(list.Kvs); n != i+1 || list.Kvs[n-1].ModRevision != put.Header.Revision {
+			t.Errorf("frontend %s: linearizable prefix read after put (on member %x): %v", fe.Name, home.ID(), list.Kvs)
 		}
 	}
 

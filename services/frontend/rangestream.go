@@ -36,7 +36,7 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 		q.Limit = min(initialStreamChunkLimit, totalLimit)
 	}
 	var first *pb.RangeResponse
-	served, err := s.f.readOn(ctx, v.readOrder(r.Serializable), func(rep *storageReplica) (err error) {
+	served, err := s.f.readOn(ctx, v.rangeOrder(r), func(rep *storageReplica) (err error) {
 		first, err = s.rangeChunk(ctx, rep, q)
 		return err
 	})
