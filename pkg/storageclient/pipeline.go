@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -45,7 +46,11 @@ func (p *Pipeline) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	if err != nil {
 		return nil, err
 	}
-	return resp.GetSubmit(), nil
+	if submit := resp.answer.GetSubmit(); submit != nil {
+		return submit, nil
+	}
+	resp.free()
+	return nil, status.Error(codes.Internal, "cairn storage pipeline: a submit answered without its response")
 }
 
 // Range is Client.Range over the pipeline.
@@ -54,21 +59,28 @@ func (p *Pipeline) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRe
 	if err != nil {
 		return nil, err
 	}
+	defer encoded.Free()
 	resp := &pb.RangeResponse{}
-	if err := proto.Unmarshal(encoded, resp); err != nil {
+	if err := proto.Unmarshal(encoded.Materialize(), resp); err != nil {
 		return nil, status.Errorf(codes.Internal, "cairn storage pipeline: decode range answer: %v", err)
 	}
 	return resp, nil
 }
 
 // RangeEncoded is Range answered with the RangeResponse in its wire encoding, as storage sent it, for passing
-// on undecoded.
-func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest) ([]byte, error) {
+// on undecoded: references to the gRPC buffers it arrived in (no copy is made), which the caller owns and
+// frees, or hands to gRPC as (part of) a message it sends, which frees them once written.
+func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.BufferSlice, error) {
 	resp, err := p.call(ctx, &storagepb.PipelineRequest{Call: &storagepb.PipelineRequest_Range{Range: req}})
 	if err != nil {
 		return nil, err
 	}
-	return resp.GetRange(), nil
+	if resp.answer != nil && resp.answer.GetResult() == nil {
+		return nil, status.Error(codes.Internal, "cairn storage pipeline: a range answered without its response")
+	}
+	data := resp.rangeData
+	resp.rangeData = nil
+	return data, nil
 }
 
 // Close ends the pipeline's streams; calls in flight fail with Canceled.
@@ -78,7 +90,7 @@ func (p *Pipeline) Close() {
 	}
 }
 
-func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*storagepb.PipelineAnswer, error) {
+func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*wireAnswer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
@@ -99,7 +111,7 @@ func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*s
 		if r.err != nil {
 			return nil, r.err
 		}
-		if e := r.resp.GetError(); e != nil {
+		if e := r.resp.answer.GetError(); e != nil {
 			return nil, status.ErrorProto(e)
 		}
 		return r.resp, nil
@@ -111,7 +123,7 @@ func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*s
 
 // answer is what a waiting call receives: the response, or the error that broke its stream.
 type answer struct {
-	resp *storagepb.PipelineAnswer
+	resp *wireAnswer
 	err  error
 }
 
@@ -136,7 +148,7 @@ func (l *lane) send(req *storagepb.PipelineRequest) (<-chan answer, error) {
 	}
 	if l.stream == nil {
 		ctx, cancel := context.WithCancel(context.Background())
-		stream, err := l.rpc.Pipeline(ctx)
+		stream, err := l.rpc.Pipeline(ctx, grpc.ForceCodecV2(newAnswerCodec()))
 		if err != nil {
 			cancel()
 			l.mu.Unlock()
@@ -168,7 +180,7 @@ func (l *lane) send(req *storagepb.PipelineRequest) (<-chan answer, error) {
 // receive hands each answer to its caller until the stream ends, then fails the calls still waiting.
 func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint64]chan answer) {
 	for {
-		resp := &storagepb.PipelineAnswer{} // a range answer stays encoded
+		resp := &wireAnswer{} // a range answer stays encoded, in the received buffers
 		err := stream.RecvMsg(resp)
 		l.mu.Lock()
 		if err != nil {
@@ -185,11 +197,13 @@ func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint
 			l.mu.Unlock()
 			return
 		}
-		ch := pending[resp.Id]
-		delete(pending, resp.Id)
+		ch := pending[resp.id]
+		delete(pending, resp.id)
 		l.mu.Unlock()
 		if ch != nil {
 			ch <- answer{resp: resp}
+		} else {
+			resp.free() // its caller gave up
 		}
 	}
 }

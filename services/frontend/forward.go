@@ -167,20 +167,24 @@ type relayCodec struct{ proto encoding.CodecV2 }
 
 func newRelayCodec() relayCodec { return relayCodec{proto: encoding.GetCodecV2("proto")} }
 
-// splicedMessage is a message sent as the concatenation of already encoded parts (see kvServer.relayRange).
-type splicedMessage struct{ parts [][]byte }
+// splicedMessage is a message sent as the concatenation of already encoded parts: head, then body (see
+// kvServer.relayRange). Sending it hands body's buffer references to gRPC, which frees them once written.
+type splicedMessage struct {
+	head []byte
+	body mem.BufferSlice
+}
 
 func (c relayCodec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *rawMessage:
 		return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
 	case *splicedMessage:
-		out := make(mem.BufferSlice, 0, len(m.parts))
-		for _, part := range m.parts {
-			if len(part) > 0 {
-				out = append(out, mem.SliceBuffer(part))
-			}
+		out := make(mem.BufferSlice, 0, 1+len(m.body))
+		if len(m.head) > 0 {
+			out = append(out, mem.SliceBuffer(m.head))
 		}
+		out = append(out, m.body...)
+		m.body = nil // gRPC owns (and frees) the references now
 		return out, nil
 	}
 	return c.proto.Marshal(v)

@@ -9,6 +9,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/etcdcheck"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
 )
 
 // kvServer is etcd's KV service: requests are checked as etcd's API layer checks them, then writes go to a
@@ -42,7 +43,7 @@ func (s *kvServer) relayRange(ctx context.Context, req any, info *grpc.UnaryServ
 	if !ok || info.FullMethod != rangeMethod {
 		return handler(ctx, req)
 	}
-	var encoded []byte
+	var encoded mem.BufferSlice
 	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica) (err error) {
 		encoded, err = rep.rangeEncoded(ctx, r)
 		return err
@@ -50,7 +51,7 @@ func (s *kvServer) relayRange(ctx context.Context, req any, info *grpc.UnaryServ
 	if err != nil {
 		return nil, err
 	}
-	return &splicedMessage{parts: [][]byte{v.headerField(served), encoded}}, nil
+	return &splicedMessage{head: v.headerField(served), body: encoded}, nil
 }
 
 // readRange checks r as etcd does and runs read on the storages, in the order r's consistency asks for, until

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
@@ -67,9 +68,9 @@ func (r *storageReplica) kv() kvCalls {
 	return r.pipelines[int(r.next.Add(1))%len(r.pipelines)]
 }
 
-// rangeEncoded is Range answered in the response's wire encoding: storage's own over a pipeline, else the unary
-// answer encoded here.
-func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest) ([]byte, error) {
+// rangeEncoded is Range answered in the response's wire encoding: storage's own over a pipeline (references to
+// the buffers it arrived in, see storageclient.Pipeline.RangeEncoded), else the unary answer encoded here.
+func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.BufferSlice, error) {
 	if p, ok := r.kv().(*storageclient.Pipeline); ok {
 		return p.RangeEncoded(ctx, req)
 	}
@@ -77,7 +78,8 @@ func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest)
 	if err != nil {
 		return nil, err
 	}
-	return proto.Marshal(resp)
+	encoded, err := proto.Marshal(resp)
+	return mem.BufferSlice{mem.SliceBuffer(encoded)}, err
 }
 
 // connected reports whether some connection is up or may come up without a failed dial.

@@ -40,6 +40,13 @@ func TestPipelineAnswersAsUnary(t *testing.T) {
 	if err != nil || put.GetPut().GetHeader().GetRevision() != 2 {
 		t.Fatalf("put over the pipeline: %v, %v; want revision 2", put, err)
 	}
+	big := make([]byte, 4096)
+	for i := range 64 { // 256 KiB: an answer that arrives in many gRPC frames
+		big[0] = byte(i)
+		if _, err := p.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: fmt.Appendf(nil, "big/%02d", i), Value: big}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name string
 		req  *pb.RangeRequest
@@ -48,6 +55,8 @@ func TestPipelineAnswersAsUnary(t *testing.T) {
 		{"serializable prefix", &pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("b"), Serializable: true}},
 		{"future revision", &pb.RangeRequest{Key: []byte("a"), Revision: 100}},
 		{"count only", &pb.RangeRequest{Key: []byte("a"), CountOnly: true}},
+		{"missing key", &pb.RangeRequest{Key: []byte("nothing")}},
+		{"large prefix", &pb.RangeRequest{Key: []byte("big/"), RangeEnd: []byte("big0")}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -67,7 +76,9 @@ func TestPipelineAnswersAsUnary(t *testing.T) {
 				return
 			}
 			var decoded pb.RangeResponse
-			if err := proto.Unmarshal(encoded, &decoded); err != nil || !proto.Equal(&decoded, want) {
+			err := proto.Unmarshal(encoded.Materialize(), &decoded)
+			encoded.Free()
+			if err != nil || !proto.Equal(&decoded, want) {
 				t.Fatalf("encoded answer decodes to %v (%v), want %v", &decoded, err, want)
 			}
 		})
