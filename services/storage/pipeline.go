@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 )
@@ -104,7 +104,7 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 		cancel()
 		p.sendMu.Lock()
 		defer p.sendMu.Unlock()
-		_ = p.stream.Send(resp) // a broken stream ends Recv too, which ends the stream
+		_ = p.stream.SendMsg(resp) // a broken stream ends Recv too, which ends the stream
 	}
 	select {
 	case p.work <- run:
@@ -113,8 +113,9 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 	}
 }
 
-// serve answers one call as the unary Submit or Range would.
-func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) *storagepb.PipelineResponse {
+// serve answers one call as the unary Submit or Range would. A range answer is a PipelineAnswer carrying the
+// RangeResponse as Storage.RangeEncoded wrote it (the same message on the wire as a PipelineResponse).
+func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) proto.Message {
 	resp := &storagepb.PipelineResponse{Id: req.Id}
 	var err error
 	switch call := req.Call.(type) {
@@ -124,9 +125,9 @@ func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) *s
 			resp.Result = &storagepb.PipelineResponse_Submit{Submit: out}
 		}
 	case *storagepb.PipelineRequest_Range:
-		var out *pb.RangeResponse
-		if out, err = p.s.Range(ctx, call.Range); err == nil {
-			resp.Result = &storagepb.PipelineResponse_Range{Range: out}
+		var out []byte
+		if out, err = p.s.RangeEncoded(ctx, call.Range); err == nil {
+			return &storagepb.PipelineAnswer{Id: req.Id, Result: &storagepb.PipelineAnswer_Range{Range: out}}
 		}
 	default:
 		err = status.Error(codes.InvalidArgument, "cairn storage: pipeline call without submit or range")

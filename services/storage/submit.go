@@ -216,15 +216,8 @@ func (s *Storage) linearizeWithTimeout(ctx context.Context) error {
 
 // Range answers an etcd RangeRequest; serializable=false makes it linearizable.
 func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if err := etcdcheck.Range(r); err != nil {
+	if err := s.rangeReady(ctx, r); err != nil {
 		return nil, err
-	}
-	ctx, cancel := s.withRequestTimeout(ctx)
-	defer cancel()
-	if !r.Serializable {
-		if err := s.linearize(ctx); err != nil {
-			return nil, err
-		}
 	}
 	var resp *pb.RangeResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) {
@@ -234,6 +227,34 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return err
 	})
 	return resp, err
+}
+
+// RangeEncoded is Range answered in the RangeResponse's wire encoding (mvcc.Store.RangeEncoded), for the
+// pipeline to send on without encoding it again.
+func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest) ([]byte, error) {
+	if err := s.rangeReady(ctx, r); err != nil {
+		return nil, err
+	}
+	var encoded []byte
+	err := s.withStore(func(st *mvcc.Store) (err error) {
+		encoded, err = st.RangeEncoded(r, st.Position().AppliedTerm)
+		return err
+	})
+	return encoded, err
+}
+
+// rangeReady checks r as etcd does and, for a linearizable read, waits until this storage has applied a
+// ReadIndex obtained after the call began.
+func (s *Storage) rangeReady(ctx context.Context, r *pb.RangeRequest) error {
+	if err := etcdcheck.Range(r); err != nil {
+		return err
+	}
+	if r.Serializable {
+		return nil
+	}
+	ctx, cancel := s.withRequestTimeout(ctx)
+	defer cancel()
+	return s.linearize(ctx)
 }
 
 func (s *Storage) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {

@@ -190,6 +190,7 @@ func runFuzzOps(t *testing.T, data []byte) {
 			if gotErr != wantErr || (gotErr == nil && !proto.Equal(got, want)) {
 				t.Fatalf("step %d Range %v:\n got %v %v\nwant %v %v", steps, r, got, gotErr, want, wantErr)
 			}
+			checkRangeEncoded(t, ts, r, got, gotErr)
 		}
 		if p := ts.Position(); p.Revision != m.rev {
 			t.Fatalf("step %d: store revision %d, model %d", steps, p.Revision, m.rev)

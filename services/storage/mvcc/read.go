@@ -33,13 +33,23 @@ type readView struct {
 }
 
 func (v *readView) load(rev revision) (*mvccpb.KeyValue, error) {
+	data, err := v.loadEncoded(rev)
+	if err != nil {
+		return nil, err
+	}
+	return decodeKV(rev, data)
+}
+
+// loadEncoded returns the stored (marshalled) KeyValue of rev, nil if there is none; the bytes are valid until
+// the view is closed and must not be modified.
+func (v *readView) loadEncoded(rev revision) ([]byte, error) {
 	if rev.main > v.s.committedRev {
 		p := v.s.pending
 		i := sort.Search(len(p), func(i int) bool { return !rev.greaterThan(p[i].rev) })
 		if i == len(p) || p[i].rev != rev {
 			return nil, fmt.Errorf("revision %d.%d missing from the pending buffer", rev.main, rev.sub)
 		}
-		return decodeKV(rev, p[i].value)
+		return p[i].value, nil
 	}
 	if v.tx == nil {
 		tx, err := v.s.db.Begin(false)
@@ -48,7 +58,7 @@ func (v *readView) load(rev revision) (*mvccpb.KeyValue, error) {
 		}
 		v.tx = tx
 	}
-	return decodeKV(rev, v.tx.Bucket(bucketKey).Get(revKey(rev, false)))
+	return v.tx.Bucket(bucketKey).Get(revKey(rev, false)), nil
 }
 
 func (v *readView) close() {
@@ -103,37 +113,9 @@ func (s *Store) ReadTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 
 // rangeLocked is etcd's range: revision checks, key selection at the revision, filters, sort, limit.
 func (s *Store) rangeLocked(r *pb.RangeRequest, curRev int64, values valueReader) (*pb.RangeResponse, error) {
-	rev := r.Revision
-	if rev > curRev {
-		return nil, s.checkRangeRev(rev, curRev)
-	}
-	if rev <= 0 {
-		rev = curRev
-	}
-	if rev < s.compactRev {
-		return nil, s.checkRangeRev(rev, curRev)
-	}
-	kr := keyRange{key: r.Key, end: r.RangeEnd}
-	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: curRev}}
-	limit := rangeLimit(r)
-	type found struct {
-		key []byte
-		ver keyVersion
-	}
-	var hits []found
-	total := int64(0)
-	s.index.visit(kr, func(h *keyHistory) bool {
-		if ver, ok := h.at(rev); ok {
-			total++
-			if !r.CountOnly && (limit <= 0 || int64(len(hits)) < limit) {
-				hits = append(hits, found{h.key, ver})
-			}
-		}
-		return true
-	})
-	resp.Count = total
-	if r.CountOnly {
-		return resp, nil
+	resp, hits, err := s.rangeHitsLocked(r, curRev)
+	if err != nil || r.CountOnly {
+		return resp, err
 	}
 	fastKeysOnly := r.KeysOnly && r.SortTarget != pb.RangeRequest_VALUE
 	kvs := make([]*mvccpb.KeyValue, 0, len(hits))
@@ -162,6 +144,43 @@ func (s *Store) rangeLocked(r *pb.RangeRequest, curRev int64, values valueReader
 	}
 	resp.Kvs = kvs
 	return resp, nil
+}
+
+// rangeHit is a key a range found live at its revision, with that version.
+type rangeHit struct {
+	key []byte
+	ver keyVersion
+}
+
+// rangeHitsLocked checks r's revision and walks the index: it returns the response with its header and count,
+// and the live keys to load (as many as rangeLimit says), in key order.
+func (s *Store) rangeHitsLocked(r *pb.RangeRequest, curRev int64) (*pb.RangeResponse, []rangeHit, error) {
+	rev := r.Revision
+	if rev > curRev {
+		return nil, nil, s.checkRangeRev(rev, curRev)
+	}
+	if rev <= 0 {
+		rev = curRev
+	}
+	if rev < s.compactRev {
+		return nil, nil, s.checkRangeRev(rev, curRev)
+	}
+	kr := keyRange{key: r.Key, end: r.RangeEnd}
+	resp := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: curRev}}
+	limit := rangeLimit(r)
+	var hits []rangeHit
+	total := int64(0)
+	s.index.visit(kr, func(h *keyHistory) bool {
+		if ver, ok := h.at(rev); ok {
+			total++
+			if !r.CountOnly && (limit <= 0 || int64(len(hits)) < limit) {
+				hits = append(hits, rangeHit{h.key, ver})
+			}
+		}
+		return true
+	})
+	resp.Count = total
+	return resp, hits, nil
 }
 
 // rangeLimit is how many keys to read: one more than asked, to know about "more", unless results are
