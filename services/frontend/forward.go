@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/encoding"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -105,10 +103,10 @@ func errBackendLost(what string, err error) error {
 }
 
 // proxyStream relays one client stream to one backend stream until either ends. newReq and newResp make
-// the messages read from each side (rawMessages relay frames without decoding them). The client's half-close
-// is passed on and responses keep flowing until the backend ends; a backend failure ends the client stream
-// with codes.Unavailable, a backend's own status error is passed on unchanged.
-// each, when not nil, sees every response before it is relayed.
+// the messages read from each side (wiremsg.Raw messages relay frames without decoding them). The client's
+// half-close is passed on and responses keep flowing until the backend ends; a backend failure ends the
+// client stream with codes.Unavailable, a backend's own status error is passed on unchanged. each, when not
+// nil, sees every response before it is relayed.
 func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any,
 	each func(any)) error {
 	upErr := make(chan error, 1)
@@ -155,47 +153,3 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 	}
 	return err
 }
-
-// rawMessage is a message relayed as its wire bytes: Watch frames pass between client and hub undecoded.
-type rawMessage struct{ data []byte }
-
-func newRawMessage() any { return new(rawMessage) }
-
-// relayCodec is the codec of the frontend's gRPC server and of its hub streams: a rawMessage passes through
-// as bytes, a splicedMessage as its parts, every other message is protobuf (so nothing differs on the wire).
-type relayCodec struct{ proto encoding.CodecV2 }
-
-func newRelayCodec() relayCodec { return relayCodec{proto: encoding.GetCodecV2("proto")} }
-
-// splicedMessage is a message sent as the concatenation of already encoded parts: head, then body (see
-// kvServer.relayRange). Sending it hands body's buffer references to gRPC, which frees them once written.
-type splicedMessage struct {
-	head []byte
-	body mem.BufferSlice
-}
-
-func (c relayCodec) Marshal(v any) (mem.BufferSlice, error) {
-	switch m := v.(type) {
-	case *rawMessage:
-		return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
-	case *splicedMessage:
-		out := make(mem.BufferSlice, 0, 1+len(m.body))
-		if len(m.head) > 0 {
-			out = append(out, mem.SliceBuffer(m.head))
-		}
-		out = append(out, m.body...)
-		m.body = nil // gRPC owns (and frees) the references now
-		return out, nil
-	}
-	return c.proto.Marshal(v)
-}
-
-func (c relayCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*rawMessage); ok {
-		r.data = data.Materialize()
-		return nil
-	}
-	return c.proto.Unmarshal(data, v)
-}
-
-func (c relayCodec) Name() string { return c.proto.Name() }

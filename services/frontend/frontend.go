@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/rpctune"
+	"github.com/cairn-kv/cairn/pkg/wiremsg"
 )
 
 // Frontend is one stateless frontend: etcd's gRPC API, the JSON gateway and the admin endpoints on the client
@@ -83,7 +84,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Frontend, error)
 func (f *Frontend) newGRPCServer() *grpc.Server {
 	kv := &kvServer{f: f}
 	opts := append(append(f.tel.ServerOptions(), rpctune.ServerOptions()...),
-		grpc.ForceServerCodecV2(newRelayCodec()),
+		grpc.ForceServerCodecV2(wiremsg.NewCodec()),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
 	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+	"github.com/cairn-kv/cairn/pkg/wiremsg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 )
@@ -51,7 +52,7 @@ func (s *kvServer) relayRange(ctx context.Context, req any, info *grpc.UnaryServ
 	if err != nil {
 		return nil, err
 	}
-	return &splicedMessage{head: v.headerField(served), body: encoded}, nil
+	return &wiremsg.Encoded{Parts: append(mem.BufferSlice{mem.SliceBuffer(v.headerField(served))}, encoded...)}, nil
 }
 
 // readRange checks r as etcd does and runs read on the storages, in the order r's consistency asks for, until

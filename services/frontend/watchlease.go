@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cairn-kv/cairn/pkg/wiremsg"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -41,8 +42,8 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	for _, hub := range s.hubs.order() {
 		var upstream grpc.ClientStream
 		if upstream, err = hub.conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
-			grpc.ForceCodecV2(newRelayCodec())); err == nil {
-			return proxyStream("watch", stream, upstream, newRawMessage, newRawMessage, nil)
+			grpc.ForceCodecV2(wiremsg.NewCodec())); err == nil {
+			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, nil)
 		}
 		if stream.Context().Err() != nil {
 			break

@@ -7,12 +7,15 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/wiremsg"
 )
 
 // pipelineWorkers is how many goroutines a Pipeline stream keeps for its calls (more are started when all
@@ -113,9 +116,8 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 	}
 }
 
-// serve answers one call as the unary Submit or Range would. A range answer is a PipelineAnswer carrying the
-// RangeResponse as Storage.RangeEncoded wrote it (the same message on the wire as a PipelineResponse).
-func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) proto.Message {
+// serve answers one call as the unary Submit or Range would.
+func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) any {
 	resp := &storagepb.PipelineResponse{Id: req.Id}
 	var err error
 	switch call := req.Call.(type) {
@@ -125,9 +127,9 @@ func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) pr
 			resp.Result = &storagepb.PipelineResponse_Submit{Submit: out}
 		}
 	case *storagepb.PipelineRequest_Range:
-		var out []byte
-		if out, err = p.s.RangeEncoded(ctx, call.Range); err == nil {
-			return &storagepb.PipelineAnswer{Id: req.Id, Result: &storagepb.PipelineAnswer_Range{Range: out}}
+		var answer any
+		if answer, err = p.rangeAnswer(ctx, req.Id, call.Range); err == nil {
+			return answer
 		}
 	default:
 		err = status.Error(codes.InvalidArgument, "cairn storage: pipeline call without submit or range")
@@ -137,6 +139,33 @@ func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) pr
 	}
 	return resp
 }
+
+// rangeAnswer is the answer to range call id: a PipelineAnswer (the same message on the wire as a
+// PipelineResponse) whose range is the RangeResponse as Storage.RangeEncoded wrote it, right after the answer's
+// own fields, into one pooled buffer that gRPC returns to the pool once it has sent it (wiremsg.Encoded).
+func (p *pipeline) rangeAnswer(ctx context.Context, id uint64, r *pb.RangeRequest) (any, error) {
+	var buf *[]byte
+	encoded, err := p.s.RangeEncoded(ctx, r, func(n int) []byte {
+		head := protowire.AppendVarint(protowire.AppendTag(nil, answerIDField, protowire.VarintType), id)
+		head = protowire.AppendVarint(protowire.AppendTag(head, answerRangeField, protowire.BytesType), uint64(n))
+		buf = p.s.answerBuffers.Get(len(head) + n)
+		return append((*buf)[:0], head...)
+	})
+	if err != nil {
+		if buf != nil {
+			p.s.answerBuffers.Put(buf)
+		}
+		return nil, err
+	}
+	*buf = encoded
+	return &wiremsg.Encoded{Parts: mem.BufferSlice{mem.NewBuffer(buf, &p.s.answerBuffers)}}, nil
+}
+
+// PipelineAnswer's field numbers, as rangeAnswer writes them.
+const (
+	answerIDField    protowire.Number = 1
+	answerRangeField protowire.Number = 3
+)
 
 func (p *pipeline) cancel(id uint64) {
 	p.mu.Lock()

@@ -24,6 +24,7 @@ import (
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/rpctune"
+	"github.com/cairn-kv/cairn/pkg/wiremsg"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 
@@ -43,6 +44,9 @@ type Storage struct {
 	ids     *requestIDs
 	waiters *waiters
 	reads   *readBarrier
+
+	// answerBuffers hold the pipeline's encoded range answers until gRPC has sent them.
+	answerBuffers wiremsg.Pool
 
 	// applyMu is held while the apply loop delivers a batch, so a defragmentation can swap the store between
 	// batches; it is taken before storeMu.
@@ -134,7 +138,7 @@ func (s *Storage) Start(ctx context.Context) error {
 	}
 	s.listener = lis
 	opts := append(append(s.tel.ServerOptions(), rpctune.ServerOptions()...), grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes+grpcOverheadBytes),
-		grpc.MaxSendMsgSize(maxSendBytes))
+		grpc.MaxSendMsgSize(maxSendBytes), grpc.ForceServerCodecV2(wiremsg.NewCodec()))
 	s.grpcServer = grpc.NewServer(opts...)
 	storagepb.RegisterStorageServer(s.grpcServer, &server{s: s})
 	go func() {

@@ -229,15 +229,15 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	return resp, err
 }
 
-// RangeEncoded is Range answered in the RangeResponse's wire encoding (mvcc.Store.RangeEncoded), for the
-// pipeline to send on without encoding it again.
-func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest) ([]byte, error) {
+// RangeEncoded is Range answered in the RangeResponse's wire encoding, appended to alloc(n) (see
+// mvcc.Store.RangeEncoded), for the pipeline to send on without encoding it again.
+func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest, alloc func(n int) []byte) ([]byte, error) {
 	if err := s.rangeReady(ctx, r); err != nil {
 		return nil, err
 	}
 	var encoded []byte
 	err := s.withStore(func(st *mvcc.Store) (err error) {
-		encoded, err = st.RangeEncoded(r, st.Position().AppliedTerm)
+		encoded, err = st.RangeEncoded(r, st.Position().AppliedTerm, alloc)
 		return err
 	})
 	return encoded, err

@@ -16,18 +16,22 @@ const (
 	rangeCountField  protowire.Number = 4
 )
 
-// RangeEncoded is Range answered in the RangeResponse's wire encoding, with raftTerm in its header. A plain
-// range (key order, no revision filters, values wanted) is written straight from the stored KeyValues, which
-// are never decoded: a Kubernetes LIST costs one copy of each stored KeyValue instead of a decode and an
-// encode. Any other range is Range, marshalled. Either decodes to the same message.
-func (s *Store) RangeEncoded(r *pb.RangeRequest, raftTerm uint64) ([]byte, error) {
+// RangeEncoded is Range answered in the RangeResponse's wire encoding, with raftTerm in its header, appended to
+// alloc(n): a slice with room for the n bytes of the answer (nil alloc: a new one). A plain range (key order,
+// no revision filters, values wanted) is written straight from the stored KeyValues, which are never decoded:
+// a Kubernetes LIST costs one copy of each stored KeyValue instead of a decode and an encode. Any other range
+// is Range, marshalled. Either decodes to the same message.
+func (s *Store) RangeEncoded(r *pb.RangeRequest, raftTerm uint64, alloc func(n int) []byte) ([]byte, error) {
+	if alloc == nil {
+		alloc = func(n int) []byte { return make([]byte, 0, n) }
+	}
 	if r.CountOnly || r.KeysOnly || !isDefaultOrdering(r) || hasRevisionFilters(r) {
 		resp, err := s.Range(r)
 		if err != nil {
 			return nil, err
 		}
 		resp.Header.RaftTerm = raftTerm
-		return proto.Marshal(resp)
+		return proto.MarshalOptions{}.MarshalAppend(alloc(proto.Size(resp)), resp)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -62,7 +66,14 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest, raftTerm uint64) ([]byte, error
 	if err != nil {
 		return nil, fmt.Errorf("marshal range header: %w", err)
 	}
-	out := make([]byte, 0, protowire.SizeBytes(len(header))+size+2*protowire.SizeVarint(uint64(resp.Count))+4)
+	size += 1 + protowire.SizeBytes(len(header))
+	if more {
+		size += 2
+	}
+	if resp.Count != 0 {
+		size += 1 + protowire.SizeVarint(uint64(resp.Count))
+	}
+	out := alloc(size)
 	out = protowire.AppendBytes(protowire.AppendTag(out, rangeHeaderField, protowire.BytesType), header)
 	for _, data := range stored {
 		out = protowire.AppendBytes(protowire.AppendTag(out, rangeKVsField, protowire.BytesType), data)

@@ -12,15 +12,22 @@ import (
 func checkRangeEncoded(t *testing.T, ts *testStore, r *pb.RangeRequest, want *pb.RangeResponse, wantErr error) {
 	t.Helper()
 	const term = 7
-	encoded, err := ts.RangeEncoded(r, term)
+	var allocated int
+	encoded, err := ts.RangeEncoded(r, term, func(n int) []byte {
+		allocated = n
+		return append(make([]byte, 0, 2+n), "hd"...) // after a head of the caller's
+	})
 	if fmt.Sprint(err) != fmt.Sprint(wantErr) {
 		t.Fatalf("RangeEncoded %v: error %v, Range's %v", r, err, wantErr)
 	}
 	if err != nil {
 		return
 	}
+	if string(encoded[:2]) != "hd" || len(encoded) != 2+allocated {
+		t.Fatalf("RangeEncoded %v: %d bytes after the head %q, allocated %d", r, len(encoded)-2, encoded[:2], allocated)
+	}
 	got := &pb.RangeResponse{}
-	if err := proto.Unmarshal(encoded, got); err != nil {
+	if err := proto.Unmarshal(encoded[2:], got); err != nil {
 		t.Fatalf("RangeEncoded %v: %v", r, err)
 	}
 	want = proto.Clone(want).(*pb.RangeResponse)
