@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
 )
 
 var benchValue = make([]byte, 256)
@@ -89,6 +90,42 @@ func BenchmarkRangePrefix1000(b *testing.B) {
 	}
 	b.StopTimer()
 	reportLatency(b, lat)
+}
+
+// BenchmarkRangePrefix1000Wire answers the same ranges in their wire encoding, as storage sends them: "marshal"
+// is Range and then proto.Marshal, "encoded" is RangeEncoded (stored KeyValues copied, never decoded).
+func BenchmarkRangePrefix1000Wire(b *testing.B) {
+	ts := loadedStore(b, 100000)
+	for _, bc := range []struct {
+		name   string
+		answer func(*pb.RangeRequest) ([]byte, error)
+	}{
+		{"marshal", func(r *pb.RangeRequest) ([]byte, error) {
+			resp, err := ts.Range(r)
+			if err != nil {
+				return nil, err
+			}
+			return proto.Marshal(resp)
+		}},
+		{"encoded", func(r *pb.RangeRequest) ([]byte, error) { return ts.RangeEncoded(r, 1, nil) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				prefix := fmt.Sprintf("/registry/pods/ns-%03d/", i%100)
+				start := time.Now()
+				wire, err := bc.answer(&pb.RangeRequest{Key: []byte(prefix), RangeEnd: []byte(prefix[:len(prefix)-1] + "0")})
+				lat = append(lat, time.Since(start))
+				if err != nil || len(wire) < 1000*len(benchValue) {
+					b.Fatalf("range: %d bytes, %v", len(wire), err)
+				}
+			}
+			b.StopTimer()
+			reportLatency(b, lat)
+		})
+	}
 }
 
 // BenchmarkTxn applies compare-and-swap txns (version compare, put on success, range on failure) on 10k keys.

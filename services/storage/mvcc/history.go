@@ -93,15 +93,11 @@ func (s *Store) History(q HistoryQuery) (*HistoryPage, error) {
 func (s *Store) scanRevisions(v *readView, from revision, to int64,
 	visit func(rev revision, tombstone bool, data []byte) (bool, error)) error {
 	if from.main <= s.committedRev {
-		if v.tx == nil {
-			tx, err := s.db.Begin(false)
-			if err != nil {
-				return fmt.Errorf("begin bbolt read tx: %w", err)
-			}
-			v.tx = tx
+		if err := v.begin(); err != nil {
+			return err
 		}
 		end := mainRevPrefix(min(to, s.committedRev) + 1)
-		cur := v.tx.Bucket(bucketKey).Cursor()
+		cur := v.tx.Bucket(bucketKey).Cursor() // its own: the visits load through the view's cursor
 		for k, val := cur.Seek(revKey(from, false)); k != nil && bytes.Compare(k, end) < 0; k, val = cur.Next() {
 			rev, tombstone, err := parseRevKey(k)
 			if err != nil {

@@ -28,8 +28,10 @@ func (r wtxReader) load(rev revision) (*mvccpb.KeyValue, error) {
 // from the pending buffer. It is used with the store's read lock held, which keeps the buffer and committedRev
 // still.
 type readView struct {
-	s  *Store
-	tx *bolt.Tx
+	s   *Store
+	tx  *bolt.Tx
+	cur *bolt.Cursor // on the key bucket: one for all the view's loads, so a LIST does not allocate one per key
+	key [revBytesLen]byte
 }
 
 func (v *readView) load(rev revision) (*mvccpb.KeyValue, error) {
@@ -51,20 +53,33 @@ func (v *readView) loadEncoded(rev revision) ([]byte, error) {
 		}
 		return p[i].value, nil
 	}
-	if v.tx == nil {
-		tx, err := v.s.db.Begin(false)
-		if err != nil {
-			return nil, fmt.Errorf("begin bbolt read tx: %w", err)
-		}
-		v.tx = tx
+	if err := v.begin(); err != nil {
+		return nil, err
 	}
-	return v.tx.Bucket(bucketKey).Get(revKey(rev, false)), nil
+	key := appendRevKey(v.key[:0], rev)
+	if k, value := v.cur.Seek(key); bytes.Equal(k, key) {
+		return value, nil
+	}
+	return nil, nil
+}
+
+// begin opens the view's read transaction, unless it is open.
+func (v *readView) begin() error {
+	if v.tx != nil {
+		return nil
+	}
+	tx, err := v.s.db.Begin(false)
+	if err != nil {
+		return fmt.Errorf("begin bbolt read tx: %w", err)
+	}
+	v.tx, v.cur = tx, tx.Bucket(bucketKey).Cursor()
+	return nil
 }
 
 func (v *readView) close() {
 	if v.tx != nil {
 		_ = v.tx.Rollback()
-		v.tx = nil
+		v.tx, v.cur = nil, nil
 	}
 }
 

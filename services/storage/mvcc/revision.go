@@ -32,14 +32,18 @@ func revKey(rev revision, tombstone bool) []byte {
 	if tombstone {
 		n++
 	}
-	b := make([]byte, n)
-	binary.BigEndian.PutUint64(b, uint64(rev.main))
-	b[8] = '_'
-	binary.BigEndian.PutUint64(b[9:], uint64(rev.sub))
+	b := appendRevKey(make([]byte, 0, n), rev)
 	if tombstone {
-		b[revBytesLen] = markTombstone
+		b = append(b, markTombstone)
 	}
 	return b
+}
+
+// appendRevKey appends rev's key-bucket key (of a live revision, no tombstone mark) to b.
+func appendRevKey(b []byte, rev revision) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(rev.main))
+	b = append(b, '_')
+	return binary.BigEndian.AppendUint64(b, uint64(rev.sub))
 }
 
 // parseRevKey decodes a key-bucket key.
