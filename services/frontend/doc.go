@@ -39,9 +39,10 @@
 // Range and Submit, the hot path, travel on storage's Pipeline streams (storageclient.Pipeline: a message
 // each way per call, no gRPC stream per call) with the same answers and errors as the unary calls; when spans
 // are recorded (OTEL_EXPORTER_OTLP_ENDPOINT set) every call is unary instead, so it keeps its own gRPC span.
-// A Range answer is relayed to the client as storage encoded it, never decoded: the pipeline reads it as bytes
-// (storagepb.PipelineAnswer) and the client server's codec sends the frontend's header fields followed by those
-// bytes, which the client decodes as one message with the two headers merged (kvServer.relayRange).
+// A Range answer is relayed to the client as storage encoded it, never decoded nor copied: the pipeline keeps it
+// in the gRPC buffers it arrived in (storageclient.Pipeline.RangeEncoded) and the client server's codec
+// (wiremsg) sends the frontend's header fields followed by those buffers, which the client decodes as one
+// message with the two headers merged (kvServer.relayRange).
 //
 // # Answers as etcd's
 //

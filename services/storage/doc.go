@@ -11,7 +11,9 @@
 //
 // Reads: Range with serializable=false (and read-only Txn) first get a ReadIndex from the log and wait until it
 // is applied, so a read after an acknowledged write sees it. History, Hash, BackendHash, Snapshot, Status and
-// the lease queries are served from local state.
+// the lease queries are served from local state. On the Pipeline stream a plain range is answered in its wire
+// encoding written straight from the stored KeyValues (mvcc.Store.RangeEncoded) into a pooled buffer that goes
+// out as it is (wiremsg), so a LIST is copied once and never decoded or re-encoded.
 //
 // The apply loop consumes Log.Committed from the store's applied index + 1, in order, and hands every change to
 // an AppliedSink. The durable (bbolt-committed) applied index is reported to the log through Compact, at most
