@@ -29,6 +29,7 @@ type compareOptions struct {
 	standard       bench.StandardOptions
 	workloads      []string
 	leaseTotal     int64
+	list           bench.ListOptions
 }
 
 func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
@@ -39,7 +40,8 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 		Long: "Starts a reference etcd " + etcdref.Version + " cluster on loopback (built once from the Go module proxy; " +
 			"or use --etcd-endpoints) and a `cairn up` stack of this binary in a temporary directory (or use " +
 			"--cairn-endpoints), runs put with 1 client, put with 1000 clients on 100 connections, and " +
-			"linearizable and serializable range (with --workloads lease: lease-keepalive and lease-grant-revoke) " +
+			"linearizable and serializable range (with --workloads lease: lease-keepalive and lease-grant-revoke; with " +
+			"--workloads list: a Kubernetes-style LIST of --list-keys keys, linearizable and serializable) " +
 			"against each in turn, and prints one table. The rows fix " +
 			"--clients, --conns and --total themselves; --output json prints every summary.",
 		Args: cobra.NoArgs,
@@ -57,8 +59,11 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 	flags.IntVar(&cmp.standard.KeySize, "key-size", 8, "key size of the puts")
 	flags.IntVar(&cmp.standard.ValSize, "val-size", 256, "value size of the puts and of the ranged key")
 	flags.IntVar(&cmp.standard.KeySpaceSize, "key-space-size", 1, "key space of the (sequential) puts; 1 as in etcd's documented commands")
-	flags.StringSliceVar(&cmp.workloads, "workloads", []string{"standard"}, "rows to run: standard (etcd's documented put and range rows), lease (lease-keepalive and lease-grant-revoke), or both")
+	flags.StringSliceVar(&cmp.workloads, "workloads", []string{"standard"}, "rows to run: standard (etcd's documented put and range rows), lease (lease-keepalive and lease-grant-revoke), list (LISTs of a prefix), in any combination")
 	flags.Int64Var(&cmp.leaseTotal, "lease-total", 100000, "keep-alives of the lease-keepalive row (grant-revoke rows run a tenth and a hundredth)")
+	flags.IntVar(&cmp.list.Keys, "list-keys", 5000, "keys under the prefix the list rows read (written first unless already there)")
+	flags.IntVar(&cmp.list.ValSize, "list-val-size", 1024, "value size of the listed keys")
+	flags.Int64Var(&cmp.list.Total, "list-total", 400, "LISTs of each list row")
 	return cmd
 }
 
@@ -166,8 +171,10 @@ func compareScenarios(cmp *compareOptions) ([]bench.Scenario, error) {
 			scenarios = append(scenarios, standard...)
 		case "lease":
 			scenarios = append(scenarios, bench.LeaseScenarios(cmp.leaseTotal)...)
+		case "list":
+			scenarios = append(scenarios, bench.ListScenarios(cmp.list)...)
 		default:
-			return nil, fmt.Errorf("--workloads: unknown workload %q (want standard or lease)", workload)
+			return nil, fmt.Errorf("--workloads: unknown workload %q (want standard, lease or list)", workload)
 		}
 	}
 	return scenarios, nil
