@@ -62,14 +62,7 @@ func TestKeySpaceKeys(t *testing.T) {
 
 // TestKVBenchmarksAgainstEtcd runs each KV benchmark against a real etcd and checks what it wrote.
 func TestKVBenchmarksAgainstEtcd(t *testing.T) {
-	cluster := etcdref.StartCluster(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	check, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer check.Close()
+	cluster, check, ctx := startEtcd(t)
 	countKeys := func() int64 {
 		resp, err := check.Get(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
 		if err != nil {

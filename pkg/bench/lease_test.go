@@ -1,26 +1,13 @@
 package bench
 
 import (
-	"context"
 	"testing"
-	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 // TestLeaseBenchmarksAgainstEtcd runs the lease benchmarks against a real etcd and checks what they left: one
 // lease per keep-alive stream, and none from grant-revoke.
 func TestLeaseBenchmarksAgainstEtcd(t *testing.T) {
-	cluster := etcdref.StartCluster(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	check, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer check.Close()
+	cluster, check, ctx := startEtcd(t)
 	runner, err := NewRunner(RunnerConfig{Endpoints: cluster.Endpoints(), Clients: 6, Conns: 2, Total: 300})
 	if err != nil {
 		t.Fatal(err)

@@ -1,28 +1,18 @@
 package bench
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 // TestListScenariosAgainstEtcd: the list rows write their keys once (a second run finds them and writes
 // nothing), list them all without errors, and count a LIST that does not return exactly those keys as an error.
 func TestListScenariosAgainstEtcd(t *testing.T) {
-	cluster := etcdref.StartCluster(t, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	cluster, check, ctx := startEtcd(t)
 	scenarios := ListScenarios(ListOptions{Prefix: "/list/", Keys: 50, ValSize: 100, Total: 20})
 	targets := []Target{{Name: "etcd", Endpoints: cluster.Endpoints()}}
-	check, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer check.Close()
 	var revisions []int64
 	for round := range 2 {
 		results, err := Compare(ctx, CompareConfig{Targets: targets, Scenarios: scenarios, DialTimeout: time.Second})

@@ -33,13 +33,16 @@ func (s *Store) RangeEncoded(r *pb.RangeRequest, raftTerm uint64, alloc func(n i
 		resp.Header.RaftTerm = raftTerm
 		return proto.MarshalOptions{}.MarshalAppend(alloc(proto.Size(resp)), resp)
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.usableLocked(); err != nil {
-		return nil, err
-	}
-	v := &readView{s: s}
-	defer v.close()
+	var out []byte
+	err := s.read(func(v *readView) (err error) {
+		out, err = s.encodePlainRangeLocked(v, r, raftTerm, alloc)
+		return err
+	})
+	return out, err
+}
+
+// encodePlainRangeLocked writes a plain range's answer from the stored KeyValues (see RangeEncoded); the read lock is held.
+func (s *Store) encodePlainRangeLocked(v *readView, r *pb.RangeRequest, raftTerm uint64, alloc func(n int) []byte) ([]byte, error) {
 	resp, hits, err := s.rangeHitsLocked(r, s.currentRev)
 	if err != nil {
 		return nil, err

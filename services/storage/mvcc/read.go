@@ -95,15 +95,24 @@ func decodeKV(rev revision, data []byte) (*mvccpb.KeyValue, error) {
 }
 
 // Range answers an etcd RangeRequest from local state (the caller decides about linearizability).
-func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
+func (s *Store) Range(r *pb.RangeRequest) (resp *pb.RangeResponse, err error) {
+	err = s.read(func(v *readView) error {
+		resp, err = s.rangeLocked(r, s.currentRev, v)
+		return err
+	})
+	return resp, err
+}
+
+// read runs fn on a read view of the usable store, with the read lock held.
+func (s *Store) read(fn func(v *readView) error) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if err := s.usableLocked(); err != nil {
-		return nil, err
+		return err
 	}
 	v := &readView{s: s}
 	defer v.close()
-	return s.rangeLocked(r, s.currentRev, v)
+	return fn(v)
 }
 
 // ReadTxn answers a read-only txn (see IsTxnReadOnly) from local state, without the log.
@@ -111,16 +120,13 @@ func (s *Store) ReadTxn(r *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if !IsTxnReadOnly(r) {
 		return nil, fmt.Errorf("ReadTxn of a txn with writes")
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if err := s.usableLocked(); err != nil {
-		return nil, err
-	}
-	v := &readView{s: s}
-	defer v.close()
-	w := &writeTxn{s: s, values: v, beginRev: s.currentRev}
-	resp, refused, err := w.applyTxn(r)
-	if err != nil {
+	var resp *pb.TxnResponse
+	var refused error
+	if err := s.read(func(v *readView) (err error) {
+		w := &writeTxn{s: s, values: v, beginRev: s.currentRev}
+		resp, refused, err = w.applyTxn(r)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	return resp, refused
