@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	goflag "flag"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/pkg/clienttls"
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
@@ -31,6 +33,7 @@ type devOptions struct {
 	quotaBackendBytes int64
 	maxRequestBytes   int
 	maxTxnOps         int
+	tls               clienttls.Files
 }
 
 func newDevCommand() *cobra.Command {
@@ -54,6 +57,9 @@ func newDevCommand() *cobra.Command {
 	flags.Int64Var(&do.quotaBackendBytes, "quota-backend-bytes", storage.DefaultQuotaBackendBytes, "Raise alarms when backend size exceeds the given quota.")
 	flags.IntVar(&do.maxRequestBytes, "max-request-bytes", 1572864, "Maximum client request size in bytes the server will accept.")
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
+	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
+	do.tls.RegisterFlags(tlsFlags)
+	flags.AddGoFlagSet(tlsFlags)
 	opts.register(flags, "http://127.0.0.1:2381")
 	return cmd
 }
@@ -256,6 +262,7 @@ func startDevFrontend(ctx context.Context, d *devStack) error {
 	cfg := frontend.DefaultConfig()
 	cfg.Name = d.do.name // the member of this name is the frontend's home member
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
+	cfg.TLS = d.do.tls
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.WatchEndpoints = []string{d.watchURL}

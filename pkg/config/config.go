@@ -1,5 +1,6 @@
 // Package config holds the pieces every service's configuration shares: the comma-separated URL list flag,
-// host:port parsing of the http:// URLs services listen on and dial, and defaulting of unset fields.
+// host:port parsing of the http:// URLs services listen on and dial (and of https:// client URLs), and
+// defaulting of unset fields.
 package config
 
 import (
@@ -28,26 +29,36 @@ func (l *URLList) Set(s string) error {
 
 // HostPort returns the host:port of an http:// URL without a path, or of a bare host:port.
 func HostPort(raw string) (string, error) {
+	hostPort, secure, err := ClientHostPort(raw)
+	if err == nil && secure {
+		return "", fmt.Errorf("URL %q: scheme \"https\", want http (TLS is served on client URLs only)", raw)
+	}
+	return hostPort, err
+}
+
+// ClientHostPort is HostPort for a client URL, which may also be https:// (served with TLS): it returns the
+// host:port and whether the URL is https.
+func ClientHostPort(raw string) (hostPort string, secure bool, err error) {
 	if !strings.Contains(raw, "://") {
 		if _, _, err := net.SplitHostPort(raw); err != nil {
-			return "", fmt.Errorf("URL %q: want http://host:port", raw)
+			return "", false, fmt.Errorf("URL %q: want http://host:port", raw)
 		}
-		return raw, nil
+		return raw, false, nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", fmt.Errorf("URL %q: %w", raw, err)
+		return "", false, fmt.Errorf("URL %q: %w", raw, err)
 	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("URL %q: scheme %q, want http (TLS is not supported yet)", raw, u.Scheme)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", false, fmt.Errorf("URL %q: scheme %q, want http or https", raw, u.Scheme)
 	}
 	if _, _, err := net.SplitHostPort(u.Host); err != nil {
-		return "", fmt.Errorf("URL %q: want http://host:port", raw)
+		return "", false, fmt.Errorf("URL %q: want %s://host:port", raw, u.Scheme)
 	}
 	if u.Path != "" && u.Path != "/" {
-		return "", fmt.Errorf("URL %q: must not contain a path", raw)
+		return "", false, fmt.Errorf("URL %q: must not contain a path", raw)
 	}
-	return u.Host, nil
+	return u.Host, u.Scheme == "https", nil
 }
 
 // SetDefault sets *field to value when it holds the zero value.

@@ -30,6 +30,24 @@ func TestHostPort(t *testing.T) {
 	}
 }
 
+func TestClientHostPort(t *testing.T) {
+	for _, tc := range []struct {
+		raw, want  string
+		secure, ok bool
+	}{
+		{"http://127.0.0.1:2379", "127.0.0.1:2379", false, true},
+		{"https://127.0.0.1:2379", "127.0.0.1:2379", true, true},
+		{"127.0.0.1:2379", "127.0.0.1:2379", false, true},
+		{"https://127.0.0.1", "", false, false},
+		{"unix://a:1", "", false, false},
+	} {
+		got, secure, err := ClientHostPort(tc.raw)
+		if (err == nil) != tc.ok || got != tc.want || secure != tc.secure {
+			t.Errorf("ClientHostPort(%q) = %q, %v, %v; want %q, %v, ok=%v", tc.raw, got, secure, err, tc.want, tc.secure, tc.ok)
+		}
+	}
+}
+
 func TestURLListFlag(t *testing.T) {
 	var l URLList
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)

@@ -2,11 +2,14 @@ package testcluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,6 +54,9 @@ type Options struct {
 	// embedded NATS carries the storages' records). Default 0: Watch is unavailable.
 	Watchhubs         int
 	ConfigureWatchhub func(*watchhub.Config)
+	// ClientTLS is what Client dials the frontends with, for frontends that ConfigureFrontend made serve
+	// https; nil is plain gRPC.
+	ClientTLS *tls.Config
 }
 
 func (o Options) withDefaults() Options {
@@ -240,7 +246,14 @@ func (c *Cluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints()
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if c.opts.ClientTLS != nil { // client/v3 dials an http:// endpoint without TLS whatever its config says
+		endpoints = slices.Clone(endpoints)
+		for i, e := range endpoints {
+			endpoints[i] = strings.Replace(e, "http://", "https://", 1)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		TLS: c.opts.ClientTLS})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/clienttls"
 	"github.com/cairn-kv/cairn/pkg/config"
 	"github.com/cairn-kv/cairn/pkg/etcdcheck"
 	"github.com/cairn-kv/cairn/pkg/obs"
@@ -68,8 +69,10 @@ type Config struct {
 	// EnablePprof serves /debug/pprof on the client and metrics URLs, as etcd's --enable-pprof does.
 	EnablePprof bool
 	// ClientListeners, when set, are served instead of listening on ListenClientURLs (one per URL, in
-	// order); tests bind their ports beforehand this way.
+	// order, TLS where the URL is https); tests bind their ports beforehand this way.
 	ClientListeners []net.Listener
+	// TLS serves the https:// client URLs (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
+	TLS clienttls.Files
 }
 
 // DefaultConfig returns etcd's defaults (and Cairn's for settings etcd lacks).
@@ -103,6 +106,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ConnsPerStorage, "conns-per-storage", c.ConnsPerStorage, "gRPC connections kept open to each storage.")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "Log level: debug, info, warn or error.")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "Enable runtime profiling data via HTTP server at the client and metrics URLs + \"/debug/pprof/\".")
+	c.TLS.RegisterFlags(fs)
 }
 
 // Validate reports every unusable setting.
@@ -114,8 +118,21 @@ func (c Config) Validate() error {
 	if len(c.ListenClientURLs) == 0 {
 		errs = append(errs, errors.New("--listen-client-urls must not be empty"))
 	}
+	for _, u := range c.ListenClientURLs {
+		_, secure, err := config.ClientHostPort(u)
+		if err == nil {
+			err = c.TLS.CheckURL(u, secure)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--listen-client-urls: %w", err))
+		}
+	}
+	for _, u := range c.AdvertiseClientURLs {
+		if _, _, err := config.ClientHostPort(u); err != nil {
+			errs = append(errs, fmt.Errorf("--advertise-client-urls: %w", err))
+		}
+	}
 	for flagName, urls := range map[string][]string{
-		"--listen-client-urls": c.ListenClientURLs, "--advertise-client-urls": c.AdvertiseClientURLs,
 		"--listen-metrics-urls": c.ListenMetricsURLs, "--consensus-endpoints": c.ConsensusEndpoints,
 		"--storage-endpoints": c.StorageEndpoints, "--watch-endpoints": c.WatchEndpoints,
 		"--lease-endpoints": c.LeaseEndpoints,

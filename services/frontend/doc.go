@@ -59,7 +59,10 @@
 // # HTTP
 //
 // gRPC and HTTP share each client port (cmux, as etcd: HTTP/2 to gRPC, HTTP/1 to the gateway), so gRPC keeps
-// its native server. Besides /v3/..., each client URL and each --listen-metrics-urls URL serves /metrics,
+// its native server. An https:// client URL serves TLS (package clienttls: --cert-file, --key-file,
+// --trusted-ca-file, --client-cert-auth) as etcd serves it: one HTTP server, HTTP/2 requests of content-type
+// application/grpc to the gRPC server (its ServeHTTP), everything else to the gateway and admin handlers. The
+// gateway reaches the gRPC server over an in-memory connection, whatever the client ports serve. Besides /v3/..., each client URL and each --listen-metrics-urls URL serves /metrics,
 // /version, /health (etcd's: healthy only with no alarm, a leader and a working linearizable read; ?exclude=
 // and ?serializable=true as etcd), and /readyz and /livez with etcd's named checks.
 package frontend

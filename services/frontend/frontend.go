@@ -2,12 +2,15 @@ package frontend
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +38,7 @@ type Frontend struct {
 
 	grpcServer  *grpc.Server
 	listeners   []net.Listener
+	secure      []bool // listeners[i] serves TLS: its client URL is https
 	muxes       []cmux.CMux
 	httpServers []*http.Server
 	gatewayConn *grpc.ClientConn
@@ -122,8 +126,19 @@ func (f *Frontend) Start(ctx context.Context) error {
 	}
 	clientMux := f.adminMux()
 	clientMux.Handle("/v3/", gateway)
-	for _, lis := range f.listeners {
-		m := cmux.New(lis)
+	var tlsConfig *tls.Config
+	if slices.Contains(f.secure, true) {
+		if tlsConfig, err = f.cfg.TLS.ServerConfig(); err != nil {
+			_ = f.Stop(ctx)
+			return err
+		}
+	}
+	for i, lis := range f.listeners {
+		if f.secure[i] {
+			f.serveTLS(lis, tlsConfig, clientMux)
+			continue
+		}
+		m := cmux.New(lis) // as etcd splits a plain client port: HTTP/2 to gRPC, HTTP/1 to the gateway
 		grpcL, httpL := m.Match(cmux.HTTP2()), m.Match(cmux.HTTP1())
 		srv := &http.Server{Handler: clientMux, ReadHeaderTimeout: 5 * time.Minute}
 		f.muxes, f.httpServers = append(f.muxes, m), append(f.httpServers, srv)
@@ -148,18 +163,40 @@ func (f *Frontend) Start(ctx context.Context) error {
 	return nil
 }
 
+// serveTLS serves a TLS client port as etcd serves one: one HTTP server (HTTP/1 and, negotiated by ALPN,
+// HTTP/2) hands HTTP/2 requests of content-type application/grpc to the gRPC server and everything else (the
+// gateway, /health, /metrics; a curl of https:// speaks HTTP/2) to mux.
+func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Handler) {
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Minute, TLSConfig: tlsConfig,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+				f.grpcServer.ServeHTTP(w, r)
+				return
+			}
+			mux.ServeHTTP(w, r)
+		})}
+	f.httpServers = append(f.httpServers, srv)
+	f.serve("https", lis, func() error { return srv.Serve(tls.NewListener(lis, tlsConfig)) })
+}
+
 func (f *Frontend) listen() error {
+	secure := func(i int) bool {
+		_, https, _ := config.ClientHostPort(f.cfg.ListenClientURLs[min(i, len(f.cfg.ListenClientURLs)-1)])
+		return https
+	}
 	if len(f.cfg.ClientListeners) > 0 {
-		f.listeners = append(f.listeners, f.cfg.ClientListeners...)
+		for i, lis := range f.cfg.ClientListeners {
+			f.listeners, f.secure = append(f.listeners, lis), append(f.secure, secure(i))
+		}
 		return nil
 	}
-	for _, u := range f.cfg.ListenClientURLs {
-		addr, _ := config.HostPort(u)
+	for i, u := range f.cfg.ListenClientURLs {
+		addr, _, _ := config.ClientHostPort(u)
 		lis, err := net.Listen("tcp", addr)
 		if err != nil {
 			return fmt.Errorf("client listener on %s: %w", u, err)
 		}
-		f.listeners = append(f.listeners, lis)
+		f.listeners, f.secure = append(f.listeners, lis), append(f.secure, secure(i))
 	}
 	return nil
 }
@@ -183,7 +220,11 @@ func (f *Frontend) ClientURLs() []string {
 	}
 	urls := make([]string, len(f.listeners))
 	for i, lis := range f.listeners {
-		urls[i] = "http://" + lis.Addr().String()
+		scheme := "http://"
+		if f.secure[i] {
+			scheme = "https://"
+		}
+		urls[i] = scheme + lis.Addr().String()
 	}
 	return urls
 }

@@ -11,14 +11,21 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb/gw"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
 )
 
-// newGateway builds etcd's grpc-gateway JSON API (/v3/...), with etcd's marshalling options, over a gRPC
-// connection to this frontend's own client listener; streams (watch, keep-alive) also work over websockets,
-// as etcd's do.
+// newGateway builds etcd's grpc-gateway JSON API (/v3/...), with etcd's marshalling options, over an
+// in-memory gRPC connection to this frontend's own gRPC server (so no port, plain or TLS, is needed for it);
+// streams (watch, keep-alive) also work over websockets, as etcd's do.
+// gatewayBufferBytes is the buffer of the gateway's in-memory connection, each way.
+const gatewayBufferBytes = 1 << 20
+
 func (f *Frontend) newGateway(ctx context.Context) (http.Handler, error) {
-	conn, err := grpc.NewClient(loopbackTarget(f.listeners[0].Addr()),
+	internal := bufconn.Listen(gatewayBufferBytes)
+	f.serve("gateway grpc", internal, func() error { return f.grpcServer.Serve(internal) })
+	conn, err := grpc.NewClient("passthrough:///cairn-frontend",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return internal.DialContext(ctx) }),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1)))
 	if err != nil {
@@ -46,16 +53,4 @@ func (f *Frontend) newGateway(ctx context.Context) (http.Handler, error) {
 		}),
 		wsproxy.WithMaxRespBodyBufferSize(0x7fffffff),
 	), nil
-}
-
-// loopbackTarget is addr as a dial target, with an unspecified host (0.0.0.0, ::) replaced by loopback.
-func loopbackTarget(addr net.Addr) string {
-	host, port, err := net.SplitHostPort(addr.String())
-	if err != nil {
-		return addr.String()
-	}
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
 }

@@ -1,0 +1,119 @@
+package frontend_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/cairn-kv/cairn/pkg/clienttls/certtest"
+	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/services/frontend"
+)
+
+// clientTLS is a client's TLS configuration trusting the test CA, with the given certificate (none when
+// certFile is empty).
+func clientTLS(t *testing.T, certs certtest.Files, certFile, keyFile string) *tls.Config {
+	t.Helper()
+	pem, err := os.ReadFile(certs.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg
+}
+
+// TestClientTLS: an https client URL serves the etcd API (gRPC and the JSON gateway) over TLS; with
+// --client-cert-auth only clients with a certificate the trusted CA signed get an answer.
+func TestClientTLS(t *testing.T) {
+	certs := certtest.Write(t)
+	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
+		for i, u := range cfg.ListenClientURLs {
+			cfg.ListenClientURLs[i] = strings.Replace(u, "http://", "https://", 1)
+		}
+		cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.TrustedCAFile = certs.ServerCert, certs.ServerKey, certs.CA
+		cfg.TLS.ClientCertAuth = true
+	}, ClientTLS: clientTLS(t, certs, certs.ClientCert, certs.ClientKey)})
+	fe := c.Frontends()[0]
+	if urls := fe.Frontend().ClientURLs(); len(urls) != 1 || !strings.HasPrefix(urls[0], "https://") {
+		t.Fatalf("client URLs %v, want one https URL", urls)
+	}
+	endpoint := strings.TrimPrefix(fe.URL, "http://")
+	for _, tc := range []struct {
+		name              string
+		certFile, keyFile string
+		wantOK            bool
+	}{
+		{"a certificate the CA signed", certs.ClientCert, certs.ClientKey, true},
+		{"no certificate", "", "", false},
+		{"a certificate the CA did not sign", certs.UntrustedClientCert, certs.UntrustedKey, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
+				TLS: clientTLS(t, certs, tc.certFile, tc.keyFile), Logger: zap.NewNop()})
+			if err == nil {
+				defer cli.Close()
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				_, err = cli.Put(ctx, "tls/"+tc.name, "v")
+			}
+			if (err == nil) != tc.wantOK {
+				t.Fatalf("put over TLS: %v, want success %v", err, tc.wantOK)
+			}
+
+			for _, h2 := range []bool{true, false} { // curl speaks HTTP/2 to an https URL, older clients HTTP/1.1
+				hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: h2,
+					TLSClientConfig: clientTLS(t, certs, tc.certFile, tc.keyFile)}}
+				resp, err := hc.Post("https://"+endpoint+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"dGxzLw==","range_end":"dGxzMA=="}`))
+				if !tc.wantOK {
+					if err == nil {
+						resp.Body.Close()
+						t.Fatalf("gateway over TLS answered %s without a trusted certificate", resp.Status)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("gateway over TLS (HTTP/2 %v): %v", h2, err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"count":"1"`) || (resp.ProtoMajor == 2) != h2 {
+					t.Fatalf("gateway over TLS (HTTP/2 %v): %s %s %s", h2, resp.Proto, resp.Status, body)
+				}
+			}
+		})
+	}
+}
+
+// TestHTTPSURLNeedsCertificate: an https client URL without --cert-file and --key-file is refused with etcd's error.
+func TestHTTPSURLNeedsCertificate(t *testing.T) {
+	cfg := frontend.DefaultConfig()
+	cfg.ListenClientURLs = []string{"https://127.0.0.1:2379"}
+	cfg.ConsensusEndpoints = []string{"http://127.0.0.1:2380"}
+	err := cfg.Validate()
+	want := "TLS key/cert (--cert-file, --key-file) must be provided for client url https://127.0.0.1:2379 with HTTPS scheme"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Validate: %v, want %q", err, want)
+	}
+	cfg.TLS.CertFile, cfg.TLS.KeyFile = "cert.pem", "key.pem"
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("Validate with a certificate: %v", err)
+	}
+}
