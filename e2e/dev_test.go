@@ -8,17 +8,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/clienttls/certtest"
 	"github.com/cairn-kv/cairn/pkg/etcdref"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
 )
 
 // startDev runs `cairn dev` on free ports with its data in dir and waits until etcdctl reaches it.
 func startDev(t *testing.T, etcdctl, dir string, ports []int) (endpoint string, stop func()) {
+	return startDevWith(t, etcdctl, dir, ports, devTLS{})
+}
+
+// devTLS is how a `cairn dev` serves TLS: its flags and the flags etcdctl reaches it with (none: plain http).
+type devTLS struct{ devArgs, etcdctlArgs []string }
+
+// startDevWith is startDev serving https when tls has flags.
+func startDevWith(t *testing.T, etcdctl, dir string, ports []int, tls devTLS) (endpoint string, stop func()) {
 	t.Helper()
-	endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	cmd := exec.Command(cairnBinary, "dev", "--data-dir", dir, "--listen-client-urls", endpoint,
+	scheme := "http"
+	if len(tls.devArgs) > 0 {
+		scheme = "https"
+	}
+	endpoint = fmt.Sprintf("%s://127.0.0.1:%d", scheme, ports[0])
+	cmd := exec.Command(cairnBinary, append([]string{"dev", "--data-dir", dir, "--listen-client-urls", endpoint,
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
-		"--listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[2]))
+		"--listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[2])}, tls.devArgs...)...)
 	var logs syncBuffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -40,7 +53,7 @@ func startDev(t *testing.T, etcdctl, dir string, ports []int) (endpoint string, 
 		}
 	}
 	waitFor(t, time.Minute, "cairn dev to answer endpoint health", func() bool {
-		return runEtcdctl(t, etcdctl, []string{endpoint}, "", "endpoint", "health").ExitCode == 0
+		return runEtcdctl(t, etcdctl, []string{endpoint}, "", append(tls.etcdctlArgs, "endpoint", "health")...).ExitCode == 0
 	})
 	return endpoint, stop
 }
@@ -77,5 +90,33 @@ func TestDevKeepsDataAcrossRestarts(t *testing.T) {
 	}
 	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", "get", "dev/a", "--rev", "2", "--print-value-only"); res.Stdout != "1\n" {
 		t.Errorf("time travel after restart: %+v", res)
+	}
+}
+
+// TestDevTLSWithEtcdctl: `cairn dev` on an https client URL with --client-cert-auth serves the real etcdctl
+// that presents a certificate the trusted CA signed, and refuses one that presents none.
+func TestDevTLSWithEtcdctl(t *testing.T) {
+	etcdctl := etcdref.Etcdctl(t)
+	certs := certtest.Write(t)
+	ports, err := supervisor.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert := []string{"--cacert", certs.CA, "--cert", certs.ClientCert, "--key", certs.ClientKey}
+	endpoint, stop := startDevWith(t, etcdctl, t.TempDir(), ports, devTLS{
+		devArgs: []string{"--cert-file", certs.ServerCert, "--key-file", certs.ServerKey,
+			"--trusted-ca-file", certs.CA, "--client-cert-auth"},
+		etcdctlArgs: withCert,
+	})
+	defer stop()
+	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", append(withCert, "put", "tls/a", "1")...); res.Stdout != "OK\n" {
+		t.Fatalf("put over TLS: %+v", res)
+	}
+	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", append(withCert, "get", "tls/", "--prefix", "--print-value-only")...); res.Stdout != "1\n" {
+		t.Fatalf("get over TLS: %+v", res)
+	}
+	noCert := []string{"--cacert", certs.CA, "--dial-timeout", "2s", "--command-timeout", "3s", "get", "tls/a"}
+	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", noCert...); res.ExitCode == 0 {
+		t.Fatalf("etcdctl without a client certificate was answered: %+v", res)
 	}
 }
