@@ -20,3 +20,16 @@ func TestAddrIsBindable(t *testing.T) {
 		t.Fatalf("Port() = %d", p)
 	}
 }
+
+// TestPortsAreNeverHandedOutTwice: released ports are drawn at random, so without the record of what was
+// handed out, a few thousand draws would repeat one.
+func TestPortsAreNeverHandedOutTwice(t *testing.T) {
+	seen := map[int]bool{}
+	for range 3000 {
+		p := Port(t)
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+}

@@ -18,6 +18,14 @@ const (
 	answerRangeField protowire.Number = 3
 )
 
+// AppendRangeAnswerHead appends to b what precedes the n bytes of an encoded RangeResponse in the
+// PipelineAnswer of call id: the id field, then the range field's tag and length. Storage writes its range
+// answers this way, and wireAnswer reads them back in place.
+func AppendRangeAnswerHead(b []byte, id uint64, n int) []byte {
+	b = protowire.AppendVarint(protowire.AppendTag(b, answerIDField, protowire.VarintType), id)
+	return protowire.AppendVarint(protowire.AppendTag(b, answerRangeField, protowire.BytesType), uint64(n))
+}
+
 // wireAnswer is a storagepb.PipelineAnswer as a lane receives it. A range answer (id and range only, as storage
 // sends it) keeps its RangeResponse in the gRPC buffers it arrived in: rangeData holds its own references to
 // them, so the frontend relays a megabyte LIST without copying it; whoever takes rangeData frees it. Every

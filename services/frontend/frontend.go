@@ -168,6 +168,7 @@ func (f *Frontend) Start(ctx context.Context) error {
 // gateway, /health, /metrics; a curl of https:// speaks HTTP/2) to mux.
 func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Handler) {
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Minute, TLSConfig: tlsConfig,
+		ErrorLog: slog.NewLogLogger(f.logger.With("server", "https").Handler(), slog.LevelWarn), // refused handshakes
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 				f.grpcServer.ServeHTTP(w, r)

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/storageclient"
 	"github.com/cairn-kv/cairn/pkg/wiremsg"
 )
 
@@ -146,8 +146,7 @@ func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) an
 func (p *pipeline) rangeAnswer(ctx context.Context, id uint64, r *pb.RangeRequest) (any, error) {
 	var buf *[]byte
 	encoded, err := p.s.RangeEncoded(ctx, r, func(n int) []byte {
-		head := protowire.AppendVarint(protowire.AppendTag(nil, answerIDField, protowire.VarintType), id)
-		head = protowire.AppendVarint(protowire.AppendTag(head, answerRangeField, protowire.BytesType), uint64(n))
+		head := storageclient.AppendRangeAnswerHead(nil, id, n)
 		buf = p.s.answerBuffers.Get(len(head) + n)
 		return append((*buf)[:0], head...)
 	})
@@ -160,12 +159,6 @@ func (p *pipeline) rangeAnswer(ctx context.Context, id uint64, r *pb.RangeReques
 	*buf = encoded
 	return &wiremsg.Encoded{Parts: mem.BufferSlice{mem.NewBuffer(buf, &p.s.answerBuffers)}}, nil
 }
-
-// PipelineAnswer's field numbers, as rangeAnswer writes them.
-const (
-	answerIDField    protowire.Number = 1
-	answerRangeField protowire.Number = 3
-)
 
 func (p *pipeline) cancel(id uint64) {
 	p.mu.Lock()
