@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	goflag "flag"
 	"fmt"
 	"log/slog"
 	"os"
@@ -36,6 +37,9 @@ func newUpCommand() *cobra.Command {
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
+	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
+	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
+	flags.AddGoFlagSet(tlsFlags)
 	return cmd
 }
 
@@ -45,6 +49,9 @@ func runUp(cmd *cobra.Command, cfg localstack.Config) error {
 		return fmt.Errorf("locating the cairn binary: %w", err)
 	}
 	cfg.Binary = binary
+	if cfg.ClientTLS, err = cfg.ClientTLS.Absolute(); err != nil {
+		return err
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	stack, err := localstack.New(cfg)
 	if err != nil {

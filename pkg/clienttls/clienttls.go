@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // Files are the TLS settings of the client URLs.
@@ -29,6 +30,21 @@ func (f *Files) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.KeyFile, "key-file", f.KeyFile, "Path to the client server TLS key file.")
 	fs.StringVar(&f.TrustedCAFile, "trusted-ca-file", f.TrustedCAFile, "Path to the client server TLS trusted CA cert file.")
 	fs.BoolVar(&f.ClientCertAuth, "client-cert-auth", f.ClientCertAuth, "Enable client cert authentication.")
+}
+
+// Absolute returns f with its paths made absolute, for a child process that may run elsewhere.
+func (f Files) Absolute() (Files, error) {
+	for _, path := range []*string{&f.CertFile, &f.KeyFile, &f.TrustedCAFile} {
+		if *path == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*path)
+		if err != nil {
+			return f, fmt.Errorf("clienttls: %s: %w", *path, err)
+		}
+		*path = abs
+	}
+	return f, nil
 }
 
 // Empty reports whether no certificate is configured (etcd's TLSInfo.Empty).

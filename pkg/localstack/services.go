@@ -55,7 +55,7 @@ func consensusService() service {
 				"--initial-cluster-token", p.layout.Token,
 				"--listen-consensus-url", p.url(self, "api"),
 				"--advertise-storage-url", p.url(p.child("storage", i), "api"),
-				"--advertise-client-urls", p.url(p.child("frontend", wrap(i, p.frontends())), "client"),
+				"--advertise-client-urls", p.clientURL(wrap(i, p.frontends())),
 			}
 		},
 	}
@@ -115,10 +115,10 @@ func frontendService() service {
 	return service{
 		name: "frontend", pprof: true, count: (*plan).frontends, ports: []string{"client", "metrics"},
 		args: func(p *plan, i int) []string {
-			self := p.url(p.child("frontend", i), "client")
+			self := p.clientURL(i)
 			// The member with the frontend's number is listed first: it is the frontend's nearest.
 			first := wrap(i, p.layout.Members)
-			return []string{
+			return append(p.clientTLSArgs(), []string{
 				"--name", p.frontendName(i),
 				"--listen-client-urls", self,
 				"--advertise-client-urls", self,
@@ -126,7 +126,7 @@ func frontendService() service {
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", first), ","),
 				"--lease-endpoints", strings.Join(p.leasekeeperURLs(), ","),
 				"--watch-endpoints", strings.Join(p.childURLs(p.watchhubChildren(), "api"), ","),
-			}
+			}...)
 		},
 		dependsOn: func(p *plan, _ int) []string {
 			return append(append(p.memberChildren("storage", 1), p.leasekeeperChildren()...), p.watchhubChildren()...)
@@ -224,6 +224,31 @@ func (p *plan) portString(child, port string) string { return fmt.Sprint(p.port(
 // url is http://host:port of a child's named port.
 func (p *plan) url(child, port string) string {
 	return fmt.Sprintf("http://%s:%d", p.cfg.Host, p.port(child, port))
+}
+
+// clientURL is frontend i's client URL: https when the stack serves client TLS.
+func (p *plan) clientURL(i int) string {
+	u := p.url(p.child("frontend", i), "client")
+	if !p.cfg.ClientTLS.Empty() {
+		u = "https" + strings.TrimPrefix(u, "http")
+	}
+	return u
+}
+
+// clientTLSArgs are the frontends' TLS flags (none without a certificate).
+func (p *plan) clientTLSArgs() []string {
+	t := p.cfg.ClientTLS
+	if t.Empty() {
+		return nil
+	}
+	args := []string{"--cert-file", t.CertFile, "--key-file", t.KeyFile}
+	if t.TrustedCAFile != "" {
+		args = append(args, "--trusted-ca-file", t.TrustedCAFile)
+	}
+	if t.ClientCertAuth {
+		args = append(args, "--client-cert-auth")
+	}
+	return args
 }
 
 func (p *plan) natsURL() string {

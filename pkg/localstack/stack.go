@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-kv/cairn/pkg/clienttls"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
 )
 
@@ -40,6 +41,9 @@ type Config struct {
 	LogLevel string
 	// EnablePprof serves /debug/pprof on the metrics port of every child whose subcommand has --enable-pprof.
 	EnablePprof bool
+	// ClientTLS, when it names a certificate, makes every frontend serve https:// with it (etcd's
+	// --cert-file, --key-file, --trusted-ca-file, --client-cert-auth); the services' own links stay plain.
+	ClientTLS clienttls.Files
 	// ExtraArgs are appended to the command line of every instance of the named service (e.g. "consensus":
 	// {"--heartbeat-interval", "50"}).
 	ExtraArgs map[string][]string
@@ -266,7 +270,7 @@ func (s *Stack) ClientEndpoints() []string {
 	}
 	urls := make([]string, s.plan.frontends())
 	for i := range urls {
-		urls[i] = s.plan.url(s.plan.child("frontend", i+1), "client")
+		urls[i] = s.plan.clientURL(i + 1)
 	}
 	return urls
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairn-kv/cairn/pkg/clienttls"
 	"github.com/cairn-kv/cairn/pkg/supervisor"
 )
 
@@ -205,6 +206,51 @@ func TestChildGOMAXPROCS(t *testing.T) {
 			for _, spec := range children {
 				if !slices.Equal(spec.Env, tt.want) {
 					t.Fatalf("%s env %v, want %v", spec.Name, spec.Env, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestClientTLS: with a certificate every frontend serves https with etcd's TLS flags, and the members
+// advertise those https URLs; without one nothing changes.
+func TestClientTLS(t *testing.T) {
+	files := clienttls.Files{CertFile: "/c.pem", KeyFile: "/k.pem", TrustedCAFile: "/ca.pem", ClientCertAuth: true}
+	for _, tc := range []struct {
+		name       string
+		tls        clienttls.Files
+		wantScheme string
+		wantArgs   []string
+	}{
+		{"plain", clienttls.Files{}, "http://", nil},
+		{"client certificates", files, "https://", []string{"--cert-file", "/c.pem", "--key-file", "/k.pem",
+			"--trusted-ca-file", "/ca.pem", "--client-cert-auth"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, children := testStack(t, Config{ClientTLS: tc.tls})
+			for _, spec := range children {
+				switch {
+				case strings.HasPrefix(spec.Name, "frontend-"):
+					if u := flagValue(spec.Argv, "--listen-client-urls"); !strings.HasPrefix(u, tc.wantScheme) {
+						t.Errorf("%s listens on %s, want %s", spec.Name, u, tc.wantScheme)
+					}
+					for _, arg := range tc.wantArgs {
+						if !slices.Contains(spec.Argv, arg) {
+							t.Errorf("%s args %v lack %s", spec.Name, spec.Argv, arg)
+						}
+					}
+					if tc.wantArgs == nil && slices.Contains(spec.Argv, "--cert-file") {
+						t.Errorf("%s has TLS flags: %v", spec.Name, spec.Argv)
+					}
+				case strings.HasPrefix(spec.Name, "consensus-"):
+					if u := flagValue(spec.Argv, "--advertise-client-urls"); !strings.HasPrefix(u, tc.wantScheme) {
+						t.Errorf("%s advertises %s, want %s", spec.Name, u, tc.wantScheme)
+					}
+				}
+			}
+			for _, u := range s.ClientEndpoints() {
+				if !strings.HasPrefix(u, tc.wantScheme) {
+					t.Errorf("client endpoint %s, want %s", u, tc.wantScheme)
 				}
 			}
 		})
