@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
@@ -24,20 +25,52 @@ const pipelineLanes = 4
 // gRPC stream per call. Each call answers exactly as the unary RPC would, errors included: a call that could
 // not be sent fails as the unary call would without a connection, a call in flight when its stream breaks
 // fails with the stream's (Unavailable) error, and a call whose context ends is abandoned at storage.
+//
+// A call waits at most Bound (or until its context's earlier deadline) without a timer of its own: storage is
+// told the deadline and answers by then with etcd's timeout error, and should it not, one sweep per
+// Pipeline fails the call with rpctypes.ErrGRPCTimeout sweepGrace later.
 type Pipeline struct {
 	rpc    storagepb.StorageClient
 	inject func(context.Context) map[string]string
+	bound  time.Duration
 	next   atomic.Uint64
 	lanes  [pipelineLanes]lane
+
+	sweepOnce, closeOnce sync.Once
+	closed               chan struct{}
 }
 
-// NewPipeline returns a pipeline on conn; inject, when not nil, gives the trace context each call carries.
-func NewPipeline(conn grpc.ClientConnInterface, inject func(context.Context) map[string]string) *Pipeline {
-	p := &Pipeline{rpc: storagepb.NewStorageClient(conn), inject: inject}
+// NewPipeline returns a pipeline on conn whose calls wait at most bound; inject, when not nil, gives the
+// trace context each call carries.
+func NewPipeline(conn grpc.ClientConnInterface, bound time.Duration, inject func(context.Context) map[string]string) *Pipeline {
+	p := &Pipeline{rpc: storagepb.NewStorageClient(conn), inject: inject, bound: bound, closed: make(chan struct{})}
 	for i := range p.lanes {
 		p.lanes[i].rpc = p.rpc
 	}
 	return p
+}
+
+// sweepGrace is how long past its deadline a call waits for storage's own timeout answer before the sweep
+// fails it; sweepInterval is how often the sweep looks.
+const (
+	sweepGrace    = time.Second
+	sweepInterval = 250 * time.Millisecond
+)
+
+// sweep fails the calls storage left unanswered past their deadline, until the pipeline closes.
+func (p *Pipeline) sweep() {
+	tick := time.NewTicker(sweepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.closed:
+			return
+		case now := <-tick.C:
+			for i := range p.lanes {
+				p.lanes[i].expire(now.Add(-sweepGrace).UnixNano())
+			}
+		}
+	}
 }
 
 // Submit is Client.Submit over the pipeline.
@@ -85,6 +118,8 @@ func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.
 
 // Close ends the pipeline's streams; calls in flight fail with Canceled.
 func (p *Pipeline) Close() {
+	p.sweepOnce.Do(func() {}) // no sweep starts after this
+	p.closeOnce.Do(func() { close(p.closed) })
 	for i := range p.lanes {
 		p.lanes[i].close()
 	}
@@ -94,15 +129,19 @@ func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*w
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	if deadline, ok := ctx.Deadline(); ok {
-		req.TimeoutMicros = max(time.Until(deadline).Microseconds(), 1)
+	now := time.Now()
+	deadline := now.Add(p.bound)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
 	}
+	req.TimeoutMicros = max(deadline.Sub(now).Microseconds(), 1)
 	if p.inject != nil {
 		req.Trace = p.inject(ctx)
 	}
+	p.sweepOnce.Do(func() { go p.sweep() })
 	req.Id = p.next.Add(1)
 	l := &p.lanes[req.Id%pipelineLanes]
-	answer, err := l.send(req)
+	answer, err := l.send(req, deadline.UnixNano())
 	if err != nil {
 		return nil, err
 	}
@@ -127,6 +166,12 @@ type answer struct {
 	err  error
 }
 
+// waiting is a call sent and not yet answered: where its answer goes, and its deadline (Unix nanoseconds).
+type waiting struct {
+	answer   chan answer
+	deadline int64
+}
+
 // lane is one Pipeline stream, opened on first use and again after it breaks.
 type lane struct {
 	rpc storagepb.StorageClient
@@ -135,12 +180,13 @@ type lane struct {
 	mu      sync.Mutex // guards the fields below
 	stream  storagepb.Storage_PipelineClient
 	cancel  context.CancelFunc
-	pending map[uint64]chan answer
+	pending map[uint64]waiting
 	closed  bool
 }
 
-// send registers req and sends it, opening the stream if needed; it returns where the answer will come.
-func (l *lane) send(req *storagepb.PipelineRequest) (<-chan answer, error) {
+// send registers req (answered by deadline, in Unix nanoseconds) and sends it, opening the stream if needed;
+// it returns where the answer will come.
+func (l *lane) send(req *storagepb.PipelineRequest, deadline int64) (<-chan answer, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -154,12 +200,12 @@ func (l *lane) send(req *storagepb.PipelineRequest) (<-chan answer, error) {
 			l.mu.Unlock()
 			return nil, err // not sent: the unary call would have failed the same way
 		}
-		l.stream, l.cancel, l.pending = stream, cancel, map[uint64]chan answer{}
+		l.stream, l.cancel, l.pending = stream, cancel, map[uint64]waiting{}
 		go l.receive(stream, l.pending)
 	}
 	stream, pending := l.stream, l.pending
 	ch := make(chan answer, 1)
-	pending[req.Id] = ch
+	pending[req.Id] = waiting{answer: ch, deadline: deadline}
 	l.mu.Unlock()
 
 	l.sendMu.Lock()
@@ -178,7 +224,7 @@ func (l *lane) send(req *storagepb.PipelineRequest) (<-chan answer, error) {
 }
 
 // receive hands each answer to its caller until the stream ends, then fails the calls still waiting.
-func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint64]chan answer) {
+func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint64]waiting) {
 	for {
 		resp := &wireAnswer{} // a range answer stays encoded, in the received buffers
 		err := stream.RecvMsg(resp)
@@ -190,18 +236,18 @@ func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint
 			if _, ok := status.FromError(err); !ok {
 				err = status.Errorf(codes.Unavailable, "cairn storage pipeline: %v", err)
 			}
-			for id, ch := range pending {
-				ch <- answer{err: err}
+			for id, w := range pending {
+				w.answer <- answer{err: err}
 				delete(pending, id)
 			}
 			l.mu.Unlock()
 			return
 		}
-		ch := pending[resp.id]
+		w, ok := pending[resp.id]
 		delete(pending, resp.id)
 		l.mu.Unlock()
-		if ch != nil {
-			ch <- answer{resp: resp}
+		if ok {
+			w.answer <- answer{resp: resp}
 		} else {
 			resp.free() // its caller gave up
 		}
@@ -212,12 +258,37 @@ func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint
 func (l *lane) abandon(id uint64) {
 	l.mu.Lock()
 	stream := l.stream
-	_, waiting := l.pending[id]
+	_, pending := l.pending[id]
 	delete(l.pending, id)
 	l.mu.Unlock()
-	if !waiting || stream == nil {
-		return
+	if pending && stream != nil {
+		l.cancelAt(stream, id)
 	}
+}
+
+// expire fails, with etcd's timeout, the calls whose deadline is before limit (Unix nanoseconds), and tells
+// storage to cancel them.
+func (l *lane) expire(limit int64) {
+	l.mu.Lock()
+	stream := l.stream
+	var expired []uint64
+	for id, w := range l.pending {
+		if w.deadline < limit {
+			w.answer <- answer{err: rpctypes.ErrGRPCTimeout}
+			delete(l.pending, id)
+			expired = append(expired, id)
+		}
+	}
+	l.mu.Unlock()
+	for _, id := range expired {
+		if stream != nil {
+			l.cancelAt(stream, id)
+		}
+	}
+}
+
+// cancelAt tells storage to cancel call id on stream.
+func (l *lane) cancelAt(stream storagepb.Storage_PipelineClient, id uint64) {
 	l.sendMu.Lock()
 	defer l.sendMu.Unlock()
 	_ = stream.Send(&storagepb.PipelineRequest{Id: id, Call: &storagepb.PipelineRequest_Cancel{Cancel: true}}) // a broken stream shows in receive

@@ -3,6 +3,7 @@ package consensus
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -183,6 +184,9 @@ func (l *raftLoop) handleReady(rd raft.Ready) error {
 			return err
 		}
 		l.n.transport.Send(rd.Messages)
+		if len(rd.Messages) > 0 && rd.MustSync {
+			runtime.Gosched()
+		}
 	}
 	early := l.deliverableBeforePersist(rd)
 	if early {

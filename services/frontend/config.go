@@ -164,3 +164,7 @@ func (c Config) Validate() error {
 func (c Config) limits() etcdcheck.Limits {
 	return etcdcheck.Limits{MaxTxnOps: int(c.MaxTxnOps), MaxRequestBytes: int(c.MaxRequestBytes)}
 }
+
+// storageCallBound is the longest the frontend waits for a storage's answer: a little longer than storage's own
+// request timeout, so that storage's answer (etcd's "request timed out") comes first.
+func (c Config) storageCallBound() time.Duration { return c.RequestTimeout + c.ProbeInterval }

@@ -62,16 +62,20 @@ func (s *kvServer) readRange(ctx context.Context, r *pb.RangeRequest,
 	if err := etcdcheck.Range(r); err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := boundContext(ctx, s.f.cfg.RequestTimeout)
+	ctx, cancel := s.f.boundContext(ctx, s.f.cfg.RequestTimeout)
 	defer cancel()
 	v := s.f.pool.view()
 	served, err := s.f.readOn(ctx, v.rangeOrder(r), func(rep *storageReplica) error { return read(ctx, rep) })
 	return v, served, err
 }
 
-// boundContext bounds ctx to d from now, unless the client's own deadline is sooner (saving a timer on the
-// hot path: etcd clients send a deadline with most requests).
-func boundContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// boundContext bounds a storage call's ctx to d from now, unless the client's own deadline is sooner or the
+// call travels on a pipeline, which bounds its calls itself (storage's timeout answer, or its sweep) without a
+// timer per call.
+func (f *Frontend) boundContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if f.pool.pipelined() {
+		return ctx, func() {}
+	}
 	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
 		return ctx, func() {}
 	}
@@ -137,7 +141,7 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	}
 	// Storage bounds a write by its own request timeout and answers with etcd's error; the frontend's bound
 	// is a little longer so that answer arrives first.
-	ctx, cancel := boundContext(ctx, f.cfg.RequestTimeout+f.cfg.ProbeInterval)
+	ctx, cancel := f.boundContext(ctx, f.cfg.storageCallBound())
 	defer cancel()
 	v := f.pool.view()
 	var resp *storagepb.SubmitResponse

@@ -203,8 +203,8 @@ func (p *pool) addStorage(rawURL string) (*storageReplica, error) {
 		conn.Connect() // keep it warm: the first request must not pay for the handshake
 		r.conns = append(r.conns, conn)
 		r.clients = append(r.clients, storageclient.New(conn))
-		if !p.tel.Recording() {
-			r.pipelines = append(r.pipelines, storageclient.NewPipeline(conn, p.tel.Inject))
+		if p.pipelined() {
+			r.pipelines = append(r.pipelines, storageclient.NewPipeline(conn, p.cfg.storageCallBound(), p.tel.Inject))
 		}
 	}
 	p.storages = append(p.storages, r)
@@ -222,6 +222,9 @@ func (p *pool) close() {
 		_ = c.client.Close()
 	}
 }
+
+// pipelined reports whether storage calls travel on pipelines (they do unless spans are recorded).
+func (p *pool) pipelined() bool { return !p.tel.Recording() }
 
 // view returns the current routing snapshot.
 func (p *pool) view() *view { return p.current.Load() }

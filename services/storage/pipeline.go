@@ -23,48 +23,60 @@ import (
 const pipelineWorkers = 64
 
 // Pipeline serves the calls of one stream concurrently, each as its unary RPC would be served, and sends
-// each answer as it is ready. When storage stops, the stream takes no more calls, answers those it has and
-// ends with Unavailable, so the frontend sends the next ones elsewhere.
+// each answer as it is ready. The receiving goroutine starts each call itself: a serializable read of one key
+// (which waits for nothing) is answered on the spot, anything else runs on a worker. When storage stops, the
+// stream takes no more calls, answers those it has and ends with Unavailable, so the frontend sends the next
+// ones elsewhere.
 func (g *server) Pipeline(stream grpc.BidiStreamingServer[storagepb.PipelineRequest, storagepb.PipelineResponse]) error {
 	p := &pipeline{s: g.s, stream: stream, calls: map[uint64]context.CancelFunc{}, work: make(chan func())}
 	defer p.stop()
 	for range pipelineWorkers {
 		go p.worker()
 	}
-	requests, ended := make(chan *storagepb.PipelineRequest), make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				ended <- err
-				return
-			}
-			select {
-			case requests <- req:
-			case <-stream.Context().Done():
-				return
-			}
-		}
-	}()
-	for {
-		select {
-		case req := <-requests:
-			if req.GetCancel() {
-				p.cancel(req.Id)
-			} else {
-				p.start(req)
-			}
-		case err := <-ended:
-			if errors.Is(err, io.EOF) {
-				p.wait()
-				return nil
-			}
-			return err
-		case <-g.s.stopping:
+	ended := make(chan error, 1)
+	go func() { ended <- p.receive() }()
+	select {
+	case err := <-ended:
+		if errors.Is(err, io.EOF) {
 			p.wait()
-			return status.Error(codes.Unavailable, "cairn storage unavailable: stopping")
+			return nil
+		}
+		return err
+	case <-g.s.stopping:
+		p.wait()
+		return status.Error(codes.Unavailable, "cairn storage unavailable: stopping")
+	}
+}
+
+// receive starts each call of the stream until it ends; once storage is stopping, calls are no longer
+// started (the stream's end fails them at the caller, which tries another storage).
+func (p *pipeline) receive() error {
+	for {
+		req, err := p.stream.Recv()
+		if err != nil {
+			return err
+		}
+		select {
+		case <-p.s.stopping:
+			continue
+		default:
+		}
+		switch {
+		case req.GetCancel():
+			p.cancel(req.Id)
+		case answersAtOnce(req):
+			p.send(p.serve(p.stream.Context(), req))
+		default:
+			p.start(req)
 		}
 	}
+}
+
+// answersAtOnce reports whether req is a serializable Range of one key without a trace: it waits for nothing
+// and reads little, so the receiving goroutine answers it itself rather than hand it to a worker.
+func answersAtOnce(req *storagepb.PipelineRequest) bool {
+	r := req.GetRange()
+	return r != nil && r.Serializable && len(r.RangeEnd) == 0 && len(req.Trace) == 0
 }
 
 // pipeline is the state of one Pipeline stream.
@@ -73,10 +85,11 @@ type pipeline struct {
 	stream grpc.BidiStreamingServer[storagepb.PipelineRequest, storagepb.PipelineResponse]
 	work   chan func()
 
-	sendMu sync.Mutex // stream.Send is not safe for concurrent use
-	mu     sync.Mutex
-	calls  map[uint64]context.CancelFunc
-	active sync.WaitGroup
+	sendMu  sync.Mutex // stream.Send is not safe for concurrent use
+	mu      sync.Mutex
+	calls   map[uint64]context.CancelFunc
+	stopped bool // set by stop: no call starts after it
+	active  sync.WaitGroup
 }
 
 func (p *pipeline) worker() {
@@ -95,9 +108,14 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		cancel()
+		return
+	}
 	p.calls[req.Id] = cancel
-	p.mu.Unlock()
 	p.active.Add(1)
+	p.mu.Unlock()
 	run := func() {
 		defer p.active.Done()
 		resp := p.serve(ctx, req)
@@ -105,15 +123,20 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 		delete(p.calls, req.Id)
 		p.mu.Unlock()
 		cancel()
-		p.sendMu.Lock()
-		defer p.sendMu.Unlock()
-		_ = p.stream.SendMsg(resp) // a broken stream ends Recv too, which ends the stream
+		p.send(resp)
 	}
 	select {
 	case p.work <- run:
 	default:
 		go run()
 	}
+}
+
+// send sends one answer; a broken stream ends Recv too, which ends the stream.
+func (p *pipeline) send(answer any) {
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	_ = p.stream.SendMsg(answer)
 }
 
 // serve answers one call as the unary Submit or Range would.
@@ -175,6 +198,7 @@ func (p *pipeline) wait() { p.active.Wait() }
 // stop cancels the calls still running and releases the workers once they finish.
 func (p *pipeline) stop() {
 	p.mu.Lock()
+	p.stopped = true
 	for _, cancel := range p.calls {
 		cancel()
 	}

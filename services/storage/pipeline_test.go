@@ -26,7 +26,7 @@ func dialPipeline(t testing.TB, m *testMember) *storageclient.Pipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := storageclient.NewPipeline(conn, nil)
+	p := storageclient.NewPipeline(conn, time.Minute, nil)
 	t.Cleanup(func() { p.Close(); _ = conn.Close() })
 	return p
 }
