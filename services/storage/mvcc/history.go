@@ -125,11 +125,11 @@ func (s *Store) prevVersion(key []byte, rev revision, v valueReader) (*mvccpb.Ke
 	if h == nil {
 		return nil, nil
 	}
-	i := sort.Search(len(h.revs), func(i int) bool { return !rev.greaterThan(h.revs[i].rev) }) - 1
-	if i < 0 || h.revs[i].tombstone {
+	prev, ok := h.before(func(kv keyVersion) bool { return !rev.greaterThan(kv.rev) })
+	if !ok {
 		return nil, nil
 	}
-	return v.load(h.revs[i].rev)
+	return v.load(prev.rev)
 }
 
 // Hash is etcd's HashKV: a CRC-32C of the key bucket up to rev (0: the current revision), counting of the
@@ -235,12 +235,13 @@ func (s *Store) consistentReadTx() (*bolt.Tx, map[revision]struct{}, int64, int6
 	}
 	keep := make(map[revision]struct{})
 	s.index.tree.Ascend(func(h *keyHistory) bool {
-		for _, kv := range h.revs {
+		h.revs.each(func(kv keyVersion) bool {
 			if kv.rev.main > s.compactRev {
-				break
+				return false
 			}
 			keep[kv.rev] = struct{}{}
-		}
+			return true
+		})
 		return true
 	})
 	return tx, keep, s.currentRev, s.compactRev, nil

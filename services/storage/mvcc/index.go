@@ -2,7 +2,6 @@ package mvcc
 
 import (
 	"bytes"
-	"sort"
 
 	"github.com/google/btree"
 )
@@ -21,42 +20,45 @@ type keyVersion struct {
 // starts a new one with version 1.
 type keyHistory struct {
 	key  []byte
-	revs []keyVersion
+	revs revList
 }
 
 // at returns the version of the key visible at main revision atRev, if the key existed then.
 func (h *keyHistory) at(atRev int64) (keyVersion, bool) {
-	i := sort.Search(len(h.revs), func(i int) bool { return h.revs[i].rev.main > atRev }) - 1
-	if i < 0 || h.revs[i].tombstone {
+	return h.before(func(kv keyVersion) bool { return kv.rev.main > atRev })
+}
+
+// before returns the newest version for which after is false (after must be false for a prefix of the versions
+// and true for the rest), if it is not a tombstone.
+func (h *keyHistory) before(after func(keyVersion) bool) (keyVersion, bool) {
+	i := h.revs.search(after) - 1
+	if i < 0 {
 		return keyVersion{}, false
 	}
-	return h.revs[i], true
+	kv := h.revs.at(i)
+	return kv, !kv.tombstone
 }
 
 // latest returns the current version of the key, if it exists.
 func (h *keyHistory) latest() (keyVersion, bool) {
-	if len(h.revs) == 0 || h.revs[len(h.revs)-1].tombstone {
-		return keyVersion{}, false
-	}
-	return h.revs[len(h.revs)-1], true
+	kv, ok := h.revs.last()
+	return kv, ok && !kv.tombstone
 }
 
 // compact drops the revisions a compaction at atRev makes unreachable: everything before the newest revision at or
 // below atRev, and that one too if it is a tombstone older than atRev (a tombstone exactly at atRev stays, so a
 // watch from atRev still sees the delete). The retained revisions at or below atRev are added to keep.
 func (h *keyHistory) compact(atRev int64, keep map[revision]struct{}) {
-	i := sort.Search(len(h.revs), func(i int) bool { return h.revs[i].rev.main > atRev }) - 1
+	i := h.revs.search(func(kv keyVersion) bool { return kv.rev.main > atRev }) - 1
 	if i < 0 {
 		return
 	}
-	if h.revs[i].tombstone && h.revs[i].rev.main < atRev {
-		h.revs = append(h.revs[:0:0], h.revs[i+1:]...)
+	if kv := h.revs.at(i); kv.tombstone && kv.rev.main < atRev {
+		h.revs.dropBefore(i + 1)
 		return
 	}
-	keep[h.revs[i].rev] = struct{}{}
-	if i > 0 {
-		h.revs = append(h.revs[:0:0], h.revs[i:]...)
-	}
+	keep[h.revs.at(i).rev] = struct{}{}
+	h.revs.dropBefore(i)
 }
 
 // keyIndex maps every key to its history, ordered by key.
@@ -90,20 +92,20 @@ func (ix *keyIndex) put(key []byte, rev revision, lease int64) keyVersion {
 	if prev, ok := h.latest(); ok {
 		kv.created, kv.version = prev.created, prev.version+1
 	}
-	h.revs = append(h.revs, kv)
+	h.revs.append(kv)
 	return kv
 }
 
 // tombstone records the deletion of an existing key at rev.
 func (ix *keyIndex) tombstone(key []byte, rev revision) {
 	h := ix.get(key)
-	h.revs = append(h.revs, keyVersion{rev: rev, tombstone: true})
+	h.revs.append(keyVersion{rev: rev, tombstone: true})
 }
 
 // restore appends a revision read back from bbolt (in revision order) as it was stored.
 func (ix *keyIndex) restore(key []byte, kv keyVersion) {
 	h := ix.getOrCreate(key)
-	h.revs = append(h.revs, kv)
+	h.revs.append(kv)
 }
 
 // visit calls f, in key order, for every key history in r, until f returns false.
@@ -128,7 +130,7 @@ func (ix *keyIndex) compact(atRev int64) map[revision]struct{} {
 	var empty []*keyHistory
 	ix.tree.Ascend(func(h *keyHistory) bool {
 		h.compact(atRev, keep)
-		if len(h.revs) == 0 {
+		if h.revs.len() == 0 {
 			empty = append(empty, h)
 		}
 		return true
