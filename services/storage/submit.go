@@ -18,7 +18,8 @@ import (
 )
 
 // Submit runs one write request (see storagepb.SubmitRequest) and returns etcd's response once this storage
-// has applied it. A read-only Txn and an Alarm GET are answered locally. Errors are etcd's gRPC errors.
+// has applied it. A read-only Txn and an Alarm GET are answered locally. Errors are etcd's gRPC errors. req
+// becomes storage's: its ID and header are set (and a lease grant's ID when it has none).
 func (s *Storage) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
 	return s.SubmitFenced(ctx, req, 0)
 }
@@ -62,7 +63,6 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 	if err := s.checkQuota(ctx, req); err != nil {
 		return nil, err
 	}
-	req = proto.Clone(req).(*pb.InternalRaftRequest)
 	if req.ID == 0 {
 		req.ID = s.ids.next()
 	}
@@ -157,7 +157,7 @@ func (s *Storage) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) e
 	if cost == 0 {
 		return nil
 	}
-	size, _ := s.currentStore().Size()
+	size := s.currentStore().CommittedSize()
 	if size+int64(cost) < s.cfg.QuotaBackendBytes {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -98,6 +99,8 @@ type Store struct {
 	dirty          bool // wtx holds changes (or an advanced consistent index) not yet committed
 	pendingEntries int  // entries applied into wtx
 	lastCommit     time.Time
+	// committedSize is the bbolt file's size as of the last commit (what etcd's quota check reads).
+	committedSize atomic.Int64
 
 	// mu guards the state readers see. Apply holds it exclusively for one whole entry; readers hold it shared for
 	// a whole read, so a read sees every entry applied before it and none in part.
@@ -160,6 +163,7 @@ func Open(cfg Config) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("begin bbolt write tx on %s: %w", cfg.Path, err)
 	}
+	s.committedSize.Store(s.wtx.Size())
 	s.compactor = newCompactor(s)
 	if s.compactRev > finishedCompact {
 		s.compactor.schedule(s.compactRev, s.index.compact(s.compactRev), nil)
@@ -315,6 +319,7 @@ func (s *Store) commitLocked() error {
 		return s.fail(fmt.Errorf("begin bbolt write tx on %s: %w", s.cfg.Path, err))
 	}
 	s.wtx = wtx
+	s.committedSize.Store(wtx.Size())
 	s.dirty = false
 	s.pendingEntries = 0
 	s.lastCommit = time.Now()
@@ -436,6 +441,10 @@ func (s *Store) Position() Position {
 	return Position{AppliedIndex: s.appliedIndex, AppliedTerm: s.appliedTerm, DurableIndex: s.durableIndex,
 		Revision: s.currentRev, CompactRev: s.compactRev}
 }
+
+// CommittedSize is the bbolt file's size as of the last commit, read without a lock: what the quota check before
+// every write compares (as etcd's backend.Size does), where Size would open a read transaction.
+func (s *Store) CommittedSize() int64 { return s.committedSize.Load() }
 
 // Size reports the bbolt file size and how much of it holds live pages.
 func (s *Store) Size() (size, inUse int64) {
