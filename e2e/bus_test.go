@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,48 +15,130 @@ import (
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 )
 
-// testAppliedRecordsOnNATS checks the storage → NATS wiring of `cairn up`: every member's storage publishes
-// the records it applies on the stack's NATS, the feed watchhubs and leasekeepers will follow.
-func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
+// busRecords follows the stack's NATS: every copy of every applied record, and the lease subjects.
+type busRecords struct {
+	mu         sync.Mutex
+	revisions  map[int64][]uint64 // revision → members that sent a record ending at it
+	leaseGrant map[int64]bool     // lease IDs whose grant the lease subject carried
+}
+
+func followBus(t *testing.T, s *upStack) *busRecords {
+	t.Helper()
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", s.child(t, "nats").Ports["client"])
 	nc, err := eventbus.Connect(natsURL, "e2e", slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	const key = "bus/key"
-	var mu sync.Mutex
-	publishers := map[uint64]int64{} // member → revision of the record carrying key
-	sub, err := eventbus.Subscribe(nc, "", func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
-		for _, ev := range rec.GetEvents() {
-			if string(ev.GetKv().GetKey()) == key {
-				mu.Lock()
-				publishers[rec.GetMemberId()] = rec.GetRevision()
-				mu.Unlock()
-			}
-		}
-	})
-	if err != nil {
+	t.Cleanup(nc.Close)
+	b := &busRecords{revisions: map[int64][]uint64{}, leaseGrant: map[int64]bool{}}
+	if _, err := eventbus.Subscribe(nc, "", func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.revisions[rec.GetRevision()] = append(b.revisions[rec.GetRevision()], rec.GetMemberId())
+	}); err != nil {
 		t.Fatal(err)
 	}
-	defer sub.Unsubscribe()
+	if _, err := eventbus.SubscribeLeaseChanges(nc, "", func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, c := range rec.GetLeases() {
+			if c.GetType() == eventpb.LeaseChange_GRANTED {
+				b.leaseGrant[c.GetId()] = true
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return b
+}
+
+// senders returns who sent the record ending at revision.
+func (b *busRecords) senders(revision int64) []uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.revisions[revision])
+}
+
+func (b *busRecords) granted(id int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.leaseGrant[id]
+}
+
+// activePublishers names the storages whose publisher reports its turn.
+func (s *upStack) activePublishers(t *testing.T) []string {
+	var active []string
+	for _, name := range []string{"storage-1", "storage-2", "storage-3"} {
+		if v, ok := s.metric(t, name, "cairn_eventbus_publisher_active"); ok && v == 1 {
+			active = append(active, name)
+		}
+	}
+	return active
+}
+
+// testAppliedRecordsOnNATS checks the storage → NATS wiring of `cairn up`: the storages take turns, so one member
+// (the lowest ID) publishes each applied record once on the stack's NATS; a lease grant also goes on the lease
+// subjects; and when the publishing storage is killed -9 in the middle of writes, another takes over and every
+// acknowledged write's record still reaches the bus.
+func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
+	bus := followBus(t, s)
+	waitFor(t, 10*time.Second, "one storage publishing", func() bool { return len(s.activePublishers(t)) == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	put, err := s.client(t).Put(ctx, key, "on the bus")
+	c := s.client(t)
+	members, err := c.MemberList(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the put's record from every member", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(publishers) == 3
-	})
-	for member, rev := range publishers {
-		if rev != put.Header.Revision {
-			t.Errorf("member %x published the put at revision %d, the put was at %d", member, rev, put.Header.Revision)
+	lowest := members.Members[0].ID
+	for _, m := range members.Members {
+		lowest = min(lowest, m.ID)
+	}
+	put, err := c.Put(ctx, "bus/key", "on the bus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the put's record", func() bool { return len(bus.senders(put.Header.Revision)) > 0 })
+	time.Sleep(200 * time.Millisecond) // room for a copy that should not come
+	if got := bus.senders(put.Header.Revision); len(got) != 1 || got[0] != lowest {
+		t.Fatalf("the put's record was sent by members %x, want once by the lowest member %x", got, lowest)
+	}
+	lease, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the lease grant on the lease subjects", func() bool { return bus.granted(int64(lease.ID)) })
+
+	publisher := s.activePublishers(t)[0]
+	before := s.child(t, publisher)
+	var acked []int64
+	for i := range 200 {
+		if i == 50 {
+			if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
+				t.Fatalf("kill -9 %s (%d): %v", publisher, before.PID, err)
+			}
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := c.Put(wctx, fmt.Sprintf("bus/crash/%d", i), "v")
+		wcancel()
+		if err == nil {
+			acked = append(acked, resp.Header.Revision)
 		}
 	}
+	waitFor(t, time.Minute, "every acknowledged write's record on the bus", func() bool {
+		for _, rev := range acked {
+			if len(bus.senders(rev)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, time.Minute, publisher+" restarted and ready", func() bool {
+		now := s.child(t, publisher)
+		return now.Restarts > before.Restarts && now.Ready
+	})
+	waitFor(t, 10*time.Second, "one storage publishing again", func() bool { return len(s.activePublishers(t)) == 1 })
 }

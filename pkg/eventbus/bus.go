@@ -29,6 +29,17 @@ func Subject(prefix string, memberID uint64) string {
 // AllSubjects is the wildcard subject that matches every member's records.
 func AllSubjects(prefix string) string { return prefixOrDefault(prefix) + ".applied.*" }
 
+// LeaseSubject is the subject a member publishes the lease changes of its records on (eventpb.LeaseBatch).
+func LeaseSubject(prefix string, memberID uint64) string {
+	return fmt.Sprintf("%s.leases.%x", prefixOrDefault(prefix), memberID)
+}
+
+// AllLeaseSubjects is the wildcard subject that matches every member's lease changes.
+func AllLeaseSubjects(prefix string) string { return prefixOrDefault(prefix) + ".leases.*" }
+
+// HeartbeatSubject is where publishers taking turns say they are sending (PublisherConfig.TakeTurns).
+func HeartbeatSubject(prefix string) string { return prefixOrDefault(prefix) + ".publisher" }
+
 func prefixOrDefault(prefix string) string {
 	if prefix == "" {
 		return DefaultSubjectPrefix

@@ -5,9 +5,17 @@
 // Promises and non-promises:
 //   - A Publisher never blocks its caller (storage's apply loop): records wait in a bounded queue and are dropped,
 //     counted and logged when it is full or NATS is unreachable for too long.
-//   - Delivery is at most once per publisher and in order per publisher; every member publishes every record, so a
-//     consumer normally sees each index several times and must de-duplicate by index. A consumer that sees a gap
-//     in revisions (or suspects one) fills it from storage's History: the bus is the fast path, storage the truth.
+//   - Delivery is at most once per publisher and in order per publisher. Every member's storage is given every
+//     record; with PublisherConfig.TakeTurns (as Cairn's storages run) they take turns, so normally one member's
+//     publisher sends each record once: the lowest member ID whose heartbeat (every 200ms, with how far it has been
+//     given) shows it live and not behind. The others hold their newest records and, when their turn comes (the
+//     sender went silent or fell a TakeoverAfter behind), send those first, so a takeover leaves no gap in the usual
+//     case. While turns change, two may send for a moment: a consumer must de-duplicate by index. A consumer that
+//     sees a gap in revisions (or suspects one) fills it from storage's History: the bus is the fast path, storage
+//     the truth.
+//   - Lease changes also go, stripped to an eventpb.LeaseBatch, on <prefix>.leases.<member>: every record that
+//     changes a lease, and at most every 100ms while the store changes, the position of the newest record; a
+//     leasekeeper reads only that (SubscribeLeaseChanges).
 //   - A message is an eventpb.AppliedBatch: the records a publisher had queued when it sent (one when the store is
 //     quiet, up to 512 under load, so NATS and every consumer handle far fewer messages than records; nothing
 //     waits to fill a batch). Subjects are <prefix>.applied.<member id in hex>; headers carry Cairn-First-Index,

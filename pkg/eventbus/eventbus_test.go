@@ -199,6 +199,8 @@ func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 	waitFor(t, "every copy on the plain subscription", func() bool {
 		return all.count(0x1a)+all.count(0x2b)+all.count(0x3c) == len(members)*records
 	})
+	// Each subscription has its own goroutine: the first copies may still be on their way.
+	waitFor(t, "first copies", func() bool { return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records })
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -346,29 +348,10 @@ func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
 
 // TestSubscribeLeaseChanges checks that a lease subscription gets each record once, with its position and
 // lease changes exactly as published and without the events.
+// TestSubscribeLeaseChanges: a lease subscriber gets, once, each record that changes a lease, stripped to its
+// position and lease changes; a batch without lease changes reaches it only as its last record's position.
 func TestSubscribeLeaseChanges(t *testing.T) {
-	srv := startServer(t, -1)
-	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	var mu sync.Mutex
-	got := map[uint64]*eventpb.AppliedRecord{}
-	copies := 0
-	if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, _ Meta) {
-		mu.Lock()
-		defer mu.Unlock()
-		got[rec.Index] = rec
-		copies++
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	const records = 50
-	want := func(i uint64) *eventpb.AppliedRecord {
+	withLeases := func(i uint64) *eventpb.AppliedRecord {
 		rec := record(i)
 		rec.Term = 7
 		if i%3 == 0 {
@@ -377,30 +360,189 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 		}
 		return rec
 	}
-	for _, member := range []uint64{0x1a, 0x2b} {
-		publishQueued(t, srv.ClientURL(), member, 1, records, func(i uint64) *eventpb.AppliedRecord {
-			rec := want(i)
-			rec.MemberId = member
-			return rec
+	withoutLeases := func(i uint64) *eventpb.AppliedRecord { rec := record(i); rec.Term = 7; return rec }
+	tests := []struct {
+		name    string
+		records func(uint64) *eventpb.AppliedRecord
+		want    []uint64
+	}{
+		{"lease changes", withLeases, []uint64{3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39, 42, 45, 48}},
+		{"position only", withoutLeases, []uint64{50}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startServer(t, -1)
+			sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			var mu sync.Mutex
+			var got []*eventpb.AppliedRecord
+			if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, _ Meta) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, rec)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			for _, member := range []uint64{0x1a, 0x2b} { // both send: each record once, whoever sent it
+				publishQueued(t, srv.ClientURL(), member, 1, 50, func(i uint64) *eventpb.AppliedRecord {
+					rec := tt.records(i)
+					rec.MemberId = member
+					return rec
+				})
+			}
+			waitFor(t, "the lease records", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(tt.want) })
+			if err := sub.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != len(tt.want) {
+				t.Fatalf("%d records handed on, want %d", len(got), len(tt.want))
+			}
+			for i, rec := range got {
+				w := tt.records(tt.want[i])
+				w.Events, w.MemberId = nil, rec.MemberId
+				if rec.MemberId != 0x1a && rec.MemberId != 0x2b || !proto.Equal(rec, w) {
+					t.Fatalf("record %d: got %v, want %v", i, rec, w)
+				}
+			}
 		})
 	}
-	waitFor(t, "every index", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) == records })
-	if err := sub.Flush(); err != nil {
+}
+
+// TestPublishersTakeTurns: of the members' publishers taking turns, only the lowest member's sends; when it
+// stops, the next takes over within TakeoverAfter and first sends the records it held, so the subscriber misses
+// no index; when it comes back, the other steps back.
+func TestPublishersTakeTurns(t *testing.T) {
+	srv := startServer(t, -1)
+	var all collector
+	subscribeAll(t, srv, map[*collector]bool{&all: false})
+	start := func(member uint64) (*Publisher, *prometheus.Registry) {
+		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		reg := prometheus.NewRegistry()
+		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
+			HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond, StandbyRecords: 1000}, reg, quietLogger())
+		pub.Start()
+		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+		return pub, reg
+	}
+	active := func(reg *prometheus.Registry) bool {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "cairn_eventbus_publisher_active" {
+				return f.GetMetric()[0].GetGauge().GetValue() == 1
+			}
+		}
+		t.Fatal("no cairn_eventbus_publisher_active gauge")
+		return false
+	}
+	publish := func(pubs []*Publisher, first, last uint64) {
+		for i := first; i <= last; i++ {
+			for _, p := range pubs {
+				p.Publish(record(i), nil)
+			}
+		}
+	}
+	seen := func(first, last uint64) bool {
+		all.mu.Lock()
+		defer all.mu.Unlock()
+		got := map[uint64]bool{}
+		for _, indexes := range all.byMember {
+			for _, i := range indexes {
+				got[i] = true
+			}
+		}
+		for i := first; i <= last; i++ {
+			if !got[i] {
+				return false
+			}
+		}
+		return true
+	}
+
+	p1, reg1 := start(0x1)
+	p2, reg2 := start(0x2)
+	p3, reg3 := start(0x3)
+	waitFor(t, "members 2 and 3 standing by", func() bool { return active(reg1) && !active(reg2) && !active(reg3) })
+	publish([]*Publisher{p1, p2, p3}, 1, 100)
+	waitFor(t, "records 1-100", func() bool { return seen(1, 100) })
+	if all.count(0x1) != 100 || all.count(0x2)+all.count(0x3) != 0 {
+		t.Fatalf("sent by members 1, 2, 3: %d, %d, %d; want 100, 0, 0", all.count(0x1), all.count(0x2), all.count(0x3))
+	}
+
+	if err := p1.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if copies != records {
-		t.Fatalf("%d records handed on, want each of the %d indexes once", copies, records)
+	publish([]*Publisher{p2, p3}, 101, 200) // while member 2 still stands by
+	waitFor(t, "member 2 taking over and resending what it held", func() bool { return seen(101, 200) })
+	if !active(reg2) || active(reg3) || all.count(0x3) != 0 {
+		t.Fatalf("after member 1 stopped: member 2 active %v, member 3 active %v and sent %d; want true, false, 0",
+			active(reg2), active(reg3), all.count(0x3))
 	}
-	for i := uint64(1); i <= records; i++ {
-		rec, w := got[i], want(i)
-		if rec.MemberId != 0x1a && rec.MemberId != 0x2b {
-			t.Fatalf("index %d: member %x, want a publisher's", i, rec.MemberId)
+
+	p1, reg1 = start(0x1) // back, but behind until it is given what the others were
+	publish([]*Publisher{p1, p2, p3}, 201, 300)
+	waitFor(t, "records 201-300", func() bool { return seen(201, 300) })
+	waitFor(t, "member 2 standing by again", func() bool { return active(reg1) && !active(reg2) })
+	before := all.count(0x2)
+	publish([]*Publisher{p1, p2, p3}, 301, 400)
+	waitFor(t, "records 301-400", func() bool { return seen(301, 400) })
+	if all.count(0x2) != before || all.count(0x3) != 0 {
+		t.Fatalf("members 2 and 3 sent %d and %d records with member 1 back; want none", all.count(0x2)-before, all.count(0x3))
+	}
+}
+
+// TestPublisherBehindLosesItsTurn: a lower member whose publisher is given nothing more (its storage stopped
+// applying) while the others go on loses its turn within about TakeoverAfter, and the next member sends.
+func TestPublisherBehindLosesItsTurn(t *testing.T) {
+	srv := startServer(t, -1)
+	var all collector
+	subscribeAll(t, srv, map[*collector]bool{&all: false})
+	var pubs []*Publisher
+	for _, member := range []uint64{0x1, 0x2} {
+		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+		if err != nil {
+			t.Fatal(err)
 		}
-		w.Events, w.MemberId = nil, rec.MemberId
-		if !proto.Equal(rec, w) {
-			t.Fatalf("index %d: got %v, want %v", i, rec, w)
+		t.Cleanup(nc.Close)
+		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
+			HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond}, nil, quietLogger())
+		pub.Start()
+		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+		pubs = append(pubs, pub)
+	}
+	next := uint64(1)
+	publish := func(to []*Publisher) {
+		for _, p := range to {
+			p.Publish(record(next), nil)
 		}
+		next++
+	}
+	for range 20 { // both given the same records: member 1 sends them
+		publish(pubs)
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, "member 1's records", func() bool { return all.count(0x1) == 20 })
+	start := time.Now()
+	waitFor(t, "member 2 sending", func() bool {
+		publish(pubs[1:]) // member 1 is given nothing more
+		time.Sleep(10 * time.Millisecond)
+		return all.count(0x2) > 0
+	})
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("member 2 took its turn after %v, want about TakeoverAfter (500ms) plus a heartbeat", took)
 	}
 }

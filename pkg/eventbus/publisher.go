@@ -2,6 +2,7 @@ package eventbus
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -22,20 +23,36 @@ type PublisherConfig struct {
 	MemberID uint64
 	// QueueLength bounds the records waiting to be sent (default 16384).
 	QueueLength int
+	// TakeTurns makes the members' publishers (which all get the same records) take turns instead of all sending:
+	// a publisher sends while no publisher of a lower member ID has sent a heartbeat (every HeartbeatInterval,
+	// default 200ms) within TakeoverAfter (default 1s). One not in its turn keeps the newest StandbyRecords
+	// (default 8192) records and sends them first when its turn comes, so a takeover leaves no gap a consumer
+	// would have to fill from storage unless it took longer than those records.
+	TakeTurns         bool
+	HeartbeatInterval time.Duration
+	TakeoverAfter     time.Duration
+	StandbyRecords    int
 }
 
 // Publisher sends applied records to NATS from its own goroutine, so that publishing never blocks the caller.
 type Publisher struct {
-	cfg     PublisherConfig
-	nc      *nats.Conn
-	logger  *slog.Logger
-	queue   chan queued
-	subject string
+	cfg          PublisherConfig
+	nc           *nats.Conn
+	logger       *slog.Logger
+	queue        chan queued
+	subject      string
+	leaseSubject string
 
-	lastDropLog time.Time // touched only by the sending goroutine
+	// Touched only by the sending goroutine:
+	lastDropLog   time.Time
+	lastLeaseSent time.Time
+	turns         *turns       // nil unless TakeTurns
+	standby       *standbyRing // records held while not this publisher's turn; nil while it is
+	batch         []queued
 
 	published prometheus.Counter
 	dropped   prometheus.Counter
+	active    prometheus.Gauge
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -52,12 +69,22 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer,
 	if cfg.QueueLength <= 0 {
 		cfg.QueueLength = 16384
 	}
+	if cfg.HeartbeatInterval <= 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.TakeoverAfter <= 0 {
+		cfg.TakeoverAfter = DefaultTakeoverAfter
+	}
+	if cfg.StandbyRecords <= 0 {
+		cfg.StandbyRecords = DefaultStandbyRecords
+	}
 	p := &Publisher{
-		cfg:     cfg,
-		nc:      nc,
-		logger:  logger,
-		queue:   make(chan queued, cfg.QueueLength),
-		subject: Subject(cfg.SubjectPrefix, cfg.MemberID),
+		cfg:          cfg,
+		nc:           nc,
+		logger:       logger,
+		queue:        make(chan queued, cfg.QueueLength),
+		subject:      Subject(cfg.SubjectPrefix, cfg.MemberID),
+		leaseSubject: LeaseSubject(cfg.SubjectPrefix, cfg.MemberID),
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "cairn", Subsystem: "eventbus", Name: "published_records_total",
 			Help: "Applied records handed to NATS.",
@@ -66,21 +93,40 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer,
 			Namespace: "cairn", Subsystem: "eventbus", Name: "dropped_records_total",
 			Help: "Applied records dropped because the queue was full or NATS refused them; consumers fill the gap from storage history.",
 		}),
+		active: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "cairn", Subsystem: "eventbus", Name: "publisher_active",
+			Help: "1 while this member's publisher sends applied records (its turn, when the members take turns).",
+		}),
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
 	}
+	if cfg.TakeTurns {
+		p.turns = &turns{memberID: cfg.MemberID, takeover: cfg.TakeoverAfter}
+	}
+	p.active.Set(1)
 	if reg != nil {
-		reg.MustRegister(p.published, p.dropped)
+		reg.MustRegister(p.published, p.dropped, p.active)
 	}
 	return p
 }
 
-// Start runs the sending goroutine until Stop.
-func (p *Publisher) Start() { go p.run() }
+// Start runs the sending goroutine until Stop. A publisher taking turns starts in its turn and steps back as
+// soon as it hears a lower member's heartbeat.
+func (p *Publisher) Start() {
+	if p.turns != nil {
+		if err := p.turns.watch(p.nc, p.cfg.SubjectPrefix); err != nil {
+			p.logger.Warn("publisher heartbeats not followed; this member publishes every record", "err", err)
+		}
+	}
+	go p.run()
+}
 
 // Publish queues rec with the trace context to carry; it never blocks, and drops rec when the queue is full.
 // rec is the publisher's from then on (its trace field is set when it is sent).
 func (p *Publisher) Publish(rec *eventpb.AppliedRecord, trace map[string]string) {
+	if p.turns != nil {
+		p.turns.given.Store(rec.GetIndex())
+	}
 	select {
 	case p.queue <- queued{rec: rec, trace: trace}:
 	default:
@@ -114,24 +160,82 @@ const maxBatchRecords = 512
 // out (one record when the store is quiet, many under load), so batching adds no wait.
 func (p *Publisher) run() {
 	defer close(p.done)
-	var batch []queued
+	if p.turns != nil {
+		defer p.turns.stop()
+		tick := time.NewTicker(p.cfg.HeartbeatInterval)
+		defer tick.Stop()
+		p.runTurns(tick.C)
+		return
+	}
+	p.runTurns(nil)
+}
+
+// runTurns is run's loop; heartbeat ticks (nil when not taking turns) send this publisher's heartbeat in its
+// turn and notice a change of turn.
+func (p *Publisher) runTurns(heartbeat <-chan time.Time) {
 	for {
 		select {
 		case q := <-p.queue:
-			batch = p.fill(append(batch[:0], q))
-			p.send(batch)
+			p.handle(p.fill(append(p.batch[:0], q)))
+		case now := <-heartbeat:
+			p.turns.tick(now)
+			p.myTurn(now)
+			p.sendHeartbeat()
 		case <-p.stop:
 			for {
 				select {
 				case q := <-p.queue:
-					batch = p.fill(append(batch[:0], q))
-					p.send(batch)
+					p.handle(p.fill(append(p.batch[:0], q)))
 				default:
 					return
 				}
 			}
 		}
 	}
+}
+
+// handle sends batch in this publisher's turn, and holds it otherwise.
+func (p *Publisher) handle(batch []queued) {
+	p.batch = batch
+	if p.turns == nil || p.myTurn(time.Now()) {
+		p.send(batch)
+		return
+	}
+	p.standby.add(batch)
+	clear(batch)
+}
+
+// myTurn reports whether it is this publisher's turn at now, switching modes when that changed: a publisher
+// whose turn comes sends the records it held first.
+func (p *Publisher) myTurn(now time.Time) bool {
+	mine := p.turns.mine(now)
+	switch {
+	case mine && p.standby != nil:
+		held := p.standby.take()
+		p.standby = nil
+		p.active.Set(1)
+		p.logger.Info("event bus publisher taking its turn: no lower member's publisher heard",
+			"member", fmt.Sprintf("%x", p.cfg.MemberID), "resent_records", len(held))
+		for len(held) > 0 {
+			n := min(len(held), maxBatchRecords)
+			p.send(held[:n])
+			held = held[n:]
+		}
+	case !mine && p.standby == nil:
+		p.standby = newStandbyRing(p.cfg.StandbyRecords)
+		p.active.Set(0)
+		p.logger.Info("event bus publisher standing by: a lower member's publisher is sending",
+			"member", fmt.Sprintf("%x", p.cfg.MemberID))
+	}
+	return mine
+}
+
+// sendHeartbeat tells the other members' publishers that this one is live, and how far it has been given.
+func (p *Publisher) sendHeartbeat() {
+	msg := &nats.Msg{Subject: HeartbeatSubject(p.cfg.SubjectPrefix), Header: nats.Header{}}
+	msg.Header.Set(HeaderMember, strconv.FormatUint(p.cfg.MemberID, 16))
+	msg.Header.Set(HeaderIndex, strconv.FormatUint(p.turns.given.Load(), 10))
+	_ = p.nc.PublishMsg(msg) // a lost heartbeat only lets another publisher send too for a while
 }
 
 // fill adds to batch what else is queued, up to maxBatchRecords.
@@ -178,6 +282,47 @@ func (p *Publisher) send(batch []queued) {
 		return
 	}
 	p.published.Add(float64(len(batch)))
+	p.sendLeases(recs)
+}
+
+// leasePositionInterval is how often, at most, the lease subject carries a record without lease changes, so that
+// leasekeepers know how far the store has got (the revision in their answers' headers).
+const leasePositionInterval = 100 * time.Millisecond
+
+// sendLeases publishes on the lease subject the records of recs that change leases, stripped to what an
+// eventpb.LeaseRecord holds, or the last record alone when none does and the subject has been quiet for
+// leasePositionInterval.
+func (p *Publisher) sendLeases(recs []*eventpb.AppliedRecord) {
+	var leases []*eventpb.LeaseRecord
+	for _, r := range recs {
+		if len(r.Leases) > 0 {
+			leases = append(leases, leaseRecord(r))
+		}
+	}
+	now := time.Now()
+	if len(leases) == 0 {
+		if now.Sub(p.lastLeaseSent) < leasePositionInterval {
+			return
+		}
+		leases = append(leases, leaseRecord(recs[len(recs)-1]))
+	}
+	body, err := proto.Marshal(&eventpb.LeaseBatch{Records: leases})
+	if err != nil {
+		return // lease records of plain integers always encode
+	}
+	first, last := leases[0], leases[len(leases)-1]
+	msg := &nats.Msg{Subject: p.leaseSubject, Data: body, Header: nats.Header{}}
+	msg.Header.Set(HeaderFirstIndex, strconv.FormatUint(first.GetIndex(), 10))
+	msg.Header.Set(HeaderIndex, strconv.FormatUint(last.GetIndex(), 10))
+	msg.Header.Set(HeaderRevision, strconv.FormatInt(last.GetRevision(), 10))
+	msg.Header.Set(HeaderMember, strconv.FormatUint(p.cfg.MemberID, 16))
+	if err := p.nc.PublishMsg(msg); err == nil {
+		p.lastLeaseSent = now
+	}
+}
+
+func leaseRecord(r *eventpb.AppliedRecord) *eventpb.LeaseRecord {
+	return &eventpb.LeaseRecord{MemberId: r.MemberId, Index: r.Index, Term: r.Term, Revision: r.Revision, Leases: r.Leases}
 }
 
 // logDropped logs a refused publish at most every few seconds: while NATS is away every record fails the same way.

@@ -16,22 +16,25 @@ type Handler func(rec *eventpb.AppliedRecord, meta Meta)
 // Records that do not decode are skipped. NATS drops messages for a handler that falls too far behind (a
 // slow consumer): the caller must treat the bus as lossy.
 func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, prefix, handle, nil, decodeBatch)
+	return subscribe(nc, AllSubjects(prefix), handle, nil, decodeBatch)
 }
 
-// SubscribeFirstCopies is Subscribe for a consumer that needs each log index once: every member publishes
-// the same records, and only the first copy of a recent index to arrive is handed on. A message whose every
+// SubscribeFirstCopies is Subscribe for a consumer that needs each log index once: members publish the same
+// records (one at a time when they take turns, several while turns change, all when they do not), and only the
+// first copy of a recent index to arrive is handed on. A message whose every
 // index (from the first and last index in its headers) was already handed on is not even decoded. A copy of
 // an index too old to be remembered is handed on again, so the consumer must still tolerate the odd duplicate.
 func SubscribeFirstCopies(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, prefix, handle, newRecentIndexes(), decodeBatch)
+	return subscribe(nc, AllSubjects(prefix), handle, newRecentIndexes(), decodeBatch)
 }
 
-// SubscribeLeaseChanges is SubscribeFirstCopies for a consumer of lease changes only (a leasekeeper): each
-// record it hands on carries its member, index, term, revision and lease changes, and nothing else (no events,
-// alarms or trace), which spares decoding the events that make up most of the bus.
+// SubscribeLeaseChanges is SubscribeFirstCopies for a consumer of lease changes only (a leasekeeper), on the lease
+// subjects: it gets each record that changes a lease once, with its member, index, term, revision and lease
+// changes and nothing else (no events, alarms or trace), and in between, at most every leasePositionInterval
+// while the store changes, a record without lease changes that says how far it has got. Records that change no
+// lease are not otherwise sent there, which spares a leasekeeper the events that make up most of the bus.
 func SubscribeLeaseChanges(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, prefix, handle, newRecentIndexes(), decodeLeaseBatch)
+	return subscribe(nc, AllLeaseSubjects(prefix), handle, newRecentIndexes(), decodeLeaseBatch)
 }
 
 // decodeBatch decodes a whole message.
@@ -43,13 +46,10 @@ func decodeBatch(data []byte) ([]*eventpb.AppliedRecord, error) {
 	return batch.Records, nil
 }
 
-// leaseOnly skips, without keeping them, the fields eventpb.LeaseRecord leaves out.
-var leaseOnly = proto.UnmarshalOptions{DiscardUnknown: true}
-
-// decodeLeaseBatch decodes a message as eventpb.LeaseBatch, into records with only the lease fields.
+// decodeLeaseBatch decodes a lease subject's message (eventpb.LeaseBatch) into records with only the lease fields.
 func decodeLeaseBatch(data []byte) ([]*eventpb.AppliedRecord, error) {
 	var batch eventpb.LeaseBatch
-	if err := leaseOnly.Unmarshal(data, &batch); err != nil {
+	if err := proto.Unmarshal(data, &batch); err != nil {
 		return nil, err
 	}
 	out := make([]*eventpb.AppliedRecord, len(batch.Records))
@@ -59,9 +59,9 @@ func decodeLeaseBatch(data []byte) ([]*eventpb.AppliedRecord, error) {
 	return out, nil
 }
 
-func subscribe(nc *nats.Conn, prefix string, handle Handler, seen *recentIndexes,
+func subscribe(nc *nats.Conn, subject string, handle Handler, seen *recentIndexes,
 	decode func([]byte) ([]*eventpb.AppliedRecord, error)) (*nats.Subscription, error) {
-	sub, err := nc.Subscribe(AllSubjects(prefix), func(msg *nats.Msg) {
+	sub, err := nc.Subscribe(subject, func(msg *nats.Msg) {
 		h := headersOf(msg.Header)
 		if seen != nil && seen.allSeen(h.first, h.last) {
 			return
@@ -78,11 +78,11 @@ func subscribe(nc *nats.Conn, prefix string, handle Handler, seen *recentIndexes
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", AllSubjects(prefix), err)
+		return nil, fmt.Errorf("subscribe to %s: %w", subject, err)
 	}
 	// Generous pending limits: a hub catching up briefly should not be cut off; beyond them NATS drops.
 	if err := sub.SetPendingLimits(1<<20, 1<<30); err != nil {
-		return nil, fmt.Errorf("pending limits for %s: %w", AllSubjects(prefix), err)
+		return nil, fmt.Errorf("pending limits for %s: %w", subject, err)
 	}
 	return sub, nil
 }

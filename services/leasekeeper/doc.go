@@ -8,9 +8,9 @@
 // etcd) and, when a deadline passes, proposes the lease's revoke through storage.
 //
 // How a keeper learns leases: an initial load of storage's lease records, the lease changes of applied records
-// on the event bus (pkg/eventbus; lossy, every member publishes every record, so each change is applied in log
-// index order and copies are ignored), its own writes' answers, and a reconciliation with storage every
-// ReconcileInterval.
+// on the event bus's lease subjects (pkg/eventbus; lossy, and a record may come from more than one member, so
+// each change is applied in log index order and copies are ignored), its own writes' answers, and a
+// reconciliation with storage every ReconcileInterval.
 //
 // One active keeper at a time, chosen by an election the store provides (package keeperclaim): the active keeper
 // renews its claim every RenewInterval and serves only while its last successful renewal is younger than

@@ -77,8 +77,8 @@ func (LeaseChange_Type) EnumDescriptor() ([]byte, []int) {
 }
 
 // AppliedRecord is what one applied log entry changed on one member's storage, as that storage publishes it on
-// the event bus. Every member publishes the same records (same index, revision and events); consumers
-// de-duplicate by index or revision.
+// the event bus. Every member's storage makes the same records (same index, revision and events) and the members
+// take turns sending them; consumers de-duplicate by index or revision.
 type AppliedRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// member_id is the publishing storage's member.

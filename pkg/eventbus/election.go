@@ -1,0 +1,103 @@
+package eventbus
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Election defaults (see PublisherConfig).
+const (
+	DefaultHeartbeatInterval = 200 * time.Millisecond
+	DefaultTakeoverAfter     = time.Second
+	DefaultStandbyRecords    = 8192
+)
+
+// turns decides, for one publisher that takes turns with the other members' (PublisherConfig.TakeTurns),
+// whether it sends now. Every such publisher sends a heartbeat each HeartbeatInterval with the last index it was
+// given, whether in its turn or not; it is a publisher's turn unless, within TakeoverAfter, it heard a lower
+// member ID's heartbeat that was not behind: whose index had reached what this publisher had been given
+// TakeoverAfter earlier. So the lowest live member sends, and one whose storage stopped applying (cut off from
+// its consensus, say) loses its turn once the others are TakeoverAfter ahead of it.
+type turns struct {
+	memberID uint64
+	takeover time.Duration
+	given    atomic.Uint64 // the last index handed to the publisher
+	// behindMark is the index given TakeoverAfter ago: a heartbeat below it is from a member lagging behind.
+	behindMark atomic.Uint64
+	lowerSeen  atomic.Int64 // Unix nanoseconds of the last heartbeat of a lower member not behind
+	samples    []givenAt    // recent values of given, oldest first; the publisher's goroutine only
+	sub        *nats.Subscription
+}
+
+type givenAt struct {
+	at    time.Time
+	index uint64
+}
+
+// watch subscribes to the heartbeats of prefix's publishers.
+func (t *turns) watch(nc *nats.Conn, prefix string) error {
+	sub, err := nc.Subscribe(HeartbeatSubject(prefix), func(msg *nats.Msg) {
+		h := headersOf(msg.Header)
+		if h.member < t.memberID && h.last >= t.behindMark.Load() {
+			t.lowerSeen.Store(time.Now().UnixNano())
+		}
+	})
+	t.sub = sub
+	return err
+}
+
+// tick records how far the publisher has been given at now and moves behindMark.
+func (t *turns) tick(now time.Time) {
+	t.samples = append(t.samples, givenAt{now, t.given.Load()})
+	i := 0
+	for i+1 < len(t.samples) && now.Sub(t.samples[i+1].at) >= t.takeover {
+		i++
+	}
+	t.samples = t.samples[i:]
+	if now.Sub(t.samples[0].at) >= t.takeover {
+		t.behindMark.Store(t.samples[0].index)
+	}
+}
+
+// mine reports whether it is this publisher's turn at now.
+func (t *turns) mine(now time.Time) bool {
+	return now.UnixNano()-t.lowerSeen.Load() >= int64(t.takeover)
+}
+
+func (t *turns) stop() {
+	if t.sub != nil {
+		_ = t.sub.Unsubscribe()
+	}
+}
+
+// standbyRing holds the newest records a publisher not in its turn was given, so that when its turn comes it
+// sends what the previous publisher may not have (consumers drop the copies they already have).
+type standbyRing struct {
+	held []queued
+	next int // where the next record goes once held is full
+	full bool
+}
+
+func newStandbyRing(n int) *standbyRing { return &standbyRing{held: make([]queued, 0, n)} }
+
+func (r *standbyRing) add(batch []queued) {
+	for _, q := range batch {
+		if !r.full {
+			r.held = append(r.held, q)
+			r.full = len(r.held) == cap(r.held)
+			continue
+		}
+		r.held[r.next] = q
+		r.next = (r.next + 1) % len(r.held)
+	}
+}
+
+// take returns what the ring holds, oldest first, and empties it.
+func (r *standbyRing) take() []queued {
+	out := append(append([]queued(nil), r.held[r.next:]...), r.held[:r.next]...)
+	clear(r.held)
+	r.held, r.next, r.full = r.held[:0], 0, false
+	return out
+}
