@@ -34,3 +34,20 @@ protoc \
   --go-grpc_out=. --go-grpc_opt=paths=source_relative \
   "${protos[@]}"
 echo "gen.sh: generated ${#protos[@]} proto file(s)"
+
+# Group each generated file's imports as the rest of the code does: the standard library first, then a blank
+# line, then the modules (protoc-gen-go sorts them as one group).
+for f in $(find . -name '*.pb.go'); do
+  awk '
+    /^import \($/ { inblock = 1; print; next }
+    inblock && /^\)$/ {
+      for (i = 0; i < ns; i++) print std[i]
+      if (ns > 0 && nm > 0) print ""
+      for (i = 0; i < nm; i++) print mod[i]
+      inblock = 0; ns = 0; nm = 0; print; next
+    }
+    inblock && NF == 0 { next }
+    inblock { path = $NF; gsub(/"/, "", path); split(path, parts, "/"); if (index(parts[1], ".") > 0) mod[nm++] = $0; else std[ns++] = $0; next }
+    { print }
+  ' "$f" > "$f.tmp" && mv "$f.tmp" "$f"
+done

@@ -2,9 +2,7 @@ package storageclient
 
 import (
 	"encoding/binary"
-	"fmt"
 
-	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -27,9 +25,9 @@ func AppendRangeAnswerHead(b []byte, id uint64, n int) []byte {
 }
 
 // wireAnswer is a storagepb.PipelineAnswer as a lane receives it. A range answer (id and range only, as storage
-// sends it) keeps its RangeResponse in the gRPC buffers it arrived in: rangeData holds its own references to
-// them, so the frontend relays a megabyte LIST without copying it; whoever takes rangeData frees it. Every
-// other answer is decoded into answer.
+// sends it) keeps its RangeResponse in the buffers it arrived in: rangeData holds its own references to them,
+// so the frontend relays a megabyte LIST without copying it; whoever takes rangeData frees it. Every other
+// answer is decoded into answer.
 type wireAnswer struct {
 	id        uint64
 	answer    *storagepb.PipelineAnswer // nil for a range answer read from the wire
@@ -131,24 +129,3 @@ func sliceOf(data mem.BufferSlice, off, n int) mem.BufferSlice {
 	}
 	return out
 }
-
-// answerCodec is the codec of the Pipeline streams: requests are protobuf, answers are read as wireAnswer.
-type answerCodec struct{ proto encoding.CodecV2 }
-
-func newAnswerCodec() answerCodec { return answerCodec{proto: encoding.GetCodecV2("proto")} }
-
-func (c answerCodec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
-
-func (c answerCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	w, ok := v.(*wireAnswer)
-	if !ok {
-		return c.proto.Unmarshal(data, v)
-	}
-	if err := w.decode(data); err != nil {
-		return fmt.Errorf("cairn storage pipeline: decode answer: %w", err)
-	}
-	return nil
-}
-
-// Name is protobuf's: on the wire nothing differs.
-func (c answerCodec) Name() string { return c.proto.Name() }

@@ -74,10 +74,10 @@ func TestWireAnswerDecode(t *testing.T) {
 		for _, chunk := range []int{1, 3, 16384, len(tt.wire)} {
 			data := pooled(tt.wire, max(chunk, 1))
 			var w wireAnswer
-			if err := newAnswerCodec().Unmarshal(data, &w); err != nil {
+			if err := w.decode(data); err != nil {
 				t.Fatalf("%s, %d-byte buffers: %v", tt.name, chunk, err)
 			}
-			data.Free() // as gRPC does when Unmarshal returns
+			data.Free() // as the receiver does once decoded
 			if w.id != tt.wantID || (w.answer == nil) != tt.wantInPlace {
 				t.Errorf("%s, %d-byte buffers: id %d, decoded %v; want id %d, read in place %v", tt.name, chunk, w.id, w.answer, tt.wantID, tt.wantInPlace)
 			}
@@ -94,7 +94,7 @@ func TestWireAnswerDecode(t *testing.T) {
 		}
 	}
 	var w wireAnswer
-	if err := newAnswerCodec().Unmarshal(pooled(rangeFirst[:len(rangeFirst)/2], 1000), &w); err == nil {
+	if err := w.decode(pooled(rangeFirst[:len(rangeFirst)/2], 1000)); err == nil {
 		t.Errorf("a truncated answer decoded: id %d, %d range bytes", w.id, w.rangeData.Len())
 	}
 }

@@ -8,29 +8,36 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/framed"
 )
 
-// pipelineLanes is how many Pipeline streams a Pipeline spreads its calls over, so that one large answer
-// (a stream's flow-control window is shared by its calls) holds up only the calls on its own lane.
-const pipelineLanes = 4
+// PipelinePreamble opens a pipeline connection on a storage's port (the storage tells it from gRPC by it).
+const PipelinePreamble = "CAIRN-STORAGE-PIPELINE/1\n"
 
-// Pipeline sends Submit and Range calls to one storage over a few long-lived Pipeline streams instead of a
-// gRPC stream per call. Each call answers exactly as the unary RPC would, errors included: a call that could
-// not be sent fails as the unary call would without a connection, a call in flight when its stream breaks
-// fails with the stream's (Unavailable) error, and a call whose context ends is abandoned at storage.
+// pipelineLanes is how many connections a Pipeline spreads its calls over, so that one large answer holds up only
+// the calls on its own connection.
+const pipelineLanes = 2
+
+// dialTimeout bounds the opening of a pipeline connection.
+const dialTimeout = time.Second
+
+// Pipeline sends Submit and Range calls to one storage over a few long-lived connections of framed messages
+// (pkg/framed; see storagepb.PipelineRequest) instead of a gRPC call each. Each call answers exactly as the unary
+// RPC would, errors included: a call that could not be sent fails as a unary call without a connection would
+// (codes.Unavailable, "connection error: ..."), a call in flight when its connection breaks fails with
+// codes.Unavailable, and a call whose context ends is abandoned at storage.
 //
 // A call waits at most Bound (or until its context's earlier deadline) without a timer of its own: storage is
 // told the deadline and answers by then with etcd's timeout error, and should it not, one sweep per
 // Pipeline fails the call with rpctypes.ErrGRPCTimeout sweepGrace later.
 type Pipeline struct {
-	rpc    storagepb.StorageClient
+	addr   string
 	inject func(context.Context) map[string]string
 	bound  time.Duration
 	next   atomic.Uint64
@@ -40,12 +47,14 @@ type Pipeline struct {
 	closed               chan struct{}
 }
 
-// NewPipeline returns a pipeline on conn whose calls wait at most bound; inject, when not nil, gives the
-// trace context each call carries.
-func NewPipeline(conn grpc.ClientConnInterface, bound time.Duration, inject func(context.Context) map[string]string) *Pipeline {
-	p := &Pipeline{rpc: storagepb.NewStorageClient(conn), inject: inject, bound: bound, closed: make(chan struct{})}
+// NewPipeline returns a pipeline to the storage at addr (host:port) whose calls wait at most bound; inject, when
+// not nil, gives the trace context each call carries. Its connections open in the background, so the first
+// calls need not pay for them.
+func NewPipeline(addr string, bound time.Duration, inject func(context.Context) map[string]string) *Pipeline {
+	p := &Pipeline{addr: addr, inject: inject, bound: bound, closed: make(chan struct{})}
 	for i := range p.lanes {
-		p.lanes[i].rpc = p.rpc
+		p.lanes[i].addr = addr
+		go func() { _, _ = p.lanes[i].connection() }()
 	}
 	return p
 }
@@ -101,8 +110,7 @@ func (p *Pipeline) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRe
 }
 
 // RangeEncoded is Range answered with the RangeResponse in its wire encoding, as storage sent it, for passing
-// on undecoded: references to the gRPC buffers it arrived in (no copy is made), which the caller owns and
-// frees, or hands to gRPC as (part of) a message it sends, which frees them once written.
+// on undecoded: the bytes of the frame it arrived in (no copy is made), which the caller owns.
 func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.BufferSlice, error) {
 	resp, err := p.call(ctx, &storagepb.PipelineRequest{Call: &storagepb.PipelineRequest_Range{Range: req}})
 	if err != nil {
@@ -116,7 +124,7 @@ func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.
 	return data, nil
 }
 
-// Close ends the pipeline's streams; calls in flight fail with Canceled.
+// Close ends the pipeline's connections; calls in flight fail with Canceled.
 func (p *Pipeline) Close() {
 	p.sweepOnce.Do(func() {}) // no sweep starts after this
 	p.closeOnce.Do(func() { close(p.closed) })
@@ -160,7 +168,7 @@ func (p *Pipeline) call(ctx context.Context, req *storagepb.PipelineRequest) (*w
 	}
 }
 
-// answer is what a waiting call receives: the response, or the error that broke its stream.
+// answer is what a waiting call receives: the response, or the error that broke its connection.
 type answer struct {
 	resp *wireAnswer
 	err  error
@@ -172,67 +180,110 @@ type waiting struct {
 	deadline int64
 }
 
-// lane is one Pipeline stream, opened on first use and again after it breaks.
+// lane is one pipeline connection, opened on first use and again after it breaks.
 type lane struct {
-	rpc storagepb.StorageClient
+	addr string
 
-	sendMu  sync.Mutex // serializes Send (not safe for concurrent use)
+	dialMu  sync.Mutex // one dial at a time
 	mu      sync.Mutex // guards the fields below
-	stream  storagepb.Storage_PipelineClient
-	cancel  context.CancelFunc
+	conn    *framed.Conn
 	pending map[uint64]waiting
 	closed  bool
 }
 
-// send registers req (answered by deadline, in Unix nanoseconds) and sends it, opening the stream if needed;
-// it returns where the answer will come.
-func (l *lane) send(req *storagepb.PipelineRequest, deadline int64) (<-chan answer, error) {
+// connection returns the lane's connection, opening one if there is none (or it broke).
+func (l *lane) connection() (*framed.Conn, error) {
 	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	conn, closed := l.conn, l.closed
+	l.mu.Unlock()
+	if closed {
 		return nil, status.Error(codes.Canceled, "cairn storage pipeline: closed")
 	}
-	if l.stream == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		stream, err := l.rpc.Pipeline(ctx, grpc.ForceCodecV2(newAnswerCodec()))
-		if err != nil {
-			cancel()
-			l.mu.Unlock()
-			return nil, err // not sent: the unary call would have failed the same way
-		}
-		l.stream, l.cancel, l.pending = stream, cancel, map[uint64]waiting{}
-		go l.receive(stream, l.pending)
+	if conn != nil {
+		return conn, nil
 	}
-	stream, pending := l.stream, l.pending
-	ch := make(chan answer, 1)
-	pending[req.Id] = waiting{answer: ch, deadline: deadline}
+	l.dialMu.Lock()
+	defer l.dialMu.Unlock()
+	l.mu.Lock()
+	conn = l.conn
 	l.mu.Unlock()
-
-	l.sendMu.Lock()
-	err := stream.Send(req)
-	l.sendMu.Unlock()
+	if conn != nil {
+		return conn, nil
+	}
+	conn, err := framed.Dial(l.addr, PipelinePreamble, dialTimeout)
 	if err != nil {
-		l.mu.Lock()
-		delete(pending, req.Id)
-		if l.stream == stream {
-			l.breakLocked()
-		}
+		// Worded as gRPC words a failed dial, so the caller knows nothing was sent.
+		return nil, status.Errorf(codes.Unavailable, "connection error: cairn storage pipeline to %s: %v", l.addr, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		_ = conn.Close()
+		return nil, status.Error(codes.Canceled, "cairn storage pipeline: closed")
+	}
+	l.conn, l.pending = conn, map[uint64]waiting{}
+	go l.receive(conn, l.pending)
+	return conn, nil
+}
+
+// send registers req (answered by deadline, in Unix nanoseconds) and sends it, opening the connection if needed;
+// it returns where the answer will come.
+func (l *lane) send(req *storagepb.PipelineRequest, deadline int64) (<-chan answer, error) {
+	frame, err := proto.Marshal(req)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "cairn storage pipeline: encode call: %v", err)
+	}
+	conn, err := l.connection()
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan answer, 1)
+	l.mu.Lock()
+	if l.conn != conn { // it broke meanwhile: its receiver has failed what it had; this call was not sent
 		l.mu.Unlock()
-		return nil, status.Errorf(codes.Unavailable, "cairn storage pipeline: stream broke while sending: %v", err)
+		return nil, status.Errorf(codes.Unavailable, "connection error: cairn storage pipeline to %s broke", l.addr)
+	}
+	pending := l.pending
+	pending[req.Id] = waiting{answer: ch, deadline: deadline}
+	others := len(pending) > 1
+	l.mu.Unlock()
+	send := conn.Send
+	if others { // calls are coming thick: let the ones about to be sent share the write
+		send = conn.SendBatched
+	}
+	if err := send(nil, frame); err != nil {
+		l.mu.Lock()
+		_, stillPending := pending[req.Id]
+		delete(pending, req.Id)
+		l.mu.Unlock()
+		if !stillPending {
+			return ch, nil // the receiver failed it already
+		}
+		return nil, status.Errorf(codes.Unavailable, "cairn storage pipeline: connection broke while sending: %v", err)
 	}
 	return ch, nil
 }
 
-// receive hands each answer to its caller until the stream ends, then fails the calls still waiting.
-func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint64]waiting) {
+// receive hands each answer to its caller until the connection ends, then fails the calls still waiting: with
+// the error storage ended the pipeline with (calls it did not start), or as broken in flight.
+func (l *lane) receive(conn *framed.Conn, pending map[uint64]waiting) {
 	for {
-		resp := &wireAnswer{} // a range answer stays encoded, in the received buffers
-		err := stream.RecvMsg(resp)
+		frame, err := conn.Receive()
+		resp := &wireAnswer{}
+		if err == nil {
+			err = resp.decode(mem.BufferSlice{mem.SliceBuffer(frame)})
+			if err == nil && resp.id == 0 && resp.answer.GetError() != nil {
+				err = status.ErrorProto(resp.answer.GetError()) // storage is stopping
+			} else if err != nil {
+				err = status.Errorf(codes.Internal, "cairn storage pipeline: decode answer: %v", err)
+			}
+		}
 		l.mu.Lock()
 		if err != nil {
-			if l.stream == stream {
-				l.breakLocked()
+			if l.conn == conn {
+				l.conn = nil
 			}
+			_ = conn.Close()
 			if _, ok := status.FromError(err); !ok {
 				err = status.Errorf(codes.Unavailable, "cairn storage pipeline: %v", err)
 			}
@@ -257,12 +308,12 @@ func (l *lane) receive(stream storagepb.Storage_PipelineClient, pending map[uint
 // abandon forgets a call whose caller stopped waiting and tells storage to cancel it.
 func (l *lane) abandon(id uint64) {
 	l.mu.Lock()
-	stream := l.stream
+	conn := l.conn
 	_, pending := l.pending[id]
 	delete(l.pending, id)
 	l.mu.Unlock()
-	if pending && stream != nil {
-		l.cancelAt(stream, id)
+	if pending && conn != nil {
+		cancelAt(conn, id)
 	}
 }
 
@@ -270,7 +321,7 @@ func (l *lane) abandon(id uint64) {
 // storage to cancel them.
 func (l *lane) expire(limit int64) {
 	l.mu.Lock()
-	stream := l.stream
+	conn := l.conn
 	var expired []uint64
 	for id, w := range l.pending {
 		if w.deadline < limit {
@@ -281,30 +332,26 @@ func (l *lane) expire(limit int64) {
 	}
 	l.mu.Unlock()
 	for _, id := range expired {
-		if stream != nil {
-			l.cancelAt(stream, id)
+		if conn != nil {
+			cancelAt(conn, id)
 		}
 	}
 }
 
-// cancelAt tells storage to cancel call id on stream.
-func (l *lane) cancelAt(stream storagepb.Storage_PipelineClient, id uint64) {
-	l.sendMu.Lock()
-	defer l.sendMu.Unlock()
-	_ = stream.Send(&storagepb.PipelineRequest{Id: id, Call: &storagepb.PipelineRequest_Cancel{Cancel: true}}) // a broken stream shows in receive
-}
-
-// breakLocked drops the current stream (its receiver fails what still waits on it); l.mu is held.
-func (l *lane) breakLocked() {
-	if l.cancel != nil {
-		l.cancel()
+// cancelAt tells storage to cancel call id on conn; a broken connection shows in receive.
+func cancelAt(conn *framed.Conn, id uint64) {
+	frame, err := proto.Marshal(&storagepb.PipelineRequest{Id: id, Call: &storagepb.PipelineRequest_Cancel{Cancel: true}})
+	if err == nil {
+		_ = conn.Send(nil, frame)
 	}
-	l.stream, l.cancel = nil, nil
 }
 
 func (l *lane) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-	l.breakLocked()
+	if l.conn != nil {
+		_ = l.conn.Close()
+		l.conn = nil
+	}
 }

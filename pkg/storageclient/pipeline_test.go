@@ -10,28 +10,54 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/framed"
 	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
-// silentStorage takes Pipeline calls and never answers them, recording what it was sent.
+// silentStorage takes pipeline calls and never answers them, recording what it was sent; with ending set, it
+// answers the first call by ending the pipeline as a stopping storage does.
 type silentStorage struct {
-	storagepb.UnimplementedStorageServer
+	ending    bool
 	mu        sync.Mutex
 	timeouts  map[uint64]time.Duration
 	cancelled map[uint64]bool
 }
 
-func (s *silentStorage) Pipeline(stream grpc.BidiStreamingServer[storagepb.PipelineRequest, storagepb.PipelineResponse]) error {
+func (s *silentStorage) serve(lis net.Listener) {
 	for {
-		req, err := stream.Recv()
+		nc, err := lis.Accept()
 		if err != nil {
-			return err
+			return
+		}
+		conn, err := framed.Accept(nc, nil, PipelinePreamble, 5*time.Second)
+		if err != nil {
+			continue
+		}
+		go s.pipeline(conn)
+	}
+}
+
+func (s *silentStorage) pipeline(conn *framed.Conn) {
+	for {
+		frame, err := conn.Receive()
+		if err != nil {
+			return
+		}
+		req := &storagepb.PipelineRequest{}
+		if err := proto.Unmarshal(frame, req); err != nil {
+			return
+		}
+		if s.ending {
+			end, _ := proto.Marshal(&storagepb.PipelineResponse{Result: &storagepb.PipelineResponse_Error{
+				Error: status.New(codes.Unavailable, "cairn storage unavailable: stopping").Proto()}})
+			_ = conn.Send(nil, end)
+			_ = conn.Close()
+			return
 		}
 		s.mu.Lock()
 		if req.GetCancel() {
@@ -58,17 +84,10 @@ func TestPipelineBoundsUnansweredCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	server := grpc.NewServer()
-	storagepb.RegisterStorageServer(server, storage)
-	go server.Serve(listener)
-	t.Cleanup(server.Stop)
-	conn, err := grpc.NewClient(listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
+	t.Cleanup(func() { _ = listener.Close() })
+	go storage.serve(listener)
 	const bound = 100 * time.Millisecond
-	p := NewPipeline(conn, bound, nil)
+	p := NewPipeline(listener.Addr().String(), bound, nil)
 	t.Cleanup(p.Close)
 
 	tests := []struct {
@@ -108,5 +127,22 @@ func TestPipelineBoundsUnansweredCalls(t *testing.T) {
 				return cancelled
 			})
 		})
+	}
+}
+
+// TestPipelineEndedByStorage: a storage that ends the pipeline (stopping) fails the calls it did not answer with
+// its own error, which says they were not started.
+func TestPipelineEndedByStorage(t *testing.T) {
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = listener.Close() })
+	go (&silentStorage{ending: true}).serve(listener)
+	p := NewPipeline(listener.Addr().String(), time.Minute, nil)
+	t.Cleanup(p.Close)
+	_, err = p.Range(context.Background(), &pb.RangeRequest{Key: []byte("k")})
+	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "cairn storage unavailable: stopping" {
+		t.Fatalf("call on an ending pipeline: %v, want storage's Unavailable \"cairn storage unavailable: stopping\"", err)
 	}
 }

@@ -34,10 +34,10 @@ type storageReplica struct {
 	url     string
 	conns   []*grpc.ClientConn
 	clients []*storageclient.Client
-	// pipelines carry the hot path (Range, Submit) on the same connections, one per connection; none when
-	// spans are recorded, so that each call keeps its own gRPC span.
-	pipelines []*storageclient.Pipeline
-	next      atomic.Uint32
+	// pipeline carries the hot path (Range, Submit) on connections of its own; nil when spans are recorded, so
+	// that each call keeps its own gRPC span.
+	pipeline *storageclient.Pipeline
+	next     atomic.Uint32
 
 	memberID atomic.Uint64
 	term     atomic.Uint64 // raft term its log last reported
@@ -60,19 +60,19 @@ type kvCalls interface {
 	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
 }
 
-// kv returns the next connection's pipeline, round robin, or its unary client when there are no pipelines.
+// kv returns the pipeline, or the next connection's unary client when there is none.
 func (r *storageReplica) kv() kvCalls {
-	if len(r.pipelines) == 0 {
+	if r.pipeline == nil {
 		return r.client()
 	}
-	return r.pipelines[int(r.next.Add(1))%len(r.pipelines)]
+	return r.pipeline
 }
 
 // rangeEncoded is Range answered in the response's wire encoding: storage's own over a pipeline (references to
 // the buffers it arrived in, see storageclient.Pipeline.RangeEncoded), else the unary answer encoded here.
 func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.BufferSlice, error) {
-	if p, ok := r.kv().(*storageclient.Pipeline); ok {
-		return p.RangeEncoded(ctx, req)
+	if r.pipeline != nil {
+		return r.pipeline.RangeEncoded(ctx, req)
 	}
 	resp, err := r.client().Range(ctx, req)
 	if err != nil {
@@ -93,8 +93,8 @@ func (r *storageReplica) connected() bool {
 }
 
 func (r *storageReplica) close() {
-	for _, pl := range r.pipelines {
-		pl.Close()
+	if r.pipeline != nil {
+		r.pipeline.Close()
 	}
 	for _, c := range r.conns {
 		_ = c.Close()
@@ -203,9 +203,9 @@ func (p *pool) addStorage(rawURL string) (*storageReplica, error) {
 		conn.Connect() // keep it warm: the first request must not pay for the handshake
 		r.conns = append(r.conns, conn)
 		r.clients = append(r.clients, storageclient.New(conn))
-		if p.pipelined() {
-			r.pipelines = append(r.pipelines, storageclient.NewPipeline(conn, p.cfg.storageCallBound(), p.tel.Inject))
-		}
+	}
+	if p.pipelined() {
+		r.pipeline = storageclient.NewPipeline(target, p.cfg.storageCallBound(), p.tel.Inject)
 	}
 	p.storages = append(p.storages, r)
 	p.logger.Info("storage replica added", "storage_url", canonical)

@@ -2,59 +2,119 @@ package storage
 
 import (
 	"context"
-	"errors"
-	"io"
+	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/pkg/framed"
 	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/wiremsg"
 )
 
-// pipelineWorkers is how many goroutines a Pipeline stream keeps for its calls (more are started when all
-// are busy), so that calls run on stacks already grown.
+// pipelineWorkers is how many goroutines a pipeline keeps for its calls (more are started when all are busy), so
+// that calls run on stacks already grown.
 const pipelineWorkers = 64
 
-// Pipeline serves the calls of one stream concurrently, each as its unary RPC would be served, and sends
-// each answer as it is ready. The receiving goroutine starts each call itself: a serializable read of one key
-// (which waits for nothing) is answered on the spot, anything else runs on a worker. When storage stops, the
-// stream takes no more calls, answers those it has and ends with Unavailable, so the frontend sends the next
-// ones elsewhere.
-func (g *server) Pipeline(stream grpc.BidiStreamingServer[storagepb.PipelineRequest, storagepb.PipelineResponse]) error {
-	p := &pipeline{s: g.s, stream: stream, calls: map[uint64]context.CancelFunc{}, work: make(chan func())}
-	defer p.stop()
-	for range pipelineWorkers {
-		go p.worker()
-	}
-	ended := make(chan error, 1)
-	go func() { ended <- p.receive() }()
-	select {
-	case err := <-ended:
-		if errors.Is(err, io.EOF) {
-			p.wait()
-			return nil
+// acceptTimeout bounds the wait for a new pipeline connection's preamble.
+const acceptTimeout = 5 * time.Second
+
+// servePipelines serves each pipeline connection lis accepts (the frontend's hot path, see storagepb.PipelineRequest)
+// until lis is closed.
+func (s *Storage) servePipelines(lis net.Listener) {
+	for {
+		nc, err := lis.Accept()
+		if err != nil {
+			return
 		}
-		return err
-	case <-g.s.stopping:
-		p.wait()
-		return status.Error(codes.Unavailable, "cairn storage unavailable: stopping")
+		s.pipelines.Add(1)
+		go func() {
+			defer s.pipelines.Done()
+			var raw net.Conn
+			if mc, ok := nc.(*cmux.MuxConn); ok {
+				raw = mc.Conn // written to directly; reads go through cmux, which replays the preamble
+			}
+			conn, err := framed.Accept(nc, raw, storageclient.PipelinePreamble, acceptTimeout)
+			if err != nil {
+				s.logger.Warn("pipeline connection refused", "err", err)
+				return
+			}
+			s.servePipeline(conn)
+		}()
 	}
 }
 
-// receive starts each call of the stream until it ends; once storage is stopping, calls are no longer
-// started (the stream's end fails them at the caller, which tries another storage).
-func (p *pipeline) receive() error {
+// servePipeline serves the calls of one connection concurrently, each as its unary RPC would be served, and sends
+// each answer as it is ready. The receiving goroutine starts each call itself: a serializable read of one key
+// (which waits for nothing) is answered on the spot, anything else runs on a worker. When storage stops, the
+// pipeline takes no more calls, answers those it has, then ends with an id-0 Unavailable answer ("cairn storage
+// unavailable: stopping"), so the frontend knows the calls left unanswered were not started and sends them
+// elsewhere.
+func (s *Storage) servePipeline(conn *framed.Conn) {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pipeline{s: s, ctx: ctx, conn: conn, calls: map[uint64]context.CancelFunc{}, work: make(chan func())}
+	for range pipelineWorkers {
+		go p.worker()
+	}
+	ended := make(chan struct{})
+	go func() { defer close(ended); p.receive() }()
+	select {
+	case <-ended:
+	case <-s.stopping:
+		p.mu.Lock()
+		p.stopped = true // from here on no call starts, so every unanswered one was not started
+		p.mu.Unlock()
+		p.wait()
+		p.send(p.marshal(&storagepb.PipelineResponse{Result: &storagepb.PipelineResponse_Error{
+			Error: status.Convert(unavailable("stopping")).Proto()}}))
+		// receive drops what still comes until the frontend, having read the end, closes its side.
+		conn.CloseWrite(pipelineLinger)
+		<-ended
+	}
+	cancel()
+	p.stop()
+	_ = conn.Close()
+}
+
+// pipelineLinger bounds how long a stopping storage waits for a frontend to close a pipeline it ended.
+const pipelineLinger = 2 * time.Second
+
+// pipeline is the state of one pipeline connection.
+type pipeline struct {
+	s    *Storage
+	ctx  context.Context // ends with the connection
+	conn *framed.Conn
+	work chan func()
+
+	mu      sync.Mutex
+	calls   map[uint64]context.CancelFunc
+	stopped bool // set by stop: no call starts after it
+	active  sync.WaitGroup
+	running atomic.Int64 // calls on workers not yet answered
+}
+
+// receive starts each call of the connection until it ends; once storage is stopping, calls are no longer
+// started (the frontend sends them elsewhere). The answers it gives itself wait, while more calls have
+// already arrived, for the write that carries the last one's.
+func (p *pipeline) receive() {
 	for {
-		req, err := p.stream.Recv()
+		if p.conn.Buffered() == 0 {
+			_ = p.conn.Flush()
+		}
+		frame, err := p.conn.Receive()
 		if err != nil {
-			return err
+			return
+		}
+		req := &storagepb.PipelineRequest{}
+		if err := proto.Unmarshal(frame, req); err != nil {
+			p.s.logger.Warn("pipeline call not decodable; closing the connection", "err", err)
+			return
 		}
 		select {
 		case <-p.s.stopping:
@@ -65,7 +125,8 @@ func (p *pipeline) receive() error {
 		case req.GetCancel():
 			p.cancel(req.Id)
 		case answersAtOnce(req):
-			p.send(p.serve(p.stream.Context(), req))
+			a := p.serve(p.ctx, req)
+			_ = p.conn.Queue(a.release, a.parts...)
 		default:
 			p.start(req)
 		}
@@ -79,19 +140,6 @@ func answersAtOnce(req *storagepb.PipelineRequest) bool {
 	return r != nil && r.Serializable && len(r.RangeEnd) == 0 && len(req.Trace) == 0
 }
 
-// pipeline is the state of one Pipeline stream.
-type pipeline struct {
-	s      *Storage
-	stream grpc.BidiStreamingServer[storagepb.PipelineRequest, storagepb.PipelineResponse]
-	work   chan func()
-
-	sendMu  sync.Mutex // stream.Send is not safe for concurrent use
-	mu      sync.Mutex
-	calls   map[uint64]context.CancelFunc
-	stopped bool // set by stop: no call starts after it
-	active  sync.WaitGroup
-}
-
 func (p *pipeline) worker() {
 	for f := range p.work {
 		f()
@@ -101,7 +149,7 @@ func (p *pipeline) worker() {
 // start runs req on a worker, under a context bounded by the caller's remaining deadline and by storage's
 // request timeout (so Submit and Range need no timer of their own).
 func (p *pipeline) start(req *storagepb.PipelineRequest) {
-	ctx := p.s.tel.Extract(p.stream.Context(), req.Trace)
+	ctx := p.s.tel.Extract(p.ctx, req.Trace)
 	timeout := p.s.cfg.RequestTimeout
 	if req.TimeoutMicros > 0 {
 		timeout = min(timeout, time.Duration(req.TimeoutMicros)*time.Microsecond)
@@ -116,14 +164,16 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 	p.calls[req.Id] = cancel
 	p.active.Add(1)
 	p.mu.Unlock()
+	p.running.Add(1)
 	run := func() {
 		defer p.active.Done()
-		resp := p.serve(ctx, req)
+		answer := p.serve(ctx, req)
 		p.mu.Lock()
 		delete(p.calls, req.Id)
 		p.mu.Unlock()
 		cancel()
-		p.send(resp)
+		p.send(answer)
+		p.running.Add(-1)
 	}
 	select {
 	case p.work <- run:
@@ -132,15 +182,24 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 	}
 }
 
-// send sends one answer; a broken stream ends Recv too, which ends the stream.
-func (p *pipeline) send(answer any) {
-	p.sendMu.Lock()
-	defer p.sendMu.Unlock()
-	_ = p.stream.SendMsg(answer)
+// answer is one call's answer as it goes on the wire: parts of one frame, and what to do once they are written.
+type answer struct {
+	parts   [][]byte
+	release func()
+}
+
+// send sends one answer, sharing the write with others when calls are still running or waiting to be read;
+// a broken connection ends receive too, which ends the pipeline.
+func (p *pipeline) send(a answer) {
+	if p.running.Load() > 1 || p.conn.Buffered() > 0 {
+		_ = p.conn.SendBatched(a.release, a.parts...)
+		return
+	}
+	_ = p.conn.Send(a.release, a.parts...)
 }
 
 // serve answers one call as the unary Submit or Range would.
-func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) any {
+func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) answer {
 	resp := &storagepb.PipelineResponse{Id: req.Id}
 	var err error
 	switch call := req.Call.(type) {
@@ -150,9 +209,9 @@ func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) an
 			resp.Result = &storagepb.PipelineResponse_Submit{Submit: out}
 		}
 	case *storagepb.PipelineRequest_Range:
-		var answer any
-		if answer, err = p.rangeAnswer(ctx, req.Id, call.Range); err == nil {
-			return answer
+		var a answer
+		if a, err = p.rangeAnswer(ctx, req.Id, call.Range); err == nil {
+			return a
 		}
 	default:
 		err = status.Error(codes.InvalidArgument, "cairn storage: pipeline call without submit or range")
@@ -160,13 +219,23 @@ func (p *pipeline) serve(ctx context.Context, req *storagepb.PipelineRequest) an
 	if err != nil {
 		resp.Result = &storagepb.PipelineResponse_Error{Error: status.Convert(err).Proto()}
 	}
-	return resp
+	return p.marshal(resp)
+}
+
+// marshal encodes resp as an answer.
+func (p *pipeline) marshal(resp *storagepb.PipelineResponse) answer {
+	frame, err := proto.Marshal(resp)
+	if err != nil {
+		frame, _ = proto.Marshal(&storagepb.PipelineResponse{Id: resp.Id, Result: &storagepb.PipelineResponse_Error{
+			Error: status.Newf(codes.Internal, "cairn storage: encode answer: %v", err).Proto()}})
+	}
+	return answer{parts: [][]byte{frame}}
 }
 
 // rangeAnswer is the answer to range call id: a PipelineAnswer (the same message on the wire as a
 // PipelineResponse) whose range is the RangeResponse as Storage.RangeEncoded wrote it, right after the answer's
-// own fields, into one pooled buffer that gRPC returns to the pool once it has sent it (wiremsg.Encoded).
-func (p *pipeline) rangeAnswer(ctx context.Context, id uint64, r *pb.RangeRequest) (any, error) {
+// own fields, into one pooled buffer that goes back to the pool once it has been sent.
+func (p *pipeline) rangeAnswer(ctx context.Context, id uint64, r *pb.RangeRequest) (answer, error) {
 	var buf *[]byte
 	encoded, err := p.s.RangeEncoded(ctx, r, func(n int) []byte {
 		head := storageclient.AppendRangeAnswerHead(nil, id, n)
@@ -177,10 +246,10 @@ func (p *pipeline) rangeAnswer(ctx context.Context, id uint64, r *pb.RangeReques
 		if buf != nil {
 			p.s.answerBuffers.Put(buf)
 		}
-		return nil, err
+		return answer{}, err
 	}
 	*buf = encoded
-	return &wiremsg.Encoded{Parts: mem.BufferSlice{mem.NewBuffer(buf, &p.s.answerBuffers)}}, nil
+	return answer{parts: [][]byte{encoded}, release: func() { p.s.answerBuffers.Put(buf) }}, nil
 }
 
 func (p *pipeline) cancel(id uint64) {

@@ -9,9 +9,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -22,12 +20,8 @@ import (
 
 func dialPipeline(t testing.TB, m *testMember) *storageclient.Pipeline {
 	t.Helper()
-	conn, err := grpc.NewClient(m.listener.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := storageclient.NewPipeline(conn, time.Minute, nil)
-	t.Cleanup(func() { p.Close(); _ = conn.Close() })
+	p := storageclient.NewPipeline(m.listener.Addr().String(), time.Minute, nil)
+	t.Cleanup(p.Close)
 	return p
 }
 

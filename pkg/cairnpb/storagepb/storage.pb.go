@@ -29,7 +29,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// PipelineRequest is one call on a Pipeline stream, or the abandonment of one.
+// PipelineRequest is one call on a pipeline, or the abandonment of one.
 type PipelineRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id names the call; the caller chooses it, unique on its stream.
@@ -156,7 +156,8 @@ func (*PipelineRequest_Range) isPipelineRequest_Call() {}
 
 func (*PipelineRequest_Cancel) isPipelineRequest_Call() {}
 
-// PipelineResponse answers the call of the same id: its response, or the gRPC status it failed with.
+// PipelineResponse answers the call of the same id: its response, or the gRPC status it failed with. Id 0 with
+// an error ends the pipeline: every call not answered on it was not started, and fails with that error.
 type PipelineResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1744,7 +1745,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
 	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl\x12)\n" +
-	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xfd\a\n" +
+	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xac\a\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
@@ -1758,8 +1759,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x0fLeaseTimeToLive\x12$.etcdserverpb.LeaseTimeToLiveRequest\x1a%.etcdserverpb.LeaseTimeToLiveResponse\x12R\n" +
 	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponse\x12Y\n" +
 	"\fLeaseRecords\x12\".cairn.storage.LeaseRecordsRequest\x1a#.cairn.storage.LeaseRecordsResponse0\x01\x12N\n" +
-	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperState\x12O\n" +
-	"\bPipeline\x12\x1e.cairn.storage.PipelineRequest\x1a\x1f.cairn.storage.PipelineResponse(\x010\x01B1Z/github.com/cairn-kv/cairn/pkg/cairnpb/storagepbb\x06proto3"
+	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperStateB1Z/github.com/cairn-kv/cairn/pkg/cairnpb/storagepbb\x06proto3"
 
 var (
 	file_storagepb_storage_proto_rawDescOnce sync.Once
@@ -1858,22 +1858,20 @@ var file_storagepb_storage_proto_depIdxs = []int32{
 	39, // 34: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
 	7,  // 35: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
 	6,  // 36: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	0,  // 37: cairn.storage.Storage.Pipeline:input_type -> cairn.storage.PipelineRequest
-	10, // 38: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	23, // 39: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	12, // 40: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	40, // 41: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	41, // 42: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
-	14, // 43: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	16, // 44: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	18, // 45: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	42, // 46: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	43, // 47: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	8,  // 48: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	5,  // 49: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	1,  // 50: cairn.storage.Storage.Pipeline:output_type -> cairn.storage.PipelineResponse
-	38, // [38:51] is the sub-list for method output_type
-	25, // [25:38] is the sub-list for method input_type
+	10, // 37: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	23, // 38: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	12, // 39: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	40, // 40: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	41, // 41: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
+	14, // 42: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	16, // 43: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	18, // 44: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	42, // 45: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	43, // 46: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	8,  // 47: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	5,  // 48: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	37, // [37:49] is the sub-list for method output_type
+	25, // [25:37] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
 	25, // [25:25] is the sub-list for extension extendee
 	0,  // [0:25] is the sub-list for field type_name

@@ -37,7 +37,6 @@ const (
 	Storage_LeaseLeases_FullMethodName     = "/cairn.storage.Storage/LeaseLeases"
 	Storage_LeaseRecords_FullMethodName    = "/cairn.storage.Storage/LeaseRecords"
 	Storage_KeeperStatus_FullMethodName    = "/cairn.storage.Storage/KeeperStatus"
-	Storage_Pipeline_FullMethodName        = "/cairn.storage.Storage/Pipeline"
 )
 
 // StorageClient is the client API for Storage service.
@@ -82,10 +81,6 @@ type StorageClient interface {
 	// KeeperStatus reports, read linearizably, the leasekeeper claim: which keeper is active, its epoch and how many
 	// times it has renewed the claim. Standbys poll it to decide when to take over.
 	KeeperStatus(ctx context.Context, in *KeeperStatusRequest, opts ...grpc.CallOption) (*KeeperState, error)
-	// Pipeline carries many Submit and Range calls on one stream, each under its own id, answered as each
-	// finishes (in any order) with exactly what the unary call would have answered. It is the frontend's hot
-	// path: a message each way per call instead of a gRPC stream per call.
-	Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error)
 }
 
 type storageClient struct {
@@ -243,19 +238,6 @@ func (c *storageClient) KeeperStatus(ctx context.Context, in *KeeperStatusReques
 	return out, nil
 }
 
-func (c *storageClient) Pipeline(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PipelineRequest, PipelineResponse], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Storage_ServiceDesc.Streams[3], Storage_Pipeline_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[PipelineRequest, PipelineResponse]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Storage_PipelineClient = grpc.BidiStreamingClient[PipelineRequest, PipelineResponse]
-
 // StorageServer is the server API for Storage service.
 // All implementations must embed UnimplementedStorageServer
 // for forward compatibility.
@@ -298,10 +280,6 @@ type StorageServer interface {
 	// KeeperStatus reports, read linearizably, the leasekeeper claim: which keeper is active, its epoch and how many
 	// times it has renewed the claim. Standbys poll it to decide when to take over.
 	KeeperStatus(context.Context, *KeeperStatusRequest) (*KeeperState, error)
-	// Pipeline carries many Submit and Range calls on one stream, each under its own id, answered as each
-	// finishes (in any order) with exactly what the unary call would have answered. It is the frontend's hot
-	// path: a message each way per call instead of a gRPC stream per call.
-	Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error
 	mustEmbedUnimplementedStorageServer()
 }
 
@@ -347,9 +325,6 @@ func (UnimplementedStorageServer) LeaseRecords(*LeaseRecordsRequest, grpc.Server
 }
 func (UnimplementedStorageServer) KeeperStatus(context.Context, *KeeperStatusRequest) (*KeeperState, error) {
 	return nil, status.Error(codes.Unimplemented, "method KeeperStatus not implemented")
-}
-func (UnimplementedStorageServer) Pipeline(grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]) error {
-	return status.Error(codes.Unimplemented, "method Pipeline not implemented")
 }
 func (UnimplementedStorageServer) mustEmbedUnimplementedStorageServer() {}
 func (UnimplementedStorageServer) testEmbeddedByValue()                 {}
@@ -567,13 +542,6 @@ func _Storage_KeeperStatus_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Storage_Pipeline_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(StorageServer).Pipeline(&grpc.GenericServerStream[PipelineRequest, PipelineResponse]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Storage_PipelineServer = grpc.BidiStreamingServer[PipelineRequest, PipelineResponse]
-
 // Storage_ServiceDesc is the grpc.ServiceDesc for Storage service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -633,12 +601,6 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "LeaseRecords",
 			Handler:       _Storage_LeaseRecords_Handler,
 			ServerStreams: true,
-		},
-		{
-			StreamName:    "Pipeline",
-			Handler:       _Storage_Pipeline_Handler,
-			ServerStreams: true,
-			ClientStreams: true,
 		},
 	},
 	Metadata: "storagepb/storage.proto",

@@ -1,0 +1,319 @@
+// Package framed carries length-prefixed frames both ways over one connection, for the internal hops whose every
+// microsecond counts (the frontend's calls to storage). A frame is a 4-byte big-endian length and that many bytes;
+// what the bytes mean is the caller's business (Cairn sends protobuf messages).
+//
+// Why not a gRPC stream: a gRPC message goes through a writer goroutine that, for a small write, yields once before
+// it flushes, so on a busy single-threaded process an answer waits for every other runnable goroutine, and each
+// message pays HTTP/2 framing and flow-control bookkeeping on both sides. Here a sender that finds no write in
+// progress writes at once, from its own goroutine; senders that arrive while a write is in progress leave their
+// frames to it, so under load one write carries many frames and at rest a frame goes out without a hand-off.
+//
+// A Conn is safe for concurrent Send; Receive is for one goroutine. A failed write or read breaks the Conn: every
+// later Send fails with the error, and Done is closed.
+package framed
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// MaxFrame bounds a frame's length (a range answer may be large: storage's RangeEncoded of a big LIST).
+const MaxFrame = 1 << 30
+
+// writeTimeout bounds one write: a peer that stops reading for this long is taken for gone.
+const writeTimeout = 30 * time.Second
+
+// maxPending bounds the bytes waiting behind a write in progress; a sender past it waits.
+const maxPending = 64 << 20
+
+// copyLimit is the largest part a Send copies into the shared buffer; larger ones are written in place.
+const copyLimit = 8 << 10
+
+// ErrClosed is returned by Send and Receive after Close.
+var ErrClosed = errors.New("framed: connection closed")
+
+// Conn is one framed connection.
+type Conn struct {
+	nc       net.Conn // read through (it may replay bytes a listener multiplexer sniffed)
+	buffered atomic.Int64
+	raw      net.Conn // written to and half-closed: nc, or the connection nc wraps
+	reader   *bufio.Reader
+
+	mu       sync.Mutex
+	room     *sync.Cond // signalled when a write finishes
+	pending  net.Buffers
+	releases []func()
+	tail     []byte // the last pending entry while it is ours to append to
+	size     int    // bytes pending
+	writing  bool
+	err      error
+	done     chan struct{}
+}
+
+// New wraps nc.
+func New(nc net.Conn) *Conn { return newConn(nc, nc) }
+
+// newConn reads from nc and writes to raw, the connection nc wraps (or nc itself): writing to the TCP connection
+// itself lets a flush of several buffers be one writev.
+func newConn(nc, raw net.Conn) *Conn {
+	c := &Conn{nc: nc, raw: raw, reader: bufio.NewReaderSize(nc, 64<<10), done: make(chan struct{})}
+	c.room = sync.NewCond(&c.mu)
+	return c
+}
+
+// Done is closed once the connection is broken or closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err is why the connection broke, nil while it works.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close breaks the connection; pending frames are dropped.
+func (c *Conn) Close() error {
+	c.mu.Lock()
+	c.failLocked(ErrClosed)
+	c.mu.Unlock()
+	return nil
+}
+
+// Send sends one frame made of parts (at least one), in order. Small parts are copied and may be reused when Send returns; a part
+// larger than copyLimit is written in place, and release (when not nil) is called once every such part has been
+// written or dropped, so the caller can recycle it. Send returns once the frame is written or queued behind the
+// write in progress; an error means the connection is broken and the frame will not be sent.
+func (c *Conn) Send(release func(), parts ...[]byte) error { return c.send(flushNow, release, parts) }
+
+// SendBatched is Send for a caller that knows more frames are on their way (it has other calls in flight): a
+// sender that would write at once first yields, so the goroutines about to send join its write. Under load this
+// turns many writes of one frame into one of many; a lone frame should go with Send, which does not wait.
+func (c *Conn) SendBatched(release func(), parts ...[]byte) error {
+	return c.send(batched, release, parts)
+}
+
+// Queue adds a frame to what the next write carries without writing it: for a caller that has more frames to
+// send at once (the answers to calls already read, see Buffered). The frame goes out with the write in progress,
+// if any, or with the next Send, SendBatched or Flush; the caller must make sure one comes.
+func (c *Conn) Queue(release func(), parts ...[]byte) error { return c.send(queueOnly, release, parts) }
+
+// Flush writes what Queue left, unless a write in progress takes it.
+func (c *Conn) Flush() error { return c.send(flushNow, nil, nil) }
+
+// Buffered reports how many bytes already read from the connection waited in Receive's buffer when it last
+// returned: more than 0 means another frame (or its start) has arrived. Any goroutine may ask.
+func (c *Conn) Buffered() int { return int(c.buffered.Load()) }
+
+// How send writes.
+const (
+	flushNow  = iota // write at once unless a write is in progress
+	batched          // the same, after yielding so others can join
+	queueOnly        // leave the frame for the next write
+)
+
+func (c *Conn) send(mode int, release func(), parts [][]byte) error {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > MaxFrame {
+		if release != nil {
+			release()
+		}
+		return fmt.Errorf("framed: frame of %d bytes exceeds %d", n, MaxFrame)
+	}
+	c.mu.Lock()
+	for c.err == nil && c.size > maxPending {
+		c.room.Wait()
+	}
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		if release != nil {
+			release()
+		}
+		return err
+	}
+	kept := false
+	if parts != nil {
+		c.appendLocked(binary.BigEndian.AppendUint32(make([]byte, 0, 4), uint32(n)))
+	}
+	for _, p := range parts {
+		if len(p) > copyLimit {
+			c.pending = append(c.pending, p)
+			c.tail = nil
+			c.size += len(p)
+			kept = true
+			continue
+		}
+		c.appendLocked(p)
+	}
+	if release != nil {
+		if kept {
+			c.releases = append(c.releases, release)
+		} else {
+			defer release()
+		}
+	}
+	if c.writing || mode == queueOnly || len(c.pending) == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	c.writing = true
+	if mode == batched {
+		c.mu.Unlock()
+		runtime.Gosched()
+		c.mu.Lock()
+	}
+	err := c.flushLocked()
+	c.mu.Unlock()
+	return err
+}
+
+// appendLocked copies p to the end of the pending bytes.
+func (c *Conn) appendLocked(p []byte) {
+	if c.tail == nil {
+		c.tail = make([]byte, 0, max(4096, len(p)))
+		c.pending = append(c.pending, nil)
+	}
+	c.tail = append(c.tail, p...)
+	c.pending[len(c.pending)-1] = c.tail
+	c.size += len(p)
+}
+
+// flushLocked writes what is pending until nothing is, letting other senders queue meanwhile; c.mu is held on
+// entry and exit, and c.writing is true.
+func (c *Conn) flushLocked() error {
+	for len(c.pending) > 0 && c.err == nil {
+		out, releases := c.pending, c.releases
+		c.pending, c.releases, c.tail, c.size = nil, nil, nil, 0
+		c.room.Broadcast()
+		c.mu.Unlock()
+		_ = c.raw.SetWriteDeadline(time.Now().Add(writeTimeout))
+		_, err := out.WriteTo(c.raw)
+		for _, release := range releases {
+			release()
+		}
+		c.mu.Lock()
+		if err != nil {
+			c.failLocked(fmt.Errorf("framed: write to %s: %w", c.nc.RemoteAddr(), err))
+		}
+	}
+	c.writing = false
+	c.room.Broadcast()
+	return c.err
+}
+
+// failLocked breaks the connection with err (the first error wins).
+func (c *Conn) failLocked(err error) {
+	if c.err != nil {
+		return
+	}
+	c.err = err
+	for _, release := range c.releases {
+		release()
+	}
+	c.pending, c.releases, c.tail, c.size = nil, nil, nil, 0
+	_ = c.nc.Close()
+	close(c.done)
+	c.room.Broadcast()
+}
+
+// Receive returns the next frame, in a buffer of its own that the caller keeps.
+func (c *Conn) Receive() ([]byte, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(c.reader, head[:]); err != nil {
+		return nil, c.readFailed(err)
+	}
+	n := binary.BigEndian.Uint32(head[:])
+	if n > MaxFrame {
+		return nil, c.readFailed(fmt.Errorf("framed: frame of %d bytes exceeds %d", n, MaxFrame))
+	}
+	frame := make([]byte, n)
+	if _, err := io.ReadFull(c.reader, frame); err != nil {
+		return nil, c.readFailed(err)
+	}
+	c.buffered.Store(int64(c.reader.Buffered()))
+	return frame, nil
+}
+
+func (c *Conn) readFailed(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.failLocked(fmt.Errorf("framed: read from %s: %w", c.nc.RemoteAddr(), err))
+	}
+	return c.err
+}
+
+// Dial connects to addr and announces preamble, which the server's listener (cmux) recognizes the protocol by.
+func Dial(addr, preamble string, timeout time.Duration) (*Conn, error) {
+	nc, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := io.WriteString(nc, preamble); err != nil {
+		_ = nc.Close()
+		return nil, err
+	}
+	return New(nc), nil
+}
+
+// Accept takes a connection a client opened with Dial and preamble, checking the preamble. raw, when not nil, is
+// the connection nc wraps (a listener multiplexer's, which replays what it sniffed): frames are read through nc
+// and written to raw.
+func Accept(nc, raw net.Conn, preamble string, timeout time.Duration) (*Conn, error) {
+	if raw == nil {
+		raw = nc
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(timeout))
+	got := make([]byte, len(preamble))
+	if _, err := io.ReadFull(nc, got); err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("framed: read preamble from %s: %w", nc.RemoteAddr(), err)
+	}
+	if string(got) != preamble {
+		_ = nc.Close()
+		return nil, fmt.Errorf("framed: %s sent preamble %q, want %q", nc.RemoteAddr(), got, preamble)
+	}
+	_ = nc.SetReadDeadline(time.Time{})
+	return newConn(nc, raw), nil
+}
+
+// CloseWrite ends this side of the connection after the frames sent so far, so the peer reads them and then the
+// end, and gives the reading side linger more to see the peer's end (Receive then fails) before the connection
+// is closed. Closing outright while the peer still sends would reset the connection and could lose the last
+// frames on their way to it.
+func (c *Conn) CloseWrite(linger time.Duration) {
+	c.mu.Lock()
+	for c.writing && c.err == nil {
+		c.room.Wait() // the frames sent so far are on the wire
+	}
+	c.mu.Unlock()
+	cw, ok := c.raw.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		_ = c.Close()
+		return
+	}
+	_ = c.nc.SetReadDeadline(time.Now().Add(linger))
+}
+
+// PreambleMatcher tells, for a listener multiplexer (cmux.Matcher), a connection a client opened with Dial and
+// preamble: it reads exactly the preamble's length, so it decides as soon as the preamble is in (cmux's
+// PrefixMatcher waits for one byte more, which a pipeline opened ahead of its first call never sends).
+func PreambleMatcher(preamble string) func(io.Reader) bool {
+	return func(r io.Reader) bool {
+		got := make([]byte, len(preamble))
+		_, err := io.ReadFull(r, got)
+		return err == nil && string(got) == preamble
+	}
+}
