@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
 	"github.com/cairn-kv/cairn/pkg/commitlog"
@@ -50,12 +51,13 @@ type Config struct {
 // Client talks to one consensus member.
 type Client struct {
 	cfg      Config
+	target   string // host:port
 	conn     *grpc.ClientConn
 	api      consensuspb.ConsensusClient
 	inflight chan struct{}
 
 	mu      sync.Mutex
-	propose *proposeStream
+	propose *proposeLink
 	closed  bool
 }
 
@@ -88,12 +90,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("consensusclient: dial %s: %w", cfg.Target, err)
 	}
 	return &Client{
-		cfg: cfg, conn: conn, api: consensuspb.NewConsensusClient(conn),
+		cfg: cfg, target: target, conn: conn, api: consensuspb.NewConsensusClient(conn),
 		inflight: make(chan struct{}, cfg.MaxInflight),
 	}, nil
 }
 
-// Close ends the proposal stream and the connection; calls in flight fail.
+// Close ends the propose link and the connection; calls in flight fail.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	c.closed = true
@@ -101,7 +103,7 @@ func (c *Client) Close() error {
 	c.propose = nil
 	c.mu.Unlock()
 	if p != nil {
-		p.cancel()
+		p.fail(status.Error(codes.Canceled, "consensusclient: closed"))
 	}
 	return c.conn.Close()
 }
@@ -114,15 +116,15 @@ func (c *Client) Propose(ctx context.Context, data []byte) error {
 		return ctx.Err()
 	}
 	defer func() { <-c.inflight }()
-	s, err := c.proposeStream()
+	l, err := c.proposeLink()
 	if err != nil {
 		return err
 	}
-	return s.propose(ctx, &consensuspb.Proposal{Data: data, Trace: c.cfg.Telemetry.Inject(ctx)})
+	return l.propose(ctx, &consensuspb.Proposal{Data: data, Trace: c.cfg.Telemetry.Inject(ctx)})
 }
 
-// proposeStream returns the open proposal stream, opening one if there is none (or it broke).
-func (c *Client) proposeStream() (*proposeStream, error) {
+// proposeLink returns the open propose link, opening one if there is none (or it broke).
+func (c *Client) proposeLink() (*proposeLink, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -131,12 +133,12 @@ func (c *Client) proposeStream() (*proposeStream, error) {
 	if c.propose != nil && !c.propose.isBroken() {
 		return c.propose, nil
 	}
-	s, err := openProposeStream(c.api)
+	l, err := openProposeLink(c.target)
 	if err != nil {
 		return nil, err
 	}
-	c.propose = s
-	return s, nil
+	c.propose = l
+	return l, nil
 }
 
 // Committed implements commitlog.Log, resuming after broken connections.
@@ -172,19 +174,35 @@ type errDeliver struct{ err error }
 
 func (e errDeliver) Error() string { return e.err.Error() }
 
+// committedOnce follows one committed link from *next until it ends.
 func (c *Client) committedOnce(ctx context.Context, next *uint64, deliver func([]commitlog.Entry) error) (bool, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.api.Committed(ctx, &consensuspb.CommittedRequest{FromIndex: *next})
+	conn, err := dialLink(c.target, CommittedPreamble)
 	if err != nil {
 		return false, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
+	request, err := proto.Marshal(&consensuspb.CommittedRequest{FromIndex: *next})
+	if err == nil {
+		err = conn.Send(nil, request)
+	}
+	if err != nil {
+		return false, status.Errorf(codes.Unavailable, "consensusclient: committed link: %v", err)
 	}
 	delivered := false
 	var batch []commitlog.Entry
 	for {
-		resp, err := stream.Recv()
+		frame, err := conn.Receive()
 		if err != nil {
-			return delivered, err
+			return delivered, status.Errorf(codes.Unavailable, "consensusclient: committed link broke: %v", err)
+		}
+		resp := &consensuspb.CommittedResponse{}
+		if err := proto.Unmarshal(frame, resp); err != nil {
+			return delivered, status.Errorf(codes.Unavailable, "consensusclient: committed link: %v", err)
+		}
+		if e := resp.GetError(); e != nil {
+			return delivered, status.ErrorProto(e)
 		}
 		batch = batch[:0]
 		for _, e := range resp.GetEntries() {
@@ -210,10 +228,13 @@ func deliverError(err error) error {
 	return err
 }
 
-// ReadIndex implements commitlog.Log.
+// ReadIndex implements commitlog.Log, on the propose link.
 func (c *Client) ReadIndex(ctx context.Context) (uint64, error) {
-	resp, err := c.api.ReadIndex(ctx, &consensuspb.ReadIndexRequest{})
-	return resp.GetIndex(), err
+	l, err := c.proposeLink()
+	if err != nil {
+		return 0, err
+	}
+	return l.readIndex(ctx)
 }
 
 // Compact implements commitlog.Log.

@@ -3,146 +3,173 @@ package consensusclient
 import (
 	"context"
 	"sync"
+	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/pkg/framed"
 )
 
-// maxProposalBatch bounds the proposals sent in one ProposeRequest.
-const maxProposalBatch = 1024
+// Preambles of the framed links on a consensus member's Consensus port (see consensuspb).
+const (
+	ProposePreamble   = "CAIRN-CONSENSUS-PROPOSE/1\n"
+	CommittedPreamble = "CAIRN-CONSENSUS-COMMITTED/1\n"
+)
 
-// proposeStream is one Propose stream: a sender that batches queued proposals and a receiver that hands
-// each acknowledgement to its waiting caller. When either side fails, every waiting caller gets the error
-// and the client opens a new stream for later calls.
-type proposeStream struct {
-	stream grpc.BidiStreamingClient[consensuspb.ProposeRequest, consensuspb.ProposeResponse]
-	cancel context.CancelFunc
+// dialTimeout bounds the opening of a link.
+const dialTimeout = time.Second
+
+// dialLink opens a framed link to target, failing as gRPC fails a call without a connection.
+func dialLink(target, preamble string) (*framed.Conn, error) {
+	conn, err := framed.Dial(target, preamble, dialTimeout)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "connection error: consensusclient: dial %s: %v", target, err)
+	}
+	return conn, nil
+}
+
+// proposeLink is one propose link: proposals and read index calls go out as frames from the caller's own
+// goroutine (sharing a write when several are in flight), and a receiver hands each answer to its waiting
+// caller. When the connection breaks, every waiting caller gets the error and the client opens a new link for
+// later calls.
+type proposeLink struct {
+	conn *framed.Conn
 
 	mu      sync.Mutex
 	nextID  uint64
-	waiting map[uint64]chan error
-	queue   []*consensuspb.Proposal
+	waiting map[uint64]chan linkAnswer
 	err     error // set once broken
-	ready   chan struct{}
-	broken  chan struct{}
 }
 
-func openProposeStream(api consensuspb.ConsensusClient) (*proposeStream, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := api.Propose(ctx)
+// linkAnswer is what a waiting call gets: a read index, or the error.
+type linkAnswer struct {
+	index uint64
+	err   error
+}
+
+func openProposeLink(target string) (*proposeLink, error) {
+	conn, err := dialLink(target, ProposePreamble)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	s := &proposeStream{
-		stream: stream, cancel: cancel, waiting: map[uint64]chan error{},
-		ready: make(chan struct{}, 1), broken: make(chan struct{}),
-	}
-	go s.sendLoop()
-	go s.receiveLoop()
-	return s, nil
+	l := &proposeLink{conn: conn, waiting: map[uint64]chan linkAnswer{}}
+	go l.receive()
+	return l, nil
 }
 
-func (s *proposeStream) isBroken() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.err != nil
+func (l *proposeLink) isBroken() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err != nil
 }
 
-// propose queues p and waits for its acknowledgement.
-func (s *proposeStream) propose(ctx context.Context, p *consensuspb.Proposal) error {
-	ack := make(chan error, 1)
-	s.mu.Lock()
-	if s.err != nil {
-		s.mu.Unlock()
-		return s.err
+// propose sends p and waits for its acknowledgement.
+func (l *proposeLink) propose(ctx context.Context, p *consensuspb.Proposal) error {
+	_, err := l.call(ctx, func(id uint64) *consensuspb.ProposeRequest {
+		p.Id = id
+		return &consensuspb.ProposeRequest{Proposals: []*consensuspb.Proposal{p}}
+	})
+	return err
+}
+
+// readIndex asks for a read index and waits for it.
+func (l *proposeLink) readIndex(ctx context.Context) (uint64, error) {
+	return l.call(ctx, func(id uint64) *consensuspb.ProposeRequest {
+		return &consensuspb.ProposeRequest{ReadIndex: []uint64{id}}
+	})
+}
+
+// call sends the request made for a fresh id and waits for its answer.
+func (l *proposeLink) call(ctx context.Context, request func(id uint64) *consensuspb.ProposeRequest) (uint64, error) {
+	answer := make(chan linkAnswer, 1)
+	l.mu.Lock()
+	if l.err != nil {
+		err := l.err
+		l.mu.Unlock()
+		return 0, err
 	}
-	s.nextID++
-	p.Id = s.nextID
-	s.waiting[p.Id] = ack
-	s.queue = append(s.queue, p)
-	s.mu.Unlock()
-	select {
-	case s.ready <- struct{}{}:
-	default:
+	l.nextID++
+	id := l.nextID
+	l.waiting[id] = answer
+	others := len(l.waiting) > 1
+	l.mu.Unlock()
+	frame, err := proto.Marshal(request(id))
+	if err == nil {
+		send := l.conn.Send
+		if others { // calls are coming thick: let the ones about to be sent share the write
+			send = l.conn.SendBatched
+		}
+		err = send(nil, frame)
+	}
+	if err != nil {
+		l.fail(err)
 	}
 	select {
-	case err := <-ack:
-		return err
+	case a := <-answer:
+		return a.index, a.err
 	case <-ctx.Done():
-		s.mu.Lock()
-		delete(s.waiting, p.Id)
-		s.mu.Unlock()
-		return ctx.Err()
+		l.mu.Lock()
+		delete(l.waiting, id)
+		l.mu.Unlock()
+		return 0, ctx.Err()
 	}
 }
 
-func (s *proposeStream) sendLoop() {
+func (l *proposeLink) receive() {
 	for {
-		select {
-		case <-s.ready:
-		case <-s.broken:
-			return
-		}
-		for {
-			s.mu.Lock()
-			n := min(len(s.queue), maxProposalBatch)
-			batch := s.queue[:n:n]
-			s.queue = s.queue[n:]
-			s.mu.Unlock()
-			if n == 0 {
-				break
-			}
-			if err := s.stream.Send(&consensuspb.ProposeRequest{Proposals: batch}); err != nil {
-				s.fail(err)
-				return
-			}
-		}
-	}
-}
-
-func (s *proposeStream) receiveLoop() {
-	for {
-		resp, err := s.stream.Recv()
+		frame, err := l.conn.Receive()
 		if err != nil {
-			s.fail(err)
+			l.fail(err)
 			return
 		}
-		s.mu.Lock()
-		for _, a := range resp.GetAcks() {
-			ch, ok := s.waiting[a.GetId()]
-			if !ok {
-				continue
-			}
-			delete(s.waiting, a.GetId())
-			if a.GetCode() == 0 {
-				ch <- nil
-			} else {
-				ch <- status.Error(codes.Code(a.GetCode()), a.GetMessage())
-			}
+		resp := &consensuspb.ProposeResponse{}
+		if err := proto.Unmarshal(frame, resp); err != nil {
+			l.fail(err)
+			return
 		}
-		s.mu.Unlock()
+		l.mu.Lock()
+		for _, a := range resp.GetAcks() {
+			l.answerLocked(a.GetId(), linkAnswer{err: statusOf(a.GetCode(), a.GetMessage())})
+		}
+		for _, a := range resp.GetReadIndexes() {
+			l.answerLocked(a.GetId(), linkAnswer{index: a.GetIndex(), err: statusOf(a.GetCode(), a.GetMessage())})
+		}
+		l.mu.Unlock()
 	}
 }
 
-// fail breaks the stream: every waiting caller, and every later one, gets err.
-func (s *proposeStream) fail(err error) {
-	if _, ok := status.FromError(err); !ok {
-		err = status.Error(codes.Unavailable, "consensusclient: proposal stream broke: "+err.Error())
+func (l *proposeLink) answerLocked(id uint64, a linkAnswer) {
+	if ch, ok := l.waiting[id]; ok {
+		delete(l.waiting, id)
+		ch <- a
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
+}
+
+// statusOf is the gRPC status error of code and message, nil for code 0.
+func statusOf(code uint32, message string) error {
+	if code == 0 {
+		return nil
+	}
+	return status.Error(codes.Code(code), message)
+}
+
+// fail breaks the link: every waiting caller, and every later one, gets err.
+func (l *proposeLink) fail(err error) {
+	if _, ok := status.FromError(err); !ok {
+		err = status.Error(codes.Unavailable, "consensusclient: propose link broke: "+err.Error())
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
 		return
 	}
-	s.err = err
-	for id, ch := range s.waiting {
-		ch <- err
-		delete(s.waiting, id)
+	l.err = err
+	for id, ch := range l.waiting {
+		ch <- linkAnswer{err: err}
+		delete(l.waiting, id)
 	}
-	close(s.broken)
-	s.cancel()
+	_ = l.conn.Close()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 
@@ -39,6 +40,8 @@ type Node struct {
 	storage   *raft.MemoryStorage
 	transport *transport.Transport
 	servers   []*grpc.Server
+	// apiListeners are the Consensus ports (multiplexed: gRPC and the storage's links), closed on shutdown.
+	apiListeners []net.Listener
 
 	// The channels into the raft loop; everything that touches raft goes through them.
 	proposeC chan *proposal
@@ -139,6 +142,9 @@ func (n *Node) closeStartFailure() {
 	for _, s := range n.servers {
 		s.Stop()
 	}
+	for _, lis := range n.apiListeners {
+		_ = lis.Close()
+	}
 	if n.transport != nil {
 		n.transport.Stop()
 	}
@@ -193,6 +199,9 @@ func (n *Node) shutdown(cause error, crash bool) {
 		}
 		for _, s := range n.servers {
 			s.Stop()
+		}
+		for _, lis := range n.apiListeners {
+			_ = lis.Close()
 		}
 		if n.wal != nil {
 			if crash {

@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"sync"
 
+	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
-	"github.com/cairn-kv/cairn/pkg/commitlog"
 	"github.com/cairn-kv/cairn/pkg/consensusclient"
 	"github.com/cairn-kv/cairn/pkg/rpctune"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
@@ -54,13 +52,14 @@ func (n *Node) serve() error {
 	n.RegisterConsensus(api)
 	n.servers = append(n.servers, api)
 	for _, lis := range apiListeners {
-		go n.serveOn(api, lis, "consensus")
+		n.serveAPI(api, lis)
 	}
 	return nil
 }
 
 func (n *Node) serveOn(s *grpc.Server, lis net.Listener, what string) {
-	if err := s.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+	if err := s.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) &&
+		!errors.Is(err, cmux.ErrListenerClosed) && !errors.Is(err, net.ErrClosed) {
 		n.log.Error("gRPC server stopped", "listener", what, "addr", lis.Addr().String(), "err", err)
 	}
 }
@@ -97,58 +96,6 @@ func (n *Node) RegisterConsensus(s grpc.ServiceRegistrar) {
 type consensusServer struct {
 	consensuspb.UnimplementedConsensusServer
 	n *Node
-}
-
-func (s *consensusServer) Propose(stream grpc.BidiStreamingServer[consensuspb.ProposeRequest, consensuspb.ProposeResponse]) error {
-	acks := newAckQueue(s.n.stopping)
-	sent := make(chan error, 1)
-	go func() { sent <- acks.sendAll(stream) }()
-	err := s.receiveProposals(stream, acks)
-	acks.close()
-	if sendErr := <-sent; err == nil {
-		err = sendErr
-	}
-	return err
-}
-
-// receiveProposals submits every proposal of the stream; acks go out as raft takes or refuses them.
-func (s *consensusServer) receiveProposals(stream grpc.BidiStreamingServer[consensuspb.ProposeRequest, consensuspb.ProposeResponse], acks *ackQueue) error {
-	ctx := stream.Context()
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		for _, p := range req.GetProposals() {
-			id := p.GetId()
-			acks.expect()
-			pctx := s.n.tel.Extract(ctx, p.GetTrace())
-			if err := s.n.submit(pctx, p.GetData(), func(err error) { acks.push(id, err) }); err != nil {
-				acks.push(id, err)
-			}
-		}
-	}
-}
-
-func (s *consensusServer) Committed(req *consensuspb.CommittedRequest, stream grpc.ServerStreamingServer[consensuspb.CommittedResponse]) error {
-	return toStatus(s.n.Committed(stream.Context(), req.GetFromIndex(), func(batch []commitlog.Entry) error {
-		resp := &consensuspb.CommittedResponse{Entries: make([]*consensuspb.Entry, len(batch))}
-		for i, e := range batch {
-			resp.Entries[i] = consensusclient.EntryToProto(e)
-		}
-		return stream.Send(resp)
-	}))
-}
-
-func (s *consensusServer) ReadIndex(ctx context.Context, _ *consensuspb.ReadIndexRequest) (*consensuspb.ReadIndexResponse, error) {
-	index, err := s.n.ReadIndex(ctx)
-	if err != nil {
-		return nil, toStatus(err)
-	}
-	return &consensuspb.ReadIndexResponse{Index: index}, nil
 }
 
 func (s *consensusServer) Compact(ctx context.Context, req *consensuspb.CompactRequest) (*consensuspb.CompactResponse, error) {
@@ -244,77 +191,4 @@ func (n *Node) forwardPromote(ctx context.Context, req *etcdserverpb.MemberPromo
 	}
 	defer conn.Close()
 	return consensuspb.NewPeerClusterClient(conn).PromoteMember(ctx, req)
-}
-
-// ackQueue collects proposal acknowledgements of one Propose stream for its sending goroutine.
-type ackQueue struct {
-	mu      sync.Mutex
-	acks    []*consensuspb.ProposeAck
-	pending int // proposals submitted but not yet acknowledged
-	closed  bool
-	ready   chan struct{}
-	// stopping ends the wait for pending acks: a stopping member may never answer them.
-	stopping <-chan struct{}
-}
-
-func newAckQueue(stopping <-chan struct{}) *ackQueue {
-	return &ackQueue{ready: make(chan struct{}, 1), stopping: stopping}
-}
-
-func (q *ackQueue) expect() {
-	q.mu.Lock()
-	q.pending++
-	q.mu.Unlock()
-}
-
-func (q *ackQueue) push(id uint64, err error) {
-	ack := &consensuspb.ProposeAck{Id: id}
-	if err != nil {
-		st := status.Convert(toStatus(err))
-		ack.Code, ack.Message = uint32(st.Code()), st.Message()
-	}
-	q.mu.Lock()
-	q.acks = append(q.acks, ack)
-	q.pending--
-	q.mu.Unlock()
-	q.signal()
-}
-
-// close says no more proposals will come; sendAll returns once every expected ack is sent.
-func (q *ackQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.signal()
-}
-
-func (q *ackQueue) signal() {
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// sendAll sends acknowledgements in batches until the queue is closed and drained.
-func (q *ackQueue) sendAll(stream grpc.BidiStreamingServer[consensuspb.ProposeRequest, consensuspb.ProposeResponse]) error {
-	for {
-		stopping := false
-		select {
-		case <-q.ready:
-		case <-q.stopping:
-			stopping = true
-		}
-		q.mu.Lock()
-		acks, done := q.acks, stopping || (q.closed && q.pending == 0)
-		q.acks = nil
-		q.mu.Unlock()
-		if len(acks) > 0 {
-			if err := stream.Send(&consensuspb.ProposeResponse{Acks: acks}); err != nil {
-				return err
-			}
-		}
-		if done {
-			return nil
-		}
-	}
 }

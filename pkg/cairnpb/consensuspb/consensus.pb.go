@@ -20,6 +20,7 @@ import (
 	unsafe "unsafe"
 
 	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
@@ -137,7 +138,7 @@ func (x MemberChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MemberChange_Kind.Descriptor instead.
 func (MemberChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{21, 0}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type Proposal struct {
@@ -205,8 +206,10 @@ func (x *Proposal) GetTrace() map[string]string {
 }
 
 type ProposeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Proposals     []*Proposal            `protobuf:"bytes,1,rep,name=proposals,proto3" json:"proposals,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Proposals []*Proposal            `protobuf:"bytes,1,rep,name=proposals,proto3" json:"proposals,omitempty"`
+	// read_index asks, under each id (chosen by the client, like a proposal's), for a read index.
+	ReadIndex     []uint64 `protobuf:"varint,2,rep,packed,name=read_index,json=readIndex,proto3" json:"read_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -244,6 +247,13 @@ func (*ProposeRequest) Descriptor() ([]byte, []int) {
 func (x *ProposeRequest) GetProposals() []*Proposal {
 	if x != nil {
 		return x.Proposals
+	}
+	return nil
+}
+
+func (x *ProposeRequest) GetReadIndex() []uint64 {
+	if x != nil {
+		return x.ReadIndex
 	}
 	return nil
 }
@@ -312,6 +322,7 @@ func (x *ProposeAck) GetMessage() string {
 type ProposeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Acks          []*ProposeAck          `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
+	ReadIndexes   []*ReadIndexAnswer     `protobuf:"bytes,2,rep,name=read_indexes,json=readIndexes,proto3" json:"read_indexes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -353,6 +364,82 @@ func (x *ProposeResponse) GetAcks() []*ProposeAck {
 	return nil
 }
 
+func (x *ProposeResponse) GetReadIndexes() []*ReadIndexAnswer {
+	if x != nil {
+		return x.ReadIndexes
+	}
+	return nil
+}
+
+// ReadIndexAnswer answers the read index call of the same id: the index, or the gRPC status of the failure.
+type ReadIndexAnswer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Code          uint32                 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIndexAnswer) Reset() {
+	*x = ReadIndexAnswer{}
+	mi := &file_consensuspb_consensus_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIndexAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIndexAnswer) ProtoMessage() {}
+
+func (x *ReadIndexAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_consensuspb_consensus_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIndexAnswer.ProtoReflect.Descriptor instead.
+func (*ReadIndexAnswer) Descriptor() ([]byte, []int) {
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ReadIndexAnswer) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *ReadIndexAnswer) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReadIndexAnswer) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *ReadIndexAnswer) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type CommittedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	FromIndex     uint64                 `protobuf:"varint,1,opt,name=from_index,json=fromIndex,proto3" json:"from_index,omitempty"`
@@ -362,7 +449,7 @@ type CommittedRequest struct {
 
 func (x *CommittedRequest) Reset() {
 	*x = CommittedRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[4]
+	mi := &file_consensuspb_consensus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -374,7 +461,7 @@ func (x *CommittedRequest) String() string {
 func (*CommittedRequest) ProtoMessage() {}
 
 func (x *CommittedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[4]
+	mi := &file_consensuspb_consensus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -387,7 +474,7 @@ func (x *CommittedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittedRequest.ProtoReflect.Descriptor instead.
 func (*CommittedRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{4}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CommittedRequest) GetFromIndex() uint64 {
@@ -409,7 +496,7 @@ type SnapshotRef struct {
 
 func (x *SnapshotRef) Reset() {
 	*x = SnapshotRef{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[5]
+	mi := &file_consensuspb_consensus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +508,7 @@ func (x *SnapshotRef) String() string {
 func (*SnapshotRef) ProtoMessage() {}
 
 func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[5]
+	mi := &file_consensuspb_consensus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +521,7 @@ func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRef.ProtoReflect.Descriptor instead.
 func (*SnapshotRef) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{5}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SnapshotRef) GetIndex() uint64 {
@@ -478,7 +565,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[6]
+	mi := &file_consensuspb_consensus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +577,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[6]
+	mi := &file_consensuspb_consensus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +590,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{6}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Entry) GetIndex() uint64 {
@@ -542,15 +629,17 @@ func (x *Entry) GetSnapshot() *SnapshotRef {
 }
 
 type CommittedResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// error ends the committed link: why consensus stopped streaming (etcd's errors, or Unavailable).
+	Error         *status.Status `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CommittedResponse) Reset() {
 	*x = CommittedResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[7]
+	mi := &file_consensuspb_consensus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -562,7 +651,7 @@ func (x *CommittedResponse) String() string {
 func (*CommittedResponse) ProtoMessage() {}
 
 func (x *CommittedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[7]
+	mi := &file_consensuspb_consensus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -575,7 +664,7 @@ func (x *CommittedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittedResponse.ProtoReflect.Descriptor instead.
 func (*CommittedResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{7}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommittedResponse) GetEntries() []*Entry {
@@ -585,84 +674,11 @@ func (x *CommittedResponse) GetEntries() []*Entry {
 	return nil
 }
 
-type ReadIndexRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReadIndexRequest) Reset() {
-	*x = ReadIndexRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReadIndexRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReadIndexRequest) ProtoMessage() {}
-
-func (x *ReadIndexRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[8]
+func (x *CommittedResponse) GetError() *status.Status {
 	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
+		return x.Error
 	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReadIndexRequest.ProtoReflect.Descriptor instead.
-func (*ReadIndexRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{8}
-}
-
-type ReadIndexResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReadIndexResponse) Reset() {
-	*x = ReadIndexResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReadIndexResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReadIndexResponse) ProtoMessage() {}
-
-func (x *ReadIndexResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReadIndexResponse.ProtoReflect.Descriptor instead.
-func (*ReadIndexResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *ReadIndexResponse) GetIndex() uint64 {
-	if x != nil {
-		return x.Index
-	}
-	return 0
+	return nil
 }
 
 type CompactRequest struct {
@@ -674,7 +690,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[10]
+	mi := &file_consensuspb_consensus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +702,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[10]
+	mi := &file_consensuspb_consensus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +715,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{10}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CompactRequest) GetAppliedIndex() uint64 {
@@ -717,7 +733,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[11]
+	mi := &file_consensuspb_consensus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -729,7 +745,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[11]
+	mi := &file_consensuspb_consensus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -742,7 +758,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{11}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{10}
 }
 
 type StatusRequest struct {
@@ -753,7 +769,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[12]
+	mi := &file_consensuspb_consensus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +781,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[12]
+	mi := &file_consensuspb_consensus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +794,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{12}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{11}
 }
 
 // Member is a member as consensus knows it: etcd's Member plus the member's storage URL.
@@ -796,7 +812,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[13]
+	mi := &file_consensuspb_consensus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +824,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[13]
+	mi := &file_consensuspb_consensus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +837,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{13}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Member) GetId() uint64 {
@@ -882,7 +898,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[14]
+	mi := &file_consensuspb_consensus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +910,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[14]
+	mi := &file_consensuspb_consensus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +923,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{14}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusResponse) GetMemberId() uint64 {
@@ -978,7 +994,7 @@ type MessageBatch struct {
 
 func (x *MessageBatch) Reset() {
 	*x = MessageBatch{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[15]
+	mi := &file_consensuspb_consensus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -990,7 +1006,7 @@ func (x *MessageBatch) String() string {
 func (*MessageBatch) ProtoMessage() {}
 
 func (x *MessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[15]
+	mi := &file_consensuspb_consensus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1003,7 +1019,7 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
 func (*MessageBatch) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{15}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MessageBatch) GetFrom() uint64 {
@@ -1035,7 +1051,7 @@ type MessagesResult struct {
 
 func (x *MessagesResult) Reset() {
 	*x = MessagesResult{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[16]
+	mi := &file_consensuspb_consensus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1063,7 @@ func (x *MessagesResult) String() string {
 func (*MessagesResult) ProtoMessage() {}
 
 func (x *MessagesResult) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[16]
+	mi := &file_consensuspb_consensus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1076,7 @@ func (x *MessagesResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesResult.ProtoReflect.Descriptor instead.
 func (*MessagesResult) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{16}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{15}
 }
 
 type SnapshotMessage struct {
@@ -1075,7 +1091,7 @@ type SnapshotMessage struct {
 
 func (x *SnapshotMessage) Reset() {
 	*x = SnapshotMessage{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[17]
+	mi := &file_consensuspb_consensus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1103,7 @@ func (x *SnapshotMessage) String() string {
 func (*SnapshotMessage) ProtoMessage() {}
 
 func (x *SnapshotMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[17]
+	mi := &file_consensuspb_consensus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1116,7 @@ func (x *SnapshotMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMessage.ProtoReflect.Descriptor instead.
 func (*SnapshotMessage) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{17}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotMessage) GetFrom() uint64 {
@@ -1132,7 +1148,7 @@ type SnapshotResult struct {
 
 func (x *SnapshotResult) Reset() {
 	*x = SnapshotResult{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[18]
+	mi := &file_consensuspb_consensus_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1160,7 @@ func (x *SnapshotResult) String() string {
 func (*SnapshotResult) ProtoMessage() {}
 
 func (x *SnapshotResult) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[18]
+	mi := &file_consensuspb_consensus_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1173,7 @@ func (x *SnapshotResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResult.ProtoReflect.Descriptor instead.
 func (*SnapshotResult) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{18}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{17}
 }
 
 type MembersRequest struct {
@@ -1168,7 +1184,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[19]
+	mi := &file_consensuspb_consensus_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1180,7 +1196,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[19]
+	mi := &file_consensuspb_consensus_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1193,7 +1209,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{19}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{18}
 }
 
 type MembersResponse struct {
@@ -1206,7 +1222,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[20]
+	mi := &file_consensuspb_consensus_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1234,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[20]
+	mi := &file_consensuspb_consensus_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1247,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{20}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MembersResponse) GetClusterId() uint64 {
@@ -1261,7 +1277,7 @@ type MemberChange struct {
 
 func (x *MemberChange) Reset() {
 	*x = MemberChange{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[21]
+	mi := &file_consensuspb_consensus_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1289,7 @@ func (x *MemberChange) String() string {
 func (*MemberChange) ProtoMessage() {}
 
 func (x *MemberChange) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[21]
+	mi := &file_consensuspb_consensus_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1302,7 @@ func (x *MemberChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberChange.ProtoReflect.Descriptor instead.
 func (*MemberChange) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{21}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MemberChange) GetRequestId() uint64 {
@@ -1324,7 +1340,7 @@ type SnapshotData struct {
 
 func (x *SnapshotData) Reset() {
 	*x = SnapshotData{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[22]
+	mi := &file_consensuspb_consensus_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1352,7 @@ func (x *SnapshotData) String() string {
 func (*SnapshotData) ProtoMessage() {}
 
 func (x *SnapshotData) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[22]
+	mi := &file_consensuspb_consensus_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1365,7 @@ func (x *SnapshotData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotData.ProtoReflect.Descriptor instead.
 func (*SnapshotData) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{22}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SnapshotData) GetSourceMemberId() uint64 {
@@ -1384,7 +1400,7 @@ var File_consensuspb_consensus_proto protoreflect.FileDescriptor
 
 const file_consensuspb_consensus_proto_rawDesc = "" +
 	"\n" +
-	"\x1bconsensuspb/consensus.proto\x12\x0fcairn.consensus\x1a\trpc.proto\"\xa4\x01\n" +
+	"\x1bconsensuspb/consensus.proto\x12\x0fcairn.consensus\x1a\trpc.proto\x1a\x17google/rpc/status.proto\"\xa4\x01\n" +
 	"\bProposal\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12:\n" +
@@ -1392,16 +1408,24 @@ const file_consensuspb_consensus_proto_rawDesc = "" +
 	"\n" +
 	"TraceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"I\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
 	"\x0eProposeRequest\x127\n" +
-	"\tproposals\x18\x01 \x03(\v2\x19.cairn.consensus.ProposalR\tproposals\"J\n" +
+	"\tproposals\x18\x01 \x03(\v2\x19.cairn.consensus.ProposalR\tproposals\x12\x1d\n" +
+	"\n" +
+	"read_index\x18\x02 \x03(\x04R\treadIndex\"J\n" +
 	"\n" +
 	"ProposeAck\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"B\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x87\x01\n" +
 	"\x0fProposeResponse\x12/\n" +
-	"\x04acks\x18\x01 \x03(\v2\x1b.cairn.consensus.ProposeAckR\x04acks\"1\n" +
+	"\x04acks\x18\x01 \x03(\v2\x1b.cairn.consensus.ProposeAckR\x04acks\x12C\n" +
+	"\fread_indexes\x18\x02 \x03(\v2 .cairn.consensus.ReadIndexAnswerR\vreadIndexes\"e\n" +
+	"\x0fReadIndexAnswer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
+	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"1\n" +
 	"\x10CommittedRequest\x12\x1d\n" +
 	"\n" +
 	"from_index\x18\x01 \x01(\x04R\tfromIndex\"\x8f\x01\n" +
@@ -1415,12 +1439,10 @@ const file_consensuspb_consensus_proto_rawDesc = "" +
 	"\x04term\x18\x02 \x01(\x04R\x04term\x12.\n" +
 	"\x04kind\x18\x03 \x01(\x0e2\x1a.cairn.consensus.EntryKindR\x04kind\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x128\n" +
-	"\bsnapshot\x18\x05 \x01(\v2\x1c.cairn.consensus.SnapshotRefR\bsnapshot\"E\n" +
+	"\bsnapshot\x18\x05 \x01(\v2\x1c.cairn.consensus.SnapshotRefR\bsnapshot\"o\n" +
 	"\x11CommittedResponse\x120\n" +
-	"\aentries\x18\x01 \x03(\v2\x16.cairn.consensus.EntryR\aentries\"\x12\n" +
-	"\x10ReadIndexRequest\")\n" +
-	"\x11ReadIndexResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"5\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.cairn.consensus.EntryR\aentries\x12(\n" +
+	"\x05error\x18\x02 \x01(\v2\x12.google.rpc.StatusR\x05error\"5\n" +
 	"\x0eCompactRequest\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\"\x11\n" +
 	"\x0fCompactResponse\"\x0f\n" +
@@ -1486,11 +1508,8 @@ const file_consensuspb_consensus_proto_rawDesc = "" +
 	"\x06NORMAL\x10\x00\x12\t\n" +
 	"\x05EMPTY\x10\x01\x12\x0f\n" +
 	"\vCONF_CHANGE\x10\x02\x12\f\n" +
-	"\bSNAPSHOT\x10\x032\x98\a\n" +
-	"\tConsensus\x12P\n" +
-	"\aPropose\x12\x1f.cairn.consensus.ProposeRequest\x1a .cairn.consensus.ProposeResponse(\x010\x01\x12T\n" +
-	"\tCommitted\x12!.cairn.consensus.CommittedRequest\x1a\".cairn.consensus.CommittedResponse0\x01\x12R\n" +
-	"\tReadIndex\x12!.cairn.consensus.ReadIndexRequest\x1a\".cairn.consensus.ReadIndexResponse\x12L\n" +
+	"\bSNAPSHOT\x10\x032\x9c\x05\n" +
+	"\tConsensus\x12L\n" +
 	"\aCompact\x12\x1f.cairn.consensus.CompactRequest\x1a .cairn.consensus.CompactResponse\x12I\n" +
 	"\x06Status\x12\x1e.cairn.consensus.StatusRequest\x1a\x1f.cairn.consensus.StatusResponse\x12O\n" +
 	"\n" +
@@ -1521,7 +1540,7 @@ func file_consensuspb_consensus_proto_rawDescGZIP() []byte {
 }
 
 var file_consensuspb_consensus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_consensuspb_consensus_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_consensuspb_consensus_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_consensuspb_consensus_proto_goTypes = []any{
 	(EntryKind)(0),                             // 0: cairn.consensus.EntryKind
 	(MemberChange_Kind)(0),                     // 1: cairn.consensus.MemberChange.Kind
@@ -1529,26 +1548,26 @@ var file_consensuspb_consensus_proto_goTypes = []any{
 	(*ProposeRequest)(nil),                     // 3: cairn.consensus.ProposeRequest
 	(*ProposeAck)(nil),                         // 4: cairn.consensus.ProposeAck
 	(*ProposeResponse)(nil),                    // 5: cairn.consensus.ProposeResponse
-	(*CommittedRequest)(nil),                   // 6: cairn.consensus.CommittedRequest
-	(*SnapshotRef)(nil),                        // 7: cairn.consensus.SnapshotRef
-	(*Entry)(nil),                              // 8: cairn.consensus.Entry
-	(*CommittedResponse)(nil),                  // 9: cairn.consensus.CommittedResponse
-	(*ReadIndexRequest)(nil),                   // 10: cairn.consensus.ReadIndexRequest
-	(*ReadIndexResponse)(nil),                  // 11: cairn.consensus.ReadIndexResponse
-	(*CompactRequest)(nil),                     // 12: cairn.consensus.CompactRequest
-	(*CompactResponse)(nil),                    // 13: cairn.consensus.CompactResponse
-	(*StatusRequest)(nil),                      // 14: cairn.consensus.StatusRequest
-	(*Member)(nil),                             // 15: cairn.consensus.Member
-	(*StatusResponse)(nil),                     // 16: cairn.consensus.StatusResponse
-	(*MessageBatch)(nil),                       // 17: cairn.consensus.MessageBatch
-	(*MessagesResult)(nil),                     // 18: cairn.consensus.MessagesResult
-	(*SnapshotMessage)(nil),                    // 19: cairn.consensus.SnapshotMessage
-	(*SnapshotResult)(nil),                     // 20: cairn.consensus.SnapshotResult
-	(*MembersRequest)(nil),                     // 21: cairn.consensus.MembersRequest
-	(*MembersResponse)(nil),                    // 22: cairn.consensus.MembersResponse
-	(*MemberChange)(nil),                       // 23: cairn.consensus.MemberChange
-	(*SnapshotData)(nil),                       // 24: cairn.consensus.SnapshotData
-	nil,                                        // 25: cairn.consensus.Proposal.TraceEntry
+	(*ReadIndexAnswer)(nil),                    // 6: cairn.consensus.ReadIndexAnswer
+	(*CommittedRequest)(nil),                   // 7: cairn.consensus.CommittedRequest
+	(*SnapshotRef)(nil),                        // 8: cairn.consensus.SnapshotRef
+	(*Entry)(nil),                              // 9: cairn.consensus.Entry
+	(*CommittedResponse)(nil),                  // 10: cairn.consensus.CommittedResponse
+	(*CompactRequest)(nil),                     // 11: cairn.consensus.CompactRequest
+	(*CompactResponse)(nil),                    // 12: cairn.consensus.CompactResponse
+	(*StatusRequest)(nil),                      // 13: cairn.consensus.StatusRequest
+	(*Member)(nil),                             // 14: cairn.consensus.Member
+	(*StatusResponse)(nil),                     // 15: cairn.consensus.StatusResponse
+	(*MessageBatch)(nil),                       // 16: cairn.consensus.MessageBatch
+	(*MessagesResult)(nil),                     // 17: cairn.consensus.MessagesResult
+	(*SnapshotMessage)(nil),                    // 18: cairn.consensus.SnapshotMessage
+	(*SnapshotResult)(nil),                     // 19: cairn.consensus.SnapshotResult
+	(*MembersRequest)(nil),                     // 20: cairn.consensus.MembersRequest
+	(*MembersResponse)(nil),                    // 21: cairn.consensus.MembersResponse
+	(*MemberChange)(nil),                       // 22: cairn.consensus.MemberChange
+	(*SnapshotData)(nil),                       // 23: cairn.consensus.SnapshotData
+	nil,                                        // 24: cairn.consensus.Proposal.TraceEntry
+	(*status.Status)(nil),                      // 25: google.rpc.Status
 	(*etcdserverpb.MemberListRequest)(nil),     // 26: etcdserverpb.MemberListRequest
 	(*etcdserverpb.MemberAddRequest)(nil),      // 27: etcdserverpb.MemberAddRequest
 	(*etcdserverpb.MemberRemoveRequest)(nil),   // 28: etcdserverpb.MemberRemoveRequest
@@ -1563,52 +1582,48 @@ var file_consensuspb_consensus_proto_goTypes = []any{
 	(*etcdserverpb.MoveLeaderResponse)(nil),    // 37: etcdserverpb.MoveLeaderResponse
 }
 var file_consensuspb_consensus_proto_depIdxs = []int32{
-	25, // 0: cairn.consensus.Proposal.trace:type_name -> cairn.consensus.Proposal.TraceEntry
+	24, // 0: cairn.consensus.Proposal.trace:type_name -> cairn.consensus.Proposal.TraceEntry
 	2,  // 1: cairn.consensus.ProposeRequest.proposals:type_name -> cairn.consensus.Proposal
 	4,  // 2: cairn.consensus.ProposeResponse.acks:type_name -> cairn.consensus.ProposeAck
-	0,  // 3: cairn.consensus.Entry.kind:type_name -> cairn.consensus.EntryKind
-	7,  // 4: cairn.consensus.Entry.snapshot:type_name -> cairn.consensus.SnapshotRef
-	8,  // 5: cairn.consensus.CommittedResponse.entries:type_name -> cairn.consensus.Entry
-	15, // 6: cairn.consensus.StatusResponse.members:type_name -> cairn.consensus.Member
-	15, // 7: cairn.consensus.MembersResponse.members:type_name -> cairn.consensus.Member
-	1,  // 8: cairn.consensus.MemberChange.kind:type_name -> cairn.consensus.MemberChange.Kind
-	15, // 9: cairn.consensus.MemberChange.member:type_name -> cairn.consensus.Member
-	15, // 10: cairn.consensus.SnapshotData.members:type_name -> cairn.consensus.Member
-	3,  // 11: cairn.consensus.Consensus.Propose:input_type -> cairn.consensus.ProposeRequest
-	6,  // 12: cairn.consensus.Consensus.Committed:input_type -> cairn.consensus.CommittedRequest
-	10, // 13: cairn.consensus.Consensus.ReadIndex:input_type -> cairn.consensus.ReadIndexRequest
-	12, // 14: cairn.consensus.Consensus.Compact:input_type -> cairn.consensus.CompactRequest
-	14, // 15: cairn.consensus.Consensus.Status:input_type -> cairn.consensus.StatusRequest
-	26, // 16: cairn.consensus.Consensus.MemberList:input_type -> etcdserverpb.MemberListRequest
-	27, // 17: cairn.consensus.Consensus.MemberAdd:input_type -> etcdserverpb.MemberAddRequest
-	28, // 18: cairn.consensus.Consensus.MemberRemove:input_type -> etcdserverpb.MemberRemoveRequest
-	29, // 19: cairn.consensus.Consensus.MemberUpdate:input_type -> etcdserverpb.MemberUpdateRequest
-	30, // 20: cairn.consensus.Consensus.MemberPromote:input_type -> etcdserverpb.MemberPromoteRequest
-	31, // 21: cairn.consensus.Consensus.MoveLeader:input_type -> etcdserverpb.MoveLeaderRequest
-	17, // 22: cairn.consensus.Peer.Messages:input_type -> cairn.consensus.MessageBatch
-	19, // 23: cairn.consensus.Peer.Snapshot:input_type -> cairn.consensus.SnapshotMessage
-	21, // 24: cairn.consensus.PeerCluster.Members:input_type -> cairn.consensus.MembersRequest
-	30, // 25: cairn.consensus.PeerCluster.PromoteMember:input_type -> etcdserverpb.MemberPromoteRequest
-	5,  // 26: cairn.consensus.Consensus.Propose:output_type -> cairn.consensus.ProposeResponse
-	9,  // 27: cairn.consensus.Consensus.Committed:output_type -> cairn.consensus.CommittedResponse
-	11, // 28: cairn.consensus.Consensus.ReadIndex:output_type -> cairn.consensus.ReadIndexResponse
-	13, // 29: cairn.consensus.Consensus.Compact:output_type -> cairn.consensus.CompactResponse
-	16, // 30: cairn.consensus.Consensus.Status:output_type -> cairn.consensus.StatusResponse
-	32, // 31: cairn.consensus.Consensus.MemberList:output_type -> etcdserverpb.MemberListResponse
-	33, // 32: cairn.consensus.Consensus.MemberAdd:output_type -> etcdserverpb.MemberAddResponse
-	34, // 33: cairn.consensus.Consensus.MemberRemove:output_type -> etcdserverpb.MemberRemoveResponse
-	35, // 34: cairn.consensus.Consensus.MemberUpdate:output_type -> etcdserverpb.MemberUpdateResponse
-	36, // 35: cairn.consensus.Consensus.MemberPromote:output_type -> etcdserverpb.MemberPromoteResponse
-	37, // 36: cairn.consensus.Consensus.MoveLeader:output_type -> etcdserverpb.MoveLeaderResponse
-	18, // 37: cairn.consensus.Peer.Messages:output_type -> cairn.consensus.MessagesResult
-	20, // 38: cairn.consensus.Peer.Snapshot:output_type -> cairn.consensus.SnapshotResult
-	22, // 39: cairn.consensus.PeerCluster.Members:output_type -> cairn.consensus.MembersResponse
-	36, // 40: cairn.consensus.PeerCluster.PromoteMember:output_type -> etcdserverpb.MemberPromoteResponse
-	26, // [26:41] is the sub-list for method output_type
-	11, // [11:26] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	6,  // 3: cairn.consensus.ProposeResponse.read_indexes:type_name -> cairn.consensus.ReadIndexAnswer
+	0,  // 4: cairn.consensus.Entry.kind:type_name -> cairn.consensus.EntryKind
+	8,  // 5: cairn.consensus.Entry.snapshot:type_name -> cairn.consensus.SnapshotRef
+	9,  // 6: cairn.consensus.CommittedResponse.entries:type_name -> cairn.consensus.Entry
+	25, // 7: cairn.consensus.CommittedResponse.error:type_name -> google.rpc.Status
+	14, // 8: cairn.consensus.StatusResponse.members:type_name -> cairn.consensus.Member
+	14, // 9: cairn.consensus.MembersResponse.members:type_name -> cairn.consensus.Member
+	1,  // 10: cairn.consensus.MemberChange.kind:type_name -> cairn.consensus.MemberChange.Kind
+	14, // 11: cairn.consensus.MemberChange.member:type_name -> cairn.consensus.Member
+	14, // 12: cairn.consensus.SnapshotData.members:type_name -> cairn.consensus.Member
+	11, // 13: cairn.consensus.Consensus.Compact:input_type -> cairn.consensus.CompactRequest
+	13, // 14: cairn.consensus.Consensus.Status:input_type -> cairn.consensus.StatusRequest
+	26, // 15: cairn.consensus.Consensus.MemberList:input_type -> etcdserverpb.MemberListRequest
+	27, // 16: cairn.consensus.Consensus.MemberAdd:input_type -> etcdserverpb.MemberAddRequest
+	28, // 17: cairn.consensus.Consensus.MemberRemove:input_type -> etcdserverpb.MemberRemoveRequest
+	29, // 18: cairn.consensus.Consensus.MemberUpdate:input_type -> etcdserverpb.MemberUpdateRequest
+	30, // 19: cairn.consensus.Consensus.MemberPromote:input_type -> etcdserverpb.MemberPromoteRequest
+	31, // 20: cairn.consensus.Consensus.MoveLeader:input_type -> etcdserverpb.MoveLeaderRequest
+	16, // 21: cairn.consensus.Peer.Messages:input_type -> cairn.consensus.MessageBatch
+	18, // 22: cairn.consensus.Peer.Snapshot:input_type -> cairn.consensus.SnapshotMessage
+	20, // 23: cairn.consensus.PeerCluster.Members:input_type -> cairn.consensus.MembersRequest
+	30, // 24: cairn.consensus.PeerCluster.PromoteMember:input_type -> etcdserverpb.MemberPromoteRequest
+	12, // 25: cairn.consensus.Consensus.Compact:output_type -> cairn.consensus.CompactResponse
+	15, // 26: cairn.consensus.Consensus.Status:output_type -> cairn.consensus.StatusResponse
+	32, // 27: cairn.consensus.Consensus.MemberList:output_type -> etcdserverpb.MemberListResponse
+	33, // 28: cairn.consensus.Consensus.MemberAdd:output_type -> etcdserverpb.MemberAddResponse
+	34, // 29: cairn.consensus.Consensus.MemberRemove:output_type -> etcdserverpb.MemberRemoveResponse
+	35, // 30: cairn.consensus.Consensus.MemberUpdate:output_type -> etcdserverpb.MemberUpdateResponse
+	36, // 31: cairn.consensus.Consensus.MemberPromote:output_type -> etcdserverpb.MemberPromoteResponse
+	37, // 32: cairn.consensus.Consensus.MoveLeader:output_type -> etcdserverpb.MoveLeaderResponse
+	17, // 33: cairn.consensus.Peer.Messages:output_type -> cairn.consensus.MessagesResult
+	19, // 34: cairn.consensus.Peer.Snapshot:output_type -> cairn.consensus.SnapshotResult
+	21, // 35: cairn.consensus.PeerCluster.Members:output_type -> cairn.consensus.MembersResponse
+	36, // 36: cairn.consensus.PeerCluster.PromoteMember:output_type -> etcdserverpb.MemberPromoteResponse
+	25, // [25:37] is the sub-list for method output_type
+	13, // [13:25] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_consensuspb_consensus_proto_init() }
@@ -1622,7 +1637,7 @@ func file_consensuspb_consensus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consensuspb_consensus_proto_rawDesc), len(file_consensuspb_consensus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

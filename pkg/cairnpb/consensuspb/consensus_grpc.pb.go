@@ -29,9 +29,6 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Consensus_Propose_FullMethodName       = "/cairn.consensus.Consensus/Propose"
-	Consensus_Committed_FullMethodName     = "/cairn.consensus.Consensus/Committed"
-	Consensus_ReadIndex_FullMethodName     = "/cairn.consensus.Consensus/ReadIndex"
 	Consensus_Compact_FullMethodName       = "/cairn.consensus.Consensus/Compact"
 	Consensus_Status_FullMethodName        = "/cairn.consensus.Consensus/Status"
 	Consensus_MemberList_FullMethodName    = "/cairn.consensus.Consensus/MemberList"
@@ -45,16 +42,18 @@ const (
 // ConsensusClient is the client API for Consensus service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// The storage's hot links to its consensus are not gRPC calls but connections of length-prefixed frames
+// (pkg/framed) on the Consensus port, told from gRPC by their preamble (pkg/consensusclient):
+//   - the propose link: ProposeRequest frames in (proposals, and read index calls), ProposeResponse frames out
+//     (each proposal acknowledged by id once consensus accepted or refused it, each read index answered by
+//     id: a commit index a quorum confirmed the leader held at the time of the call). Acceptance is not
+//     commitment: the entry shows up on the committed link once committed. The server reads proposals only as
+//     fast as raft takes them, so a fast client is slowed by TCP flow control.
+//   - the committed link: one CommittedRequest frame in, then CommittedResponse frames out with every
+//     committed entry from from_index on, in order, until the client closes; an error ends it. If from_index is
+//     below the compacted log, the first entry is a SNAPSHOT entry.
 type ConsensusClient interface {
-	// Propose takes batches of proposals and acknowledges each one (by id) once consensus accepted or refused
-	// it. Acceptance is not commitment: the entry shows up on Committed once committed. The server reads
-	// proposals only as fast as raft takes them, so a fast client is slowed by gRPC flow control.
-	Propose(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProposeRequest, ProposeResponse], error)
-	// Committed streams every committed entry from from_index on, in order, until the client cancels. If
-	// from_index is below the compacted log, the first entry is a SNAPSHOT entry.
-	Committed(ctx context.Context, in *CommittedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CommittedResponse], error)
-	// ReadIndex returns a commit index a quorum confirmed the leader held at the time of the call.
-	ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error)
 	// Compact reports that storage has durably applied every entry up to applied_index.
 	Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
@@ -73,48 +72,6 @@ type consensusClient struct {
 
 func NewConsensusClient(cc grpc.ClientConnInterface) ConsensusClient {
 	return &consensusClient{cc}
-}
-
-func (c *consensusClient) Propose(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProposeRequest, ProposeResponse], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Consensus_ServiceDesc.Streams[0], Consensus_Propose_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[ProposeRequest, ProposeResponse]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Consensus_ProposeClient = grpc.BidiStreamingClient[ProposeRequest, ProposeResponse]
-
-func (c *consensusClient) Committed(ctx context.Context, in *CommittedRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CommittedResponse], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Consensus_ServiceDesc.Streams[1], Consensus_Committed_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[CommittedRequest, CommittedResponse]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Consensus_CommittedClient = grpc.ServerStreamingClient[CommittedResponse]
-
-func (c *consensusClient) ReadIndex(ctx context.Context, in *ReadIndexRequest, opts ...grpc.CallOption) (*ReadIndexResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReadIndexResponse)
-	err := c.cc.Invoke(ctx, Consensus_ReadIndex_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 func (c *consensusClient) Compact(ctx context.Context, in *CompactRequest, opts ...grpc.CallOption) (*CompactResponse, error) {
@@ -200,16 +157,18 @@ func (c *consensusClient) MoveLeader(ctx context.Context, in *etcdserverpb.MoveL
 // ConsensusServer is the server API for Consensus service.
 // All implementations must embed UnimplementedConsensusServer
 // for forward compatibility.
+//
+// The storage's hot links to its consensus are not gRPC calls but connections of length-prefixed frames
+// (pkg/framed) on the Consensus port, told from gRPC by their preamble (pkg/consensusclient):
+//   - the propose link: ProposeRequest frames in (proposals, and read index calls), ProposeResponse frames out
+//     (each proposal acknowledged by id once consensus accepted or refused it, each read index answered by
+//     id: a commit index a quorum confirmed the leader held at the time of the call). Acceptance is not
+//     commitment: the entry shows up on the committed link once committed. The server reads proposals only as
+//     fast as raft takes them, so a fast client is slowed by TCP flow control.
+//   - the committed link: one CommittedRequest frame in, then CommittedResponse frames out with every
+//     committed entry from from_index on, in order, until the client closes; an error ends it. If from_index is
+//     below the compacted log, the first entry is a SNAPSHOT entry.
 type ConsensusServer interface {
-	// Propose takes batches of proposals and acknowledges each one (by id) once consensus accepted or refused
-	// it. Acceptance is not commitment: the entry shows up on Committed once committed. The server reads
-	// proposals only as fast as raft takes them, so a fast client is slowed by gRPC flow control.
-	Propose(grpc.BidiStreamingServer[ProposeRequest, ProposeResponse]) error
-	// Committed streams every committed entry from from_index on, in order, until the client cancels. If
-	// from_index is below the compacted log, the first entry is a SNAPSHOT entry.
-	Committed(*CommittedRequest, grpc.ServerStreamingServer[CommittedResponse]) error
-	// ReadIndex returns a commit index a quorum confirmed the leader held at the time of the call.
-	ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error)
 	// Compact reports that storage has durably applied every entry up to applied_index.
 	Compact(context.Context, *CompactRequest) (*CompactResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
@@ -230,15 +189,6 @@ type ConsensusServer interface {
 // pointer dereference when methods are called.
 type UnimplementedConsensusServer struct{}
 
-func (UnimplementedConsensusServer) Propose(grpc.BidiStreamingServer[ProposeRequest, ProposeResponse]) error {
-	return status.Error(codes.Unimplemented, "method Propose not implemented")
-}
-func (UnimplementedConsensusServer) Committed(*CommittedRequest, grpc.ServerStreamingServer[CommittedResponse]) error {
-	return status.Error(codes.Unimplemented, "method Committed not implemented")
-}
-func (UnimplementedConsensusServer) ReadIndex(context.Context, *ReadIndexRequest) (*ReadIndexResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ReadIndex not implemented")
-}
 func (UnimplementedConsensusServer) Compact(context.Context, *CompactRequest) (*CompactResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Compact not implemented")
 }
@@ -282,42 +232,6 @@ func RegisterConsensusServer(s grpc.ServiceRegistrar, srv ConsensusServer) {
 		t.testEmbeddedByValue()
 	}
 	s.RegisterService(&Consensus_ServiceDesc, srv)
-}
-
-func _Consensus_Propose_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(ConsensusServer).Propose(&grpc.GenericServerStream[ProposeRequest, ProposeResponse]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Consensus_ProposeServer = grpc.BidiStreamingServer[ProposeRequest, ProposeResponse]
-
-func _Consensus_Committed_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(CommittedRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(ConsensusServer).Committed(m, &grpc.GenericServerStream[CommittedRequest, CommittedResponse]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Consensus_CommittedServer = grpc.ServerStreamingServer[CommittedResponse]
-
-func _Consensus_ReadIndex_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReadIndexRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(ConsensusServer).ReadIndex(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Consensus_ReadIndex_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ConsensusServer).ReadIndex(ctx, req.(*ReadIndexRequest))
-	}
-	return interceptor(ctx, in, info, handler)
 }
 
 func _Consensus_Compact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
@@ -472,10 +386,6 @@ var Consensus_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*ConsensusServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "ReadIndex",
-			Handler:    _Consensus_ReadIndex_Handler,
-		},
-		{
 			MethodName: "Compact",
 			Handler:    _Consensus_Compact_Handler,
 		},
@@ -508,19 +418,7 @@ var Consensus_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Consensus_MoveLeader_Handler,
 		},
 	},
-	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Propose",
-			Handler:       _Consensus_Propose_Handler,
-			ServerStreams: true,
-			ClientStreams: true,
-		},
-		{
-			StreamName:    "Committed",
-			Handler:       _Consensus_Committed_Handler,
-			ServerStreams: true,
-		},
-	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "consensuspb/consensus.proto",
 }
 
