@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/soheilhy/cmux"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -15,43 +14,29 @@ import (
 	"github.com/cairn-kv/cairn/pkg/commitlog"
 	"github.com/cairn-kv/cairn/pkg/consensusclient"
 	"github.com/cairn-kv/cairn/pkg/framed"
+	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
-
-// acceptTimeout bounds the wait for a new link's preamble.
-const acceptTimeout = 5 * time.Second
 
 // serveAPI serves the Consensus port lis: the storage's propose and committed links (framed connections told
 // by their preamble, see consensuspb) and gRPC for everything else. The listener is closed on shutdown.
 func (n *Node) serveAPI(api *grpc.Server, lis net.Listener) {
-	m := cmux.New(lis)
-	proposeLinks := m.Match(framed.PreambleMatcher(consensusclient.ProposePreamble))
-	committedLinks := m.Match(framed.PreambleMatcher(consensusclient.CommittedPreamble))
-	grpcListener := m.Match(cmux.Any())
-	n.apiListeners = append(n.apiListeners, lis)
-	go n.serveOn(api, grpcListener, "consensus")
-	go n.acceptLinks(proposeLinks, consensusclient.ProposePreamble, n.serveProposeLink)
-	go n.acceptLinks(committedLinks, consensusclient.CommittedPreamble, n.serveCommittedLink)
-	go func() { _ = m.Serve() }()
+	n.serveMuxed(lis, api, map[string]func(*framed.Conn){
+		consensusclient.ProposePreamble:   n.serveProposeLink,
+		consensusclient.CommittedPreamble: n.serveCommittedLink,
+	})
 }
 
-// acceptLinks serves each link lis accepts with serve, until lis is closed; a link ends when the member stops.
-func (n *Node) acceptLinks(lis net.Listener, preamble string, serve func(*framed.Conn)) {
-	for {
-		nc, err := lis.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			var raw net.Conn
-			if mc, ok := nc.(*cmux.MuxConn); ok {
-				raw = mc.Conn // written to directly; reads go through cmux, which replays the preamble
-			}
-			conn, err := framed.Accept(nc, raw, preamble, acceptTimeout)
-			if err != nil {
-				n.log.Warn("link refused", "err", err)
-				return
-			}
-			go func() { // a stopping member ends its links
+// servePeer serves the peer port lis: the other members' messages links and gRPC for everything else.
+func (n *Node) servePeer(peer *grpc.Server, lis net.Listener) {
+	n.serveMuxed(lis, peer, map[string]func(*framed.Conn){transport.MessagesPreamble: n.transport.ServeLink})
+}
+
+// serveMuxed serves lis with s and links (framed.Serve); a link ends when the member stops.
+func (n *Node) serveMuxed(lis net.Listener, s *grpc.Server, links map[string]func(*framed.Conn)) {
+	untilStopped := map[string]func(*framed.Conn){}
+	for preamble, serve := range links {
+		untilStopped[preamble] = func(conn *framed.Conn) {
+			go func() {
 				select {
 				case <-n.stopping:
 					_ = conn.Close()
@@ -59,9 +44,9 @@ func (n *Node) acceptLinks(lis net.Listener, preamble string, serve func(*framed
 				}
 			}()
 			serve(conn)
-			_ = conn.Close()
-		}()
+		}
 	}
+	n.ports = append(n.ports, framed.Serve(lis, s, untilStopped, n.log))
 }
 
 // serveProposeLink submits every proposal of the link and answers every read index call; acknowledgements

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/pkg/framed"
 	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 	"github.com/cairn-kv/cairn/services/consensus/wal"
@@ -40,8 +40,8 @@ type Node struct {
 	storage   *raft.MemoryStorage
 	transport *transport.Transport
 	servers   []*grpc.Server
-	// apiListeners are the Consensus ports (multiplexed: gRPC and the storage's links), closed on shutdown.
-	apiListeners []net.Listener
+	// ports serve the peer and Consensus listeners (gRPC and the framed links on each); closed on shutdown.
+	ports []*framed.Port
 
 	// The channels into the raft loop; everything that touches raft goes through them.
 	proposeC chan *proposal
@@ -142,8 +142,8 @@ func (n *Node) closeStartFailure() {
 	for _, s := range n.servers {
 		s.Stop()
 	}
-	for _, lis := range n.apiListeners {
-		_ = lis.Close()
+	for _, port := range n.ports {
+		_ = port.Close()
 	}
 	if n.transport != nil {
 		n.transport.Stop()
@@ -200,8 +200,8 @@ func (n *Node) shutdown(cause error, crash bool) {
 		for _, s := range n.servers {
 			s.Stop()
 		}
-		for _, lis := range n.apiListeners {
-			_ = lis.Close()
+		for _, port := range n.ports {
+			_ = port.Close()
 		}
 		if n.wal != nil {
 			if crash {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -31,7 +30,7 @@ func (n *Node) serve() error {
 	consensuspb.RegisterPeerClusterServer(peer, &peerClusterServer{n: n})
 	n.servers = append(n.servers, peer)
 	for _, lis := range peerListeners {
-		go n.serveOn(peer, lis, "peer")
+		n.servePeer(peer, lis)
 	}
 	var apiURLs []string
 	if n.cfg.ListenConsensusURL != "" {
@@ -55,13 +54,6 @@ func (n *Node) serve() error {
 		n.serveAPI(api, lis)
 	}
 	return nil
-}
-
-func (n *Node) serveOn(s *grpc.Server, lis net.Listener, what string) {
-	if err := s.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) &&
-		!errors.Is(err, cmux.ErrListenerClosed) && !errors.Is(err, net.ErrClosed) {
-		n.log.Error("gRPC server stopped", "listener", what, "addr", lis.Addr().String(), "err", err)
-	}
 }
 
 // listenAll returns the given listeners, or listens on the hosts of urls.

@@ -2,12 +2,10 @@ package storage
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,34 +19,6 @@ import (
 // pipelineWorkers is how many goroutines a pipeline keeps for its calls (more are started when all are busy), so
 // that calls run on stacks already grown.
 const pipelineWorkers = 64
-
-// acceptTimeout bounds the wait for a new pipeline connection's preamble.
-const acceptTimeout = 5 * time.Second
-
-// servePipelines serves each pipeline connection lis accepts (the frontend's hot path, see storagepb.PipelineRequest)
-// until lis is closed.
-func (s *Storage) servePipelines(lis net.Listener) {
-	for {
-		nc, err := lis.Accept()
-		if err != nil {
-			return
-		}
-		s.pipelines.Add(1)
-		go func() {
-			defer s.pipelines.Done()
-			var raw net.Conn
-			if mc, ok := nc.(*cmux.MuxConn); ok {
-				raw = mc.Conn // written to directly; reads go through cmux, which replays the preamble
-			}
-			conn, err := framed.Accept(nc, raw, storageclient.PipelinePreamble, acceptTimeout)
-			if err != nil {
-				s.logger.Warn("pipeline connection refused", "err", err)
-				return
-			}
-			s.servePipeline(conn)
-		}()
-	}
-}
 
 // servePipeline serves the calls of one connection concurrently, each as its unary RPC would be served, and sends
 // each answer as it is ready. The receiving goroutine starts each call itself: a serializable read of one key

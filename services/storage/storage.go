@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.opentelemetry.io/otel/trace"
@@ -72,14 +71,11 @@ type Storage struct {
 	grpcServer *grpc.Server
 	stopping   chan struct{} // closed when Stop begins: pipelines finish their calls and end
 	listener   net.Listener
-	mux        cmux.CMux
-	// pipelineListener takes the frontend's pipeline connections; pipelines counts those being served.
-	pipelineListener net.Listener
-	pipelines        sync.WaitGroup
-	admin            *obs.AdminServer
-	cancel           context.CancelFunc
-	done             sync.WaitGroup
-	stopOnce         sync.Once
+	port       *framed.Port // serves listener: gRPC and the frontend's pipelines
+	admin      *obs.AdminServer
+	cancel     context.CancelFunc
+	done       sync.WaitGroup
+	stopOnce   sync.Once
 }
 
 // New opens the storage's database in cfg.DataDir and prepares the service; nothing runs until Start.
@@ -144,27 +140,17 @@ func (s *Storage) Start(ctx context.Context) error {
 		return fmt.Errorf("storage listener on %s: %w", addr, err)
 	}
 	s.listener = lis
-	// One port: the frontend's pipeline connections (told by their preamble) and gRPC for everything else.
-	s.mux = cmux.New(lis)
-	s.pipelineListener = s.mux.Match(framed.PreambleMatcher(storageclient.PipelinePreamble))
-	grpcListener := s.mux.Match(cmux.Any())
 	opts := append(append(s.tel.ServerOptions(), rpctune.ServerOptions()...), grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(maxSendBytes), grpc.ForceServerCodecV2(wiremsg.NewCodec()))
 	s.grpcServer = grpc.NewServer(opts...)
 	storagepb.RegisterStorageServer(s.grpcServer, &server{s: s})
-	go func() {
-		if err := s.grpcServer.Serve(grpcListener); err != nil && !errors.Is(err, grpc.ErrServerStopped) &&
-			!errors.Is(err, cmux.ErrListenerClosed) {
-			s.logger.Error("storage gRPC server stopped", "addr", addr, "err", err)
-		}
-	}()
-	s.pipelines.Add(1) // the accept loop counts too, so a connection's Add never races with Stop's Wait
-	go func() { defer s.pipelines.Done(); s.servePipelines(s.pipelineListener) }()
-	go func() { _ = s.mux.Serve() }()
+	// One port: the frontend's pipelines (told by their preamble) and gRPC for everything else.
+	s.port = framed.Serve(lis, s.grpcServer, map[string]func(*framed.Conn){storageclient.PipelinePreamble: s.servePipeline}, s.logger)
 	if s.cfg.AdminAddr != "" {
 		admin, err := obs.ListenAdmin(s.cfg.AdminAddr, obs.AdminMux(s.metrics.registry, s.Health), s.logger)
 		if err != nil {
 			s.grpcServer.Stop()
+			_ = s.port.Close()
 			return err
 		}
 		s.admin = admin
@@ -205,10 +191,9 @@ func (s *Storage) AdminAddr() string {
 // Stop stops serving and applying, then commits and closes the database.
 func (s *Storage) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stopping) })
-	if s.mux != nil {
-		// New connections are refused at once; cmux's Serve then ends and closes its listeners.
-		_ = s.listener.Close()
-		s.pipelines.Wait() // each answers what it started, then ends
+	if s.port != nil {
+		_ = s.port.Close() // new connections are refused at once
+		s.port.Wait()      // each pipeline answers what it started, then ends
 	}
 	if s.grpcServer != nil {
 		stopped := make(chan struct{})

@@ -1044,7 +1044,9 @@ func (x *MessageBatch) GetMessages() [][]byte {
 }
 
 type MessagesResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// error is why the receiver refuses the sender (another cluster, or a removed member).
+	Error         *status.Status `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1077,6 +1079,13 @@ func (x *MessagesResult) ProtoReflect() protoreflect.Message {
 // Deprecated: Use MessagesResult.ProtoReflect.Descriptor instead.
 func (*MessagesResult) Descriptor() ([]byte, []int) {
 	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *MessagesResult) GetError() *status.Status {
+	if x != nil {
+		return x.Error
+	}
+	return nil
 }
 
 type SnapshotMessage struct {
@@ -1472,8 +1481,9 @@ const file_consensuspb_consensus_proto_rawDesc = "" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x02 \x01(\x04R\tclusterId\x12\x1a\n" +
-	"\bmessages\x18\x03 \x03(\fR\bmessages\"\x10\n" +
-	"\x0eMessagesResult\"^\n" +
+	"\bmessages\x18\x03 \x03(\fR\bmessages\":\n" +
+	"\x0eMessagesResult\x12(\n" +
+	"\x05error\x18\x01 \x01(\v2\x12.google.rpc.StatusR\x05error\"^\n" +
 	"\x0fSnapshotMessage\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\x04R\x04from\x12\x1d\n" +
 	"\n" +
@@ -1519,9 +1529,8 @@ const file_consensuspb_consensus_proto_rawDesc = "" +
 	"\fMemberUpdate\x12!.etcdserverpb.MemberUpdateRequest\x1a\".etcdserverpb.MemberUpdateResponse\x12X\n" +
 	"\rMemberPromote\x12\".etcdserverpb.MemberPromoteRequest\x1a#.etcdserverpb.MemberPromoteResponse\x12O\n" +
 	"\n" +
-	"MoveLeader\x12\x1f.etcdserverpb.MoveLeaderRequest\x1a .etcdserverpb.MoveLeaderResponse2\xa3\x01\n" +
-	"\x04Peer\x12L\n" +
-	"\bMessages\x12\x1d.cairn.consensus.MessageBatch\x1a\x1f.cairn.consensus.MessagesResult(\x01\x12M\n" +
+	"MoveLeader\x12\x1f.etcdserverpb.MoveLeaderRequest\x1a .etcdserverpb.MoveLeaderResponse2U\n" +
+	"\x04Peer\x12M\n" +
 	"\bSnapshot\x12 .cairn.consensus.SnapshotMessage\x1a\x1f.cairn.consensus.SnapshotResult2\xb5\x01\n" +
 	"\vPeerCluster\x12L\n" +
 	"\aMembers\x12\x1f.cairn.consensus.MembersRequest\x1a .cairn.consensus.MembersResponse\x12X\n" +
@@ -1591,19 +1600,19 @@ var file_consensuspb_consensus_proto_depIdxs = []int32{
 	9,  // 6: cairn.consensus.CommittedResponse.entries:type_name -> cairn.consensus.Entry
 	25, // 7: cairn.consensus.CommittedResponse.error:type_name -> google.rpc.Status
 	14, // 8: cairn.consensus.StatusResponse.members:type_name -> cairn.consensus.Member
-	14, // 9: cairn.consensus.MembersResponse.members:type_name -> cairn.consensus.Member
-	1,  // 10: cairn.consensus.MemberChange.kind:type_name -> cairn.consensus.MemberChange.Kind
-	14, // 11: cairn.consensus.MemberChange.member:type_name -> cairn.consensus.Member
-	14, // 12: cairn.consensus.SnapshotData.members:type_name -> cairn.consensus.Member
-	11, // 13: cairn.consensus.Consensus.Compact:input_type -> cairn.consensus.CompactRequest
-	13, // 14: cairn.consensus.Consensus.Status:input_type -> cairn.consensus.StatusRequest
-	26, // 15: cairn.consensus.Consensus.MemberList:input_type -> etcdserverpb.MemberListRequest
-	27, // 16: cairn.consensus.Consensus.MemberAdd:input_type -> etcdserverpb.MemberAddRequest
-	28, // 17: cairn.consensus.Consensus.MemberRemove:input_type -> etcdserverpb.MemberRemoveRequest
-	29, // 18: cairn.consensus.Consensus.MemberUpdate:input_type -> etcdserverpb.MemberUpdateRequest
-	30, // 19: cairn.consensus.Consensus.MemberPromote:input_type -> etcdserverpb.MemberPromoteRequest
-	31, // 20: cairn.consensus.Consensus.MoveLeader:input_type -> etcdserverpb.MoveLeaderRequest
-	16, // 21: cairn.consensus.Peer.Messages:input_type -> cairn.consensus.MessageBatch
+	25, // 9: cairn.consensus.MessagesResult.error:type_name -> google.rpc.Status
+	14, // 10: cairn.consensus.MembersResponse.members:type_name -> cairn.consensus.Member
+	1,  // 11: cairn.consensus.MemberChange.kind:type_name -> cairn.consensus.MemberChange.Kind
+	14, // 12: cairn.consensus.MemberChange.member:type_name -> cairn.consensus.Member
+	14, // 13: cairn.consensus.SnapshotData.members:type_name -> cairn.consensus.Member
+	11, // 14: cairn.consensus.Consensus.Compact:input_type -> cairn.consensus.CompactRequest
+	13, // 15: cairn.consensus.Consensus.Status:input_type -> cairn.consensus.StatusRequest
+	26, // 16: cairn.consensus.Consensus.MemberList:input_type -> etcdserverpb.MemberListRequest
+	27, // 17: cairn.consensus.Consensus.MemberAdd:input_type -> etcdserverpb.MemberAddRequest
+	28, // 18: cairn.consensus.Consensus.MemberRemove:input_type -> etcdserverpb.MemberRemoveRequest
+	29, // 19: cairn.consensus.Consensus.MemberUpdate:input_type -> etcdserverpb.MemberUpdateRequest
+	30, // 20: cairn.consensus.Consensus.MemberPromote:input_type -> etcdserverpb.MemberPromoteRequest
+	31, // 21: cairn.consensus.Consensus.MoveLeader:input_type -> etcdserverpb.MoveLeaderRequest
 	18, // 22: cairn.consensus.Peer.Snapshot:input_type -> cairn.consensus.SnapshotMessage
 	20, // 23: cairn.consensus.PeerCluster.Members:input_type -> cairn.consensus.MembersRequest
 	30, // 24: cairn.consensus.PeerCluster.PromoteMember:input_type -> etcdserverpb.MemberPromoteRequest
@@ -1615,15 +1624,14 @@ var file_consensuspb_consensus_proto_depIdxs = []int32{
 	35, // 30: cairn.consensus.Consensus.MemberUpdate:output_type -> etcdserverpb.MemberUpdateResponse
 	36, // 31: cairn.consensus.Consensus.MemberPromote:output_type -> etcdserverpb.MemberPromoteResponse
 	37, // 32: cairn.consensus.Consensus.MoveLeader:output_type -> etcdserverpb.MoveLeaderResponse
-	17, // 33: cairn.consensus.Peer.Messages:output_type -> cairn.consensus.MessagesResult
-	19, // 34: cairn.consensus.Peer.Snapshot:output_type -> cairn.consensus.SnapshotResult
-	21, // 35: cairn.consensus.PeerCluster.Members:output_type -> cairn.consensus.MembersResponse
-	36, // 36: cairn.consensus.PeerCluster.PromoteMember:output_type -> etcdserverpb.MemberPromoteResponse
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	19, // 33: cairn.consensus.Peer.Snapshot:output_type -> cairn.consensus.SnapshotResult
+	21, // 34: cairn.consensus.PeerCluster.Members:output_type -> cairn.consensus.MembersResponse
+	36, // 35: cairn.consensus.PeerCluster.PromoteMember:output_type -> etcdserverpb.MemberPromoteResponse
+	25, // [25:36] is the sub-list for method output_type
+	14, // [14:25] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_consensuspb_consensus_proto_init() }

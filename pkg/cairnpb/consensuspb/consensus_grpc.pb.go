@@ -423,17 +423,19 @@ var Consensus_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Peer_Messages_FullMethodName = "/cairn.consensus.Peer/Messages"
 	Peer_Snapshot_FullMethodName = "/cairn.consensus.Peer/Snapshot"
 )
 
 // PeerClient is the client API for Peer service.
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Raft messages from one member to another travel on messages links: connections of length-prefixed frames
+// (pkg/framed) on the peer port, told from gRPC by their preamble (transport.MessagesPreamble). A sender keeps
+// one link per message class (appends apart from everything else, so heartbeats never wait behind big appends)
+// and sends MessageBatch frames; the receiver answers only to refuse the sender, with one MessagesResult frame
+// carrying why, before it closes the link.
 type PeerClient interface {
-	// Messages carries raft messages from one member to another. A sender keeps one long-lived stream per
-	// message class (appends apart from everything else, so heartbeats never wait behind big appends).
-	Messages(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[MessageBatch, MessagesResult], error)
 	// Snapshot carries one raft snapshot message; the reply says the receiver's raft took it.
 	Snapshot(ctx context.Context, in *SnapshotMessage, opts ...grpc.CallOption) (*SnapshotResult, error)
 }
@@ -445,19 +447,6 @@ type peerClient struct {
 func NewPeerClient(cc grpc.ClientConnInterface) PeerClient {
 	return &peerClient{cc}
 }
-
-func (c *peerClient) Messages(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[MessageBatch, MessagesResult], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Peer_ServiceDesc.Streams[0], Peer_Messages_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[MessageBatch, MessagesResult]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Peer_MessagesClient = grpc.ClientStreamingClient[MessageBatch, MessagesResult]
 
 func (c *peerClient) Snapshot(ctx context.Context, in *SnapshotMessage, opts ...grpc.CallOption) (*SnapshotResult, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -472,10 +461,13 @@ func (c *peerClient) Snapshot(ctx context.Context, in *SnapshotMessage, opts ...
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
+//
+// Raft messages from one member to another travel on messages links: connections of length-prefixed frames
+// (pkg/framed) on the peer port, told from gRPC by their preamble (transport.MessagesPreamble). A sender keeps
+// one link per message class (appends apart from everything else, so heartbeats never wait behind big appends)
+// and sends MessageBatch frames; the receiver answers only to refuse the sender, with one MessagesResult frame
+// carrying why, before it closes the link.
 type PeerServer interface {
-	// Messages carries raft messages from one member to another. A sender keeps one long-lived stream per
-	// message class (appends apart from everything else, so heartbeats never wait behind big appends).
-	Messages(grpc.ClientStreamingServer[MessageBatch, MessagesResult]) error
 	// Snapshot carries one raft snapshot message; the reply says the receiver's raft took it.
 	Snapshot(context.Context, *SnapshotMessage) (*SnapshotResult, error)
 	mustEmbedUnimplementedPeerServer()
@@ -488,9 +480,6 @@ type PeerServer interface {
 // pointer dereference when methods are called.
 type UnimplementedPeerServer struct{}
 
-func (UnimplementedPeerServer) Messages(grpc.ClientStreamingServer[MessageBatch, MessagesResult]) error {
-	return status.Error(codes.Unimplemented, "method Messages not implemented")
-}
 func (UnimplementedPeerServer) Snapshot(context.Context, *SnapshotMessage) (*SnapshotResult, error) {
 	return nil, status.Error(codes.Unimplemented, "method Snapshot not implemented")
 }
@@ -514,13 +503,6 @@ func RegisterPeerServer(s grpc.ServiceRegistrar, srv PeerServer) {
 	}
 	s.RegisterService(&Peer_ServiceDesc, srv)
 }
-
-func _Peer_Messages_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(PeerServer).Messages(&grpc.GenericServerStream[MessageBatch, MessagesResult]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Peer_MessagesServer = grpc.ClientStreamingServer[MessageBatch, MessagesResult]
 
 func _Peer_Snapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SnapshotMessage)
@@ -552,13 +534,7 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peer_Snapshot_Handler,
 		},
 	},
-	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Messages",
-			Handler:       _Peer_Messages_Handler,
-			ClientStreams: true,
-		},
-	},
+	Streams:  []grpc.StreamDesc{},
 	Metadata: "consensuspb/consensus.proto",
 }
 

@@ -1,14 +1,17 @@
-// Package transport carries raft messages between consensus members over gRPC (the Peer service in
-// pkg/cairnpb/consensuspb).
+// Package transport carries raft messages between consensus members: on messages links (connections of framed
+// messages, pkg/framed, on the peer port, opened with MessagesPreamble; see consensuspb.Peer), and snapshots on
+// the Peer gRPC service.
 //
 // # Promises
 //
-//   - Each member keeps, per peer, one long-lived outbound stream per message class: appends (MsgApp) on one,
+//   - Each member keeps, per peer, one long-lived outbound link per message class: appends (MsgApp) on one,
 //     everything else (heartbeats, votes, responses, read-index traffic) on another, so a heartbeat never
 //     waits behind a megabyte of entries. Snapshots (MsgSnap) travel on their own call, one per snapshot.
 //   - Messages are queued per peer and class and sent in batches: whatever queued while the previous batch
-//     was being written goes out in the next one, so many small messages share one gRPC frame.
-//   - A broken stream is re-opened with exponential backoff. Messages that cannot be sent are dropped (raft
+//     was being written goes out in the next one, so many small messages share one frame. A link's sender
+//     writes itself, with no writer goroutine in between, so a leader's appends reach the socket before its own
+//     fsync takes the process's CPU.
+//   - A broken link is re-opened with exponential backoff. Messages that cannot be sent are dropped (raft
 //     retransmits) and the peer is reported unreachable to raft; a snapshot's outcome is reported to raft
 //     with ReportSnapshot.
 //   - A member that the receiving side knows as removed is refused with ErrRemoved, and the sender's raft is

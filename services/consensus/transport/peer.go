@@ -15,8 +15,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/pkg/framed"
 	"github.com/cairn-kv/cairn/pkg/rpctune"
 )
 
@@ -133,39 +135,55 @@ func (p *peer) streamLoop(c class) {
 	}
 }
 
-// runStream opens one stream and sends on it until it breaks; sent says whether anything went through
+// runStream opens one messages link and sends on it until it breaks; sent says whether anything went through
 // (then the backoff starts over).
 func (p *peer) runStream(c class) (sent bool, err error) {
-	ctx, cancel := context.WithCancel(p.ctx)
-	defer cancel()
-	stream, err := p.client.Messages(ctx)
+	conn, err := framed.Dial(p.target, MessagesPreamble, dialTimeout)
 	if err != nil {
-		return false, err
+		return false, status.Errorf(codes.Unavailable, "transport: dial peer %x at %s: %v", p.id, p.target, err)
 	}
+	defer conn.Close()
 	if c == classControl {
 		p.activeNanos.Store(time.Now().UnixNano())
 	}
-	// The receiver answers only when it ends the stream, so a pending receive reports a broken stream
-	// (and why) even when nothing is being sent.
+	// The receiver answers only when it refuses the sender, so a pending receive reports a broken link (and
+	// why) even when nothing is being sent.
 	ended := make(chan error, 1)
-	go func() { ended <- stream.RecvMsg(&consensuspb.MessagesResult{}) }()
+	go func() { ended <- linkEnd(conn) }()
 	batch := &consensuspb.MessageBatch{From: p.t.cfg.MemberID}
 	for {
 		select {
 		case first := <-p.queues[c]:
 			batch.ClusterId = p.t.clusterID()
 			batch.Messages = p.drain(c, append(batch.Messages[:0], first))
-			if err := stream.Send(batch); err != nil {
-				return sent, <-ended // the receive says why the stream ended
+			frame, err := proto.Marshal(batch)
+			if err == nil {
+				err = conn.Send(nil, frame)
+			}
+			if err != nil {
+				_ = conn.Close()
+				return sent, <-ended // the receive says why the link ended
 			}
 			sent = true
 		case err := <-ended:
 			return sent, err
 		case <-p.ctx.Done():
-			_ = stream.CloseSend()
 			return sent, p.ctx.Err()
 		}
 	}
+}
+
+// linkEnd waits for a messages link to end and says why: the receiver's refusal, or the broken connection.
+func linkEnd(conn *framed.Conn) error {
+	frame, err := conn.Receive()
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "transport: messages link broke: %v", err)
+	}
+	result := &consensuspb.MessagesResult{}
+	if err := proto.Unmarshal(frame, result); err != nil || result.GetError() == nil {
+		return status.Errorf(codes.Unavailable, "transport: messages link ended without a reason")
+	}
+	return status.ErrorProto(result.GetError())
 }
 
 // drain adds whatever else is queued, up to maxBatchBytes.

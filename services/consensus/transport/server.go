@@ -2,36 +2,68 @@ package transport
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/pkg/framed"
 )
 
-// Messages receives one peer's stream of message batches and hands every message to raft.
-func (t *Transport) Messages(stream grpc.ClientStreamingServer[consensuspb.MessageBatch, consensuspb.MessagesResult]) error {
-	ctx := stream.Context()
-	for {
-		batch, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return stream.SendAndClose(&consensuspb.MessagesResult{})
+// MessagesPreamble opens a messages link on a member's peer port (see consensuspb.Peer).
+const MessagesPreamble = "CAIRN-RAFT-MESSAGES/1\n"
+
+// dialTimeout bounds the opening of a messages link.
+const dialTimeout = time.Second
+
+// ServeLink receives one peer's messages link (opened with MessagesPreamble) and hands every message to raft,
+// until the link ends, the transport stops, or the sender is refused, which it is told before the link is closed.
+func (t *Transport) ServeLink(conn *framed.Conn) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-t.stopping:
+			_ = conn.Close()
+		case <-conn.Done():
 		}
+		cancel()
+	}()
+	for {
+		frame, err := conn.Receive()
 		if err != nil {
-			return err
+			return
+		}
+		batch := &consensuspb.MessageBatch{}
+		if err := proto.Unmarshal(frame, batch); err != nil {
+			t.cfg.Logger.Warn("messages link frame not decodable; closing the link", "err", err)
+			return
 		}
 		if err := t.admit(batch.GetFrom(), batch.GetClusterId()); err != nil {
-			return err
+			refuse(conn, err)
+			return
 		}
 		for _, body := range batch.GetMessages() {
 			if err := t.receive(ctx, body); err != nil {
-				return err
+				refuse(conn, err)
+				return
+			}
+		}
+	}
+}
+
+// refuse tells the sender of a messages link why it ends.
+func refuse(conn *framed.Conn, err error) {
+	if frame, merr := proto.Marshal(&consensuspb.MessagesResult{Error: status.Convert(err).Proto()}); merr == nil {
+		_ = conn.Send(nil, frame)
+		conn.CloseWrite(time.Second)
+		for { // the sender reads the refusal, then closes: until then take (and drop) what it still sends
+			if _, err := conn.Receive(); err != nil {
+				return
 			}
 		}
 	}

@@ -88,9 +88,10 @@ type Transport struct {
 	consensuspb.UnimplementedPeerServer
 	cfg Config
 
-	mu      sync.RWMutex
-	peers   map[uint64]*peer
-	stopped bool
+	mu       sync.RWMutex
+	peers    map[uint64]*peer
+	stopped  bool
+	stopping chan struct{} // closed by Stop: the links it serves end
 }
 
 // New returns a transport with no peers.
@@ -98,7 +99,7 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.MemberID == 0 || cfg.Raft == nil {
 		return nil, errors.New("transport: MemberID and Raft are required")
 	}
-	return &Transport{cfg: cfg.withDefaults(), peers: map[uint64]*peer{}}, nil
+	return &Transport{cfg: cfg.withDefaults(), peers: map[uint64]*peer{}, stopping: make(chan struct{})}, nil
 }
 
 // Register adds the Peer service to s.
@@ -202,6 +203,9 @@ func (t *Transport) ActiveSince(id uint64) time.Time {
 func (t *Transport) Stop() {
 	t.mu.Lock()
 	peers := t.peers
+	if !t.stopped {
+		close(t.stopping)
+	}
 	t.peers, t.stopped = map[uint64]*peer{}, true
 	t.mu.Unlock()
 	for _, p := range peers {

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 
+	"github.com/cairn-kv/cairn/pkg/framed"
 	"github.com/cairn-kv/cairn/pkg/testwait"
 )
 
@@ -31,9 +33,12 @@ func newRecorder() *recorder {
 }
 
 func (r *recorder) Process(ctx context.Context, m *raftpb.Message) error {
-	if m.GetType() == raftpb.MsgApp && r.holdApps != nil {
+	r.mu.Lock()
+	hold := r.holdApps
+	r.mu.Unlock()
+	if m.GetType() == raftpb.MsgApp && hold != nil {
 		select {
-		case <-r.holdApps:
+		case <-hold:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -92,6 +97,7 @@ type member struct {
 	rec  *recorder
 	tr   *Transport
 	srv  *grpc.Server
+	port *framed.Port
 	addr string
 }
 
@@ -109,8 +115,8 @@ func startMember(t *testing.T, id, clusterID uint64, addr string, faults *Faults
 	}
 	srv := grpc.NewServer(grpc.MaxRecvMsgSize(MaxRecvMsgSize))
 	tr.Register(srv)
-	go func() { _ = srv.Serve(lis) }()
-	m := &member{id: id, rec: rec, tr: tr, srv: srv, addr: lis.Addr().String()}
+	port := framed.Serve(lis, srv, map[string]func(*framed.Conn){MessagesPreamble: tr.ServeLink}, slog.New(slog.DiscardHandler))
+	m := &member{id: id, rec: rec, tr: tr, srv: srv, port: port, addr: lis.Addr().String()}
 	t.Cleanup(m.stop)
 	return m
 }
@@ -118,6 +124,7 @@ func startMember(t *testing.T, id, clusterID uint64, addr string, faults *Faults
 func (m *member) stop() {
 	m.tr.Stop()
 	m.srv.Stop()
+	_ = m.port.Close()
 }
 
 func msg(typ raftpb.MessageType, from, to uint64, payload int) *raftpb.Message {
@@ -176,8 +183,9 @@ func TestDeliversEveryClass(t *testing.T) {
 
 func TestHeartbeatsDoNotWaitBehindAppends(t *testing.T) {
 	a, b := pair(t)
-	b.rec.holdApps = make(chan struct{})
-	defer close(b.rec.holdApps)
+	hold := make(chan struct{})
+	b.rec.check(func() bool { b.rec.holdApps = hold; return true })
+	defer close(hold)
 	var apps []*raftpb.Message
 	for range 8 {
 		apps = append(apps, msg(raftpb.MsgApp, 1, 2, 1<<20))
@@ -232,7 +240,7 @@ func TestSnapshotToDownPeerIsReportedFailed(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	t.Run("removed member is told", func(t *testing.T) {
 		a, b := pair(t)
-		b.rec.removedIDs[1] = true
+		b.rec.check(func() bool { b.rec.removedIDs[1] = true; return true })
 		waitFor(t, "removal reported", func() bool {
 			a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
 			time.Sleep(5 * time.Millisecond)
