@@ -14,6 +14,7 @@ import (
 // benchOptions holds the flags shared by every `cairn bench` subcommand (etcd's benchmark global flags).
 type benchOptions struct {
 	endpoints      []string
+	targetLeader   bool
 	conns          int
 	clients        int
 	total          int64
@@ -35,6 +36,7 @@ func newBenchCommand() *cobra.Command {
 	}
 	flags := cmd.PersistentFlags()
 	flags.StringSliceVar(&opts.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "gRPC endpoints")
+	flags.BoolVar(&opts.targetLeader, "target-leader", false, "connect only to the leader (its client URLs in the member list)")
 	flags.IntVar(&opts.conns, "conns", 1, "Total number of gRPC connections")
 	flags.IntVar(&opts.clients, "clients", 1, "Total number of gRPC clients")
 	flags.Int64Var(&opts.total, "total", 10000, "Total number of requests")
@@ -70,6 +72,7 @@ func (o *benchOptions) runnerConfig(cmd *cobra.Command) (bench.RunnerConfig, err
 	}
 	return bench.RunnerConfig{
 		Endpoints:      o.endpoints,
+		TargetLeader:   o.targetLeader,
 		Conns:          o.conns,
 		Clients:        o.clients,
 		Total:          total,

@@ -39,7 +39,8 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 		Short: "Run etcd's documented benchmark rows against reference etcd and Cairn, side by side",
 		Long: "Starts a reference etcd " + etcdref.Version + " cluster on loopback (built once from the Go module proxy; " +
 			"or use --etcd-endpoints) and a `cairn up` stack of this binary in a temporary directory (or use " +
-			"--cairn-endpoints), runs put with 1 client, put with 1000 clients on 100 connections, and " +
+			"--cairn-endpoints), runs put with 1 client and put with 1000 clients on 100 connections (both --target-leader, " +
+			"as etcd's performance guide runs them), and " +
 			"linearizable and serializable range (with --workloads lease: lease-keepalive and lease-grant-revoke; with " +
 			"--workloads list: a Kubernetes-style LIST of --list-keys keys, linearizable and serializable) " +
 			"against each in turn, and prints one table. The rows fix " +

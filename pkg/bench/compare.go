@@ -24,6 +24,8 @@ type Scenario struct {
 	Clients int
 	Conns   int
 	Total   int64
+	// TargetLeader sends the requests to the leader's endpoints only (RunnerConfig.TargetLeader).
+	TargetLeader bool
 	// Setup, if set, runs once per target before measuring (e.g. writes the key a range reads).
 	Setup func(ctx context.Context, client *clientv3.Client) error
 	Op    Op
@@ -72,6 +74,7 @@ func Compare(ctx context.Context, cfg CompareConfig) ([]ComparisonResult, error)
 func runScenario(ctx context.Context, cfg CompareConfig, scenario Scenario, target Target) (Summary, error) {
 	runner, err := NewRunner(RunnerConfig{
 		Endpoints:      target.Endpoints,
+		TargetLeader:   scenario.TargetLeader,
 		Conns:          scenario.Conns,
 		Clients:        scenario.Clients,
 		Total:          scenario.Total,
@@ -138,8 +141,9 @@ func (o StandardOptions) withDefaults() StandardOptions {
 }
 
 // StandardScenarios returns the rows of etcd's performance documentation (op-guide/performance):
-// put with 1 client on 1 connection, put with 1000 clients on 100 connections, and linearizable and
-// serializable range of one key with 1000 clients on 100 connections.
+// put with 1 client on 1 connection and with 1000 clients on 100 connections, both to the leader
+// (--target-leader), and linearizable and serializable range of one key with 1000 clients on 100 connections
+// spread over every endpoint.
 func StandardScenarios(opts StandardOptions) ([]Scenario, error) {
 	opts = opts.withDefaults()
 	put, err := PutOp(PutConfig{
@@ -166,8 +170,9 @@ func StandardScenarios(opts StandardOptions) ([]Scenario, error) {
 		return err
 	}
 	return []Scenario{
-		{Name: "put, 1 client, 1 conn", Clients: 1, Conns: 1, Total: opts.SingleClientTotal, Op: put},
-		{Name: "put, 1000 clients, 100 conns", Clients: 1000, Conns: 100, Total: opts.ManyClientsTotal, Op: put},
+		{Name: "put, 1 client, 1 conn", Clients: 1, Conns: 1, Total: opts.SingleClientTotal, TargetLeader: true, Op: put},
+		{Name: "put, 1000 clients, 100 conns", Clients: 1000, Conns: 100, Total: opts.ManyClientsTotal, TargetLeader: true,
+			Op: put},
 		{Name: "range linearizable, 1000 clients, 100 conns", Clients: 1000, Conns: 100, Total: opts.ManyClientsTotal,
 			Setup: writeRangeKey, Op: linearizable},
 		{Name: "range serializable, 1000 clients, 100 conns", Clients: 1000, Conns: 100, Total: opts.ManyClientsTotal,

@@ -26,6 +26,10 @@ type RunnerConfig struct {
 	// Endpoints are the servers' client URLs or host:port [--endpoints]. Connection i dials endpoint
 	// i mod len(Endpoints), as etcd's tool does, so connections spread over the members.
 	Endpoints []string
+	// TargetLeader replaces Endpoints, when Start connects, by the client URLs of the raft leader, found as
+	// etcd's tool finds it: the leader ID from the first endpoint that answers Status, its URLs from MemberList
+	// [--target-leader]. etcd's performance documentation runs its put rows so.
+	TargetLeader bool
 	// Conns is the number of gRPC connections [--conns]. Default 1.
 	Conns int
 	// Clients is the number of concurrent workers sharing the connections round-robin [--clients]. Default 1.
@@ -81,12 +85,13 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 // Params describes the config as Summary.Params entries.
 func (c RunnerConfig) Params() map[string]string {
 	return map[string]string{
-		"endpoints": strings.Join(c.Endpoints, ","),
-		"conns":     strconv.Itoa(c.Conns),
-		"clients":   strconv.Itoa(c.Clients),
-		"total":     strconv.FormatInt(c.Total, 10),
-		"duration":  c.Duration.String(),
-		"rate":      strconv.FormatFloat(c.Rate, 'g', -1, 64),
+		"endpoints":     strings.Join(c.Endpoints, ","),
+		"target-leader": strconv.FormatBool(c.TargetLeader),
+		"conns":         strconv.Itoa(c.Conns),
+		"clients":       strconv.Itoa(c.Clients),
+		"total":         strconv.FormatInt(c.Total, 10),
+		"duration":      c.Duration.String(),
+		"rate":          strconv.FormatFloat(c.Rate, 'g', -1, 64),
 	}
 }
 
@@ -107,8 +112,15 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 // Config returns the runner's config with defaults applied.
 func (r *Runner) Config() RunnerConfig { return r.cfg }
 
-// Start opens Conns client connections.
+// Start opens Conns client connections (to the leader only, with TargetLeader).
 func (r *Runner) Start(ctx context.Context) error {
+	if r.cfg.TargetLeader {
+		leader, err := leaderEndpoints(ctx, r.cfg.Endpoints, r.cfg.DialTimeout)
+		if err != nil {
+			return err
+		}
+		r.cfg.Endpoints = leader
+	}
 	for i := range r.cfg.Conns {
 		endpoint := r.cfg.Endpoints[i%len(r.cfg.Endpoints)]
 		conn, err := clientv3.New(clientv3.Config{
@@ -124,6 +136,46 @@ func (r *Runner) Start(ctx context.Context) error {
 		r.conns = append(r.conns, conn)
 	}
 	return nil
+}
+
+// leaderEndpoints returns the client URLs of the raft leader of the cluster at endpoints.
+func leaderEndpoints(ctx context.Context, endpoints []string, dialTimeout time.Duration) ([]string, error) {
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints: endpoints, DialTimeout: dialTimeout, Context: ctx, Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: finding the leader: %w", err)
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	var leader uint64
+	var statusErrs []error
+	for _, endpoint := range endpoints {
+		status, err := client.Status(ctx, endpoint)
+		if err == nil && status.Leader == 0 {
+			err = errors.New("no leader")
+		}
+		if err != nil {
+			statusErrs = append(statusErrs, fmt.Errorf("%s: %w", endpoint, err))
+			continue
+		}
+		leader = status.Leader
+		break
+	}
+	if leader == 0 {
+		return nil, fmt.Errorf("bench: no endpoint knows a leader: %w", errors.Join(statusErrs...))
+	}
+	members, err := client.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bench: finding the leader's client URLs: %w", err)
+	}
+	for _, m := range members.Members {
+		if m.ID == leader && len(m.ClientURLs) > 0 {
+			return m.ClientURLs, nil
+		}
+	}
+	return nil, fmt.Errorf("bench: leader %x has no client URLs in the member list", leader)
 }
 
 // Clients returns the client each worker uses, index = worker; workers share the Conns connections

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 // unreachable is never dialled: the ops below do not use their client, and clientv3 connects lazily.
@@ -184,5 +186,37 @@ func TestRunnerDriveLetsOpRecordItsOwnSamples(t *testing.T) {
 	}
 	if summary.Requests != 58 || summary.Errors != 1 || summary.SlowestSec != 0.002 || summary.Name != "fan-out" {
 		t.Fatalf("requests %d errors %d slowest %v name %q", summary.Requests, summary.Errors, summary.SlowestSec, summary.Name)
+	}
+}
+
+func TestRunnerTargetLeaderConnectsToTheLeaderOnly(t *testing.T) {
+	cluster := etcdref.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, targetLeader := range []bool{false, true} {
+		runner := startRunner(t, RunnerConfig{Endpoints: cluster.Endpoints(), Conns: 6, Total: 1, TargetLeader: targetLeader})
+		leaders := 0
+		for _, conn := range runner.conns {
+			status, err := conn.Status(ctx, conn.Endpoints()[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if status.Header.MemberId == status.Leader {
+				leaders++
+			}
+		}
+		switch {
+		case targetLeader && leaders != 6:
+			t.Errorf("with TargetLeader %d of 6 connections reach the leader, want all", leaders)
+		case !targetLeader && leaders != 2:
+			t.Errorf("without TargetLeader %d of 6 connections reach the leader, want 2 (spread over 3 members)", leaders)
+		}
+	}
+}
+
+func TestRunnerTargetLeaderWithoutLeader(t *testing.T) {
+	_, err := leaderEndpoints(context.Background(), []string{unreachable}, 200*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "no endpoint knows a leader") {
+		t.Fatalf("leaderEndpoints of an unreachable cluster: %v, want no endpoint knows a leader", err)
 	}
 }
