@@ -54,6 +54,9 @@ type Options struct {
 	// embedded NATS carries the storages' records). Default 0: Watch is unavailable.
 	Watchhubs         int
 	ConfigureWatchhub func(*watchhub.Config)
+	// Telemetry traces every service (and storage's consensus client); default
+	// obs.NoTelemetry(), which records nothing.
+	Telemetry *obs.Telemetry
 	// ClientTLS is what Client dials the frontends with, for frontends that ConfigureFrontend made serve
 	// https; nil is plain gRPC.
 	ClientTLS *tls.Config
@@ -74,6 +77,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ElectionTimeout == 0 {
 		o.ElectionTimeout = 250 * time.Millisecond
+	}
+	if o.Telemetry == nil {
+		o.Telemetry = obs.NoTelemetry()
 	}
 	return o
 }
@@ -178,6 +184,7 @@ func (c *Cluster) configureConsensus(cfg *consensus.Config) {
 	for _, m := range c.members {
 		if m.Name == cfg.Name {
 			cfg.AdvertiseStorageURL = m.StorageURL
+			cfg.Telemetry = c.opts.Telemetry
 			if m.ClientURL != "" {
 				cfg.AdvertiseClientURLs = []string{m.ClientURL}
 			}

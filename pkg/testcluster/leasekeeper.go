@@ -11,7 +11,6 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/eventbus"
 	"github.com/cairn-kv/cairn/pkg/loopback"
-	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
 )
@@ -141,7 +140,7 @@ func (l *Leasekeeper) Start() error {
 	if l.keeper != nil {
 		return fmt.Errorf("leasekeeper %s already running", l.Name)
 	}
-	k, err := leasekeeper.New(l.Config(), obs.NoTelemetry(), logger("leasekeeper", l.Name))
+	k, err := leasekeeper.New(l.Config(), l.cluster.opts.Telemetry, logger("leasekeeper", l.Name))
 	if err != nil {
 		return fmt.Errorf("leasekeeper %s: %w", l.Name, err)
 	}

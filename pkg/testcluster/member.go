@@ -14,7 +14,6 @@ import (
 
 	"github.com/cairn-kv/cairn/pkg/commitlog"
 	"github.com/cairn-kv/cairn/pkg/consensusclient"
-	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/frontend"
@@ -91,7 +90,7 @@ func (m *Member) StartStorage() error {
 		m.closeRemote()
 		return err
 	}
-	st, err := storage.New(cfg, log, sink.appliedSink(), obs.NoTelemetry(), logger("storage", m.Name))
+	st, err := storage.New(cfg, log, sink.appliedSink(), m.cluster.opts.Telemetry, logger("storage", m.Name))
 	if err != nil {
 		m.closeRemote()
 		sink.stop()
@@ -111,7 +110,8 @@ func (m *Member) newLog() (commitlog.Log, error) {
 	if m.cluster.opts.InProcessLog {
 		return liveLog{m.consensus}, nil
 	}
-	client, err := consensusclient.New(consensusclient.Config{Target: m.ConsensusURL(), Logger: logger("consensusclient", m.Name)})
+	client, err := consensusclient.New(consensusclient.Config{Target: m.ConsensusURL(), Telemetry: m.cluster.opts.Telemetry,
+		Logger: logger("consensusclient", m.Name)})
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +261,7 @@ func (f *Frontend) Start() error {
 		}
 	}
 	cfg.ClientListeners = []net.Listener{lis}
-	fe, err := frontend.New(cfg, obs.NoTelemetry(), logger("frontend", f.Name))
+	fe, err := frontend.New(cfg, f.cluster.opts.Telemetry, logger("frontend", f.Name))
 	if err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("frontend %s: %w", f.Name, err)

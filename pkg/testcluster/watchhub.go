@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/obs"
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
@@ -96,7 +95,7 @@ func (w *Watchhub) Start() error {
 	if w.hub != nil {
 		return fmt.Errorf("watchhub %s already running", w.Name)
 	}
-	hub, err := watchhub.New(w.Config(), obs.NoTelemetry(), logger("watchhub", w.Name))
+	hub, err := watchhub.New(w.Config(), w.cluster.opts.Telemetry, logger("watchhub", w.Name))
 	if err != nil {
 		return fmt.Errorf("watchhub %s: %w", w.Name, err)
 	}
