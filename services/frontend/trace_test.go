@@ -16,8 +16,9 @@ import (
 
 // TestOneTraceFollowsAWrite: a client's Put is one trace from the frontend's gRPC span through the storage's
 // Submit (a gRPC call with otelgrpc spans, as frontends make storage calls while spans are recorded), the
-// proposal on consensus (carried on the propose link), every member's apply (carried in the log
-// entry) and the watchhub's delivery to a watcher (carried on NATS), as separate processes wire them. The client is etcd's own, untraced: the frontend starts the trace.
+// proposal on consensus (carried on the propose link), every member's apply (carried in the log entry) and the
+// watchhub's delivery to a watcher (carried on NATS), as separate processes wire them. The client is etcd's
+// own, untraced: the frontend starts the trace.
 func TestOneTraceFollowsAWrite(t *testing.T) {
 	recorder := tracetest.NewSpanRecorder()
 	tel := &obs.Telemetry{
