@@ -186,9 +186,7 @@ func (l *raftLoop) handleReady(rd raft.Ready) error {
 		l.n.transport.Send(rd.Messages)
 		if len(rd.Messages) > 0 && rd.MustSync {
 			// Let the transport put the appends on the wire before the fsync below holds this process's
-			// one P: a yield runs the peers' senders, whose gRPC writers yield once themselves before
-			// flushing a small write, so a second yield lets those run too.
-			runtime.Gosched()
+			// one P: a yield runs the peers' senders, which write their links themselves.
 			runtime.Gosched()
 		}
 	}
