@@ -1,12 +1,14 @@
 package main
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/cairn-kv/cairn/pkg/bench"
 )
@@ -15,6 +17,7 @@ import (
 type benchOptions struct {
 	endpoints      []string
 	targetLeader   bool
+	tls            transport.TLSInfo // --cacert, --cert, --key
 	conns          int
 	clients        int
 	total          int64
@@ -36,6 +39,9 @@ func newBenchCommand() *cobra.Command {
 	}
 	flags := cmd.PersistentFlags()
 	flags.StringSliceVar(&opts.endpoints, "endpoints", []string{"127.0.0.1:2379"}, "gRPC endpoints")
+	flags.StringVar(&opts.tls.TrustedCAFile, "cacert", "", "verify certificates of HTTPS-enabled servers using this CA bundle")
+	flags.StringVar(&opts.tls.CertFile, "cert", "", "identify HTTPS client using this SSL certificate file")
+	flags.StringVar(&opts.tls.KeyFile, "key", "", "identify HTTPS client using this SSL key file")
 	flags.BoolVar(&opts.targetLeader, "target-leader", false, "connect only to the leader (its client URLs in the member list)")
 	flags.IntVar(&opts.conns, "conns", 1, "Total number of gRPC connections")
 	flags.IntVar(&opts.clients, "clients", 1, "Total number of gRPC clients")
@@ -66,6 +72,13 @@ func (o *benchOptions) runnerConfig(cmd *cobra.Command) (bench.RunnerConfig, err
 	if o.output != "text" && o.output != "json" {
 		return bench.RunnerConfig{}, fmt.Errorf("--output must be text or json, got %q", o.output)
 	}
+	var clientTLS *tls.Config
+	if !o.tls.Empty() || o.tls.TrustedCAFile != "" { // as etcd's benchmark decides
+		var err error
+		if clientTLS, err = o.tls.ClientConfig(); err != nil {
+			return bench.RunnerConfig{}, fmt.Errorf("--cacert, --cert, --key: %w", err)
+		}
+	}
 	total := o.total
 	if o.duration > 0 && !cmd.Flags().Changed("total") {
 		total = 0
@@ -73,6 +86,7 @@ func (o *benchOptions) runnerConfig(cmd *cobra.Command) (bench.RunnerConfig, err
 	return bench.RunnerConfig{
 		Endpoints:      o.endpoints,
 		TargetLeader:   o.targetLeader,
+		TLS:            clientTLS,
 		Conns:          o.conns,
 		Clients:        o.clients,
 		Total:          total,

@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
 	"github.com/cairn-kv/cairn/pkg/bench"
+	"github.com/cairn-kv/cairn/pkg/clienttls/certtest"
 	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/services/frontend"
 )
 
 // runCairn runs the command tree in-process with args and returns stdout.
@@ -111,4 +117,60 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBenchOverTLS: etcd's --cacert, --cert and --key reach a Cairn whose frontends serve https and want a client
+// certificate, --target-leader included; without a certificate every request fails.
+func TestBenchOverTLS(t *testing.T) {
+	certs := certtest.Write(t)
+	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
+		for i, u := range cfg.ListenClientURLs {
+			cfg.ListenClientURLs[i] = strings.Replace(u, "http://", "https://", 1)
+		}
+		cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.TrustedCAFile = certs.ServerCert, certs.ServerKey, certs.CA
+		cfg.TLS.ClientCertAuth = true
+	}, ClientTLS: benchTestTLS(t, certs)})
+	endpoint := strings.Replace(c.Frontends()[0].URL, "http://", "https://", 1)
+	tests := []struct {
+		name       string
+		tlsFlags   []string
+		wantErrors int
+	}{
+		{"with a client certificate", []string{"--cacert", certs.CA, "--cert", certs.ClientCert, "--key", certs.ClientKey}, 0},
+		{"without one", []string{"--cacert", certs.CA}, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"bench", "--endpoints", endpoint, "--request-timeout", "500ms", "--output", "json"}, tt.tlsFlags...)
+			if tt.wantErrors == 0 {
+				args = append(args, "--target-leader")
+			}
+			out, err := runCairn(t, append(args, "--total", "5", "put")...)
+			if err != nil && tt.wantErrors == 0 {
+				t.Fatal(err)
+			}
+			var summary bench.Summary
+			if err := json.Unmarshal([]byte(out), &summary); err != nil {
+				t.Fatalf("output is not one JSON summary: %v\n%s", err, out)
+			}
+			if summary.Errors != tt.wantErrors || summary.Requests+summary.Errors != 5 {
+				t.Fatalf("%d requests answered, %d failed (%v), want %d failed of 5", summary.Requests, summary.Errors,
+					summary.ErrorCounts, tt.wantErrors)
+			}
+		})
+	}
+	if _, err := runCairn(t, "bench", "--endpoints", endpoint, "--cert", "/no/such.pem", "--key", "/no/such.key", "put"); err == nil ||
+		!strings.Contains(err.Error(), "--cacert, --cert, --key") {
+		t.Fatalf("missing certificate files: %v, want a --cert error", err)
+	}
+}
+
+// benchTestTLS is a client TLS configuration with the test CA and client certificate.
+func benchTestTLS(t *testing.T, certs certtest.Files) *tls.Config {
+	t.Helper()
+	cfg, err := transport.TLSInfo{TrustedCAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

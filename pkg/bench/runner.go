@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,8 @@ type RunnerConfig struct {
 	Duration time.Duration
 	// Rate caps requests per second over all clients [--rate]; 0 means unlimited.
 	Rate float64
+	// TLS, if set, secures every connection (https endpoints) [--cacert, --cert, --key].
+	TLS *tls.Config
 	// DialTimeout bounds connection setup [--dial-timeout]. Default 5s.
 	DialTimeout time.Duration
 	// RequestTimeout bounds each request [--request-timeout]; a request that runs out counts as an error.
@@ -115,7 +118,7 @@ func (r *Runner) Config() RunnerConfig { return r.cfg }
 // Start opens Conns client connections (to the leader only, with TargetLeader).
 func (r *Runner) Start(ctx context.Context) error {
 	if r.cfg.TargetLeader {
-		leader, err := leaderEndpoints(ctx, r.cfg.Endpoints, r.cfg.DialTimeout)
+		leader, err := leaderEndpoints(ctx, r.cfg)
 		if err != nil {
 			return err
 		}
@@ -126,6 +129,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		conn, err := clientv3.New(clientv3.Config{
 			Endpoints:   []string{endpoint},
 			DialTimeout: r.cfg.DialTimeout,
+			TLS:         r.cfg.TLS,
 			Context:     ctx,
 			Logger:      zap.NewNop(), // failures are counted in the report, not logged per request
 		})
@@ -138,10 +142,11 @@ func (r *Runner) Start(ctx context.Context) error {
 	return nil
 }
 
-// leaderEndpoints returns the client URLs of the raft leader of the cluster at endpoints.
-func leaderEndpoints(ctx context.Context, endpoints []string, dialTimeout time.Duration) ([]string, error) {
+// leaderEndpoints returns the client URLs of the raft leader of the cluster at cfg's endpoints.
+func leaderEndpoints(ctx context.Context, cfg RunnerConfig) ([]string, error) {
+	endpoints, dialTimeout := cfg.Endpoints, cfg.DialTimeout
 	client, err := clientv3.New(clientv3.Config{
-		Endpoints: endpoints, DialTimeout: dialTimeout, Context: ctx, Logger: zap.NewNop(),
+		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: cfg.TLS, Context: ctx, Logger: zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: finding the leader: %w", err)

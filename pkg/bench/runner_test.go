@@ -215,7 +215,7 @@ func TestRunnerTargetLeaderConnectsToTheLeaderOnly(t *testing.T) {
 }
 
 func TestRunnerTargetLeaderWithoutLeader(t *testing.T) {
-	_, err := leaderEndpoints(context.Background(), []string{unreachable}, 200*time.Millisecond)
+	_, err := leaderEndpoints(context.Background(), RunnerConfig{Endpoints: []string{unreachable}, DialTimeout: 200 * time.Millisecond})
 	if err == nil || !strings.Contains(err.Error(), "no endpoint knows a leader") {
 		t.Fatalf("leaderEndpoints of an unreachable cluster: %v, want no endpoint knows a leader", err)
 	}

@@ -131,6 +131,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.frontends = append(c.frontends, fe)
 		if i < len(c.members) {
 			c.members[i].ClientURL = fe.URL
+			if opts.ClientTLS != nil { // the frontends serve https: the members advertise it, as cairn up's do
+				c.members[i].ClientURL = strings.Replace(fe.URL, "http://", "https://", 1)
+			}
 		}
 	}
 	c.Consensus = consensustest.Start(t, consensustest.Options{
