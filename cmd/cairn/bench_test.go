@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -156,6 +157,9 @@ func TestBenchOverTLS(t *testing.T) {
 			if summary.Errors != tt.wantErrors || summary.Requests+summary.Errors != 5 {
 				t.Fatalf("%d requests answered, %d failed (%v), want %d failed of 5", summary.Requests, summary.Errors,
 					summary.ErrorCounts, tt.wantErrors)
+			}
+			if want := strconv.FormatBool(tt.wantErrors == 0); summary.Params["target_leader"] != want {
+				t.Errorf("param target_leader = %q, want %q", summary.Params["target_leader"], want)
 			}
 		})
 	}

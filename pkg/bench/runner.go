@@ -89,7 +89,7 @@ func (c RunnerConfig) withDefaults() RunnerConfig {
 func (c RunnerConfig) Params() map[string]string {
 	return map[string]string{
 		"endpoints":     strings.Join(c.Endpoints, ","),
-		"target-leader": strconv.FormatBool(c.TargetLeader),
+		"target_leader": strconv.FormatBool(c.TargetLeader),
 		"conns":         strconv.Itoa(c.Conns),
 		"clients":       strconv.Itoa(c.Clients),
 		"total":         strconv.FormatInt(c.Total, 10),
