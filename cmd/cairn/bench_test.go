@@ -3,20 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-
 	"github.com/cairn-kv/cairn/pkg/bench"
 	"github.com/cairn-kv/cairn/pkg/clienttls/certtest"
 	"github.com/cairn-kv/cairn/pkg/etcdref"
 	"github.com/cairn-kv/cairn/pkg/testcluster"
-	"github.com/cairn-kv/cairn/services/frontend"
 )
 
 // runCairn runs the command tree in-process with args and returns stdout.
@@ -124,13 +120,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 // certificate, --target-leader included; without a certificate every request fails.
 func TestBenchOverTLS(t *testing.T) {
 	certs := certtest.Write(t)
-	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
-		for i, u := range cfg.ListenClientURLs {
-			cfg.ListenClientURLs[i] = strings.Replace(u, "http://", "https://", 1)
-		}
-		cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.TrustedCAFile = certs.ServerCert, certs.ServerKey, certs.CA
-		cfg.TLS.ClientCertAuth = true
-	}, ClientTLS: benchTestTLS(t, certs)})
+	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: testcluster.ServeHTTPS(certs),
+		ClientTLS: certs.ClientTLS(t, certs.ClientCert, certs.ClientKey)})
 	endpoint := strings.Replace(c.Frontends()[0].URL, "http://", "https://", 1)
 	tests := []struct {
 		name       string
@@ -167,14 +158,4 @@ func TestBenchOverTLS(t *testing.T) {
 		!strings.Contains(err.Error(), "--cacert, --cert, --key") {
 		t.Fatalf("missing certificate files: %v, want a --cert error", err)
 	}
-}
-
-// benchTestTLS is a client TLS configuration with the test CA and client certificate.
-func benchTestTLS(t *testing.T, certs certtest.Files) *tls.Config {
-	t.Helper()
-	cfg, err := transport.TLSInfo{TrustedCAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey}.ClientConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }

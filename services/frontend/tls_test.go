@@ -2,11 +2,8 @@ package frontend_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -19,38 +16,12 @@ import (
 	"github.com/cairn-kv/cairn/services/frontend"
 )
 
-// clientTLS is a client's TLS configuration trusting the test CA, with the given certificate (none when
-// certFile is empty).
-func clientTLS(t *testing.T, certs certtest.Files, certFile, keyFile string) *tls.Config {
-	t.Helper()
-	pem, err := os.ReadFile(certs.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(pem)
-	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg
-}
-
 // TestClientTLS: an https client URL serves the etcd API (gRPC and the JSON gateway) over TLS; with
 // --client-cert-auth only clients with a certificate the trusted CA signed get an answer.
 func TestClientTLS(t *testing.T) {
 	certs := certtest.Write(t)
-	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
-		for i, u := range cfg.ListenClientURLs {
-			cfg.ListenClientURLs[i] = strings.Replace(u, "http://", "https://", 1)
-		}
-		cfg.TLS.CertFile, cfg.TLS.KeyFile, cfg.TLS.TrustedCAFile = certs.ServerCert, certs.ServerKey, certs.CA
-		cfg.TLS.ClientCertAuth = true
-	}, ClientTLS: clientTLS(t, certs, certs.ClientCert, certs.ClientKey)})
+	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: testcluster.ServeHTTPS(certs),
+		ClientTLS: certs.ClientTLS(t, certs.ClientCert, certs.ClientKey)})
 	fe := c.Frontends()[0]
 	if urls := fe.Frontend().ClientURLs(); len(urls) != 1 || !strings.HasPrefix(urls[0], "https://") {
 		t.Fatalf("client URLs %v, want one https URL", urls)
@@ -67,7 +38,7 @@ func TestClientTLS(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second,
-				TLS: clientTLS(t, certs, tc.certFile, tc.keyFile), Logger: zap.NewNop()})
+				TLS: certs.ClientTLS(t, tc.certFile, tc.keyFile), Logger: zap.NewNop()})
 			if err == nil {
 				defer cli.Close()
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -80,7 +51,7 @@ func TestClientTLS(t *testing.T) {
 
 			for _, h2 := range []bool{true, false} { // curl speaks HTTP/2 to an https URL, older clients HTTP/1.1
 				hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: h2,
-					TLSClientConfig: clientTLS(t, certs, tc.certFile, tc.keyFile)}}
+					TLSClientConfig: certs.ClientTLS(t, tc.certFile, tc.keyFile)}}
 				resp, err := hc.Post("https://"+endpoint+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"dGxzLw==","range_end":"dGxzMA=="}`))
 				if !tc.wantOK {
 					if err == nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -23,6 +24,27 @@ type Files struct {
 	ServerCert, ServerKey             string
 	ClientCert, ClientKey             string // signed by the CA
 	UntrustedClientCert, UntrustedKey string // self-signed
+}
+
+// ClientTLS is a client's TLS configuration trusting the CA, presenting the given certificate (none when
+// certFile is empty).
+func (f Files) ClientTLS(t testing.TB, certFile, keyFile string) *tls.Config {
+	t.Helper()
+	pem, err := os.ReadFile(f.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg
 }
 
 // Write writes a fresh set of certificates into a temporary directory of t.
