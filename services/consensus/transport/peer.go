@@ -46,7 +46,7 @@ type peer struct {
 	conn   *grpc.ClientConn
 	client consensuspb.PeerClient
 
-	queues    [numClasses]chan []byte
+	queues    [numClasses]chan outbound
 	snapshots chan []byte
 
 	// activeNanos is when the control stream last became healthy (unix nanoseconds), 0 when it is down.
@@ -78,7 +78,7 @@ func startPeer(t *Transport, id uint64, target string) (*peer, error) {
 		snapshots: make(chan []byte, 4), ctx: ctx, cancel: cancel,
 	}
 	for c := range p.queues {
-		p.queues[c] = make(chan []byte, t.cfg.QueueSize)
+		p.queues[c] = make(chan outbound, t.cfg.QueueSize)
 		p.wg.Add(1)
 		go p.streamLoop(class(c))
 	}
@@ -100,17 +100,29 @@ func (p *peer) activeSince() time.Time {
 	return time.Time{}
 }
 
+// outbound is a marshalled message waiting for its link. A commitOnly one (an append without entries, which
+// only moves the follower's commit index) may wait up to Config.CommitHold for the next append to ride with.
+type outbound struct {
+	body       []byte
+	commitOnly bool
+}
+
 // enqueue queues a marshalled message; false means the queue was full.
-func (p *peer) enqueue(typ raftpb.MessageType, body []byte) bool {
-	q := p.queues[classControl]
-	switch typ {
-	case raftpb.MsgSnap:
-		q = p.snapshots
-	case raftpb.MsgApp:
-		q = p.queues[classAppend]
+func (p *peer) enqueue(m *raftpb.Message, body []byte) bool {
+	if m.GetType() == raftpb.MsgSnap {
+		select {
+		case p.snapshots <- body:
+			return true
+		default:
+			return false
+		}
+	}
+	c, commitOnly := classControl, false
+	if m.GetType() == raftpb.MsgApp {
+		c, commitOnly = classAppend, len(m.GetEntries()) == 0
 	}
 	select {
-	case q <- body:
+	case p.queues[c] <- outbound{body: body, commitOnly: commitOnly}:
 		return true
 	default:
 		return false
@@ -151,25 +163,44 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 	ended := make(chan error, 1)
 	go func() { ended <- linkEnd(conn) }()
 	batch := &consensuspb.MessageBatch{From: p.t.cfg.MemberID}
+	var held *time.Timer // running while batch.Messages holds only commit-only appends
+	var heldC <-chan time.Time
 	for {
+		flush := false
 		select {
 		case first := <-p.queues[c]:
-			batch.ClusterId = p.t.clusterID()
-			batch.Messages = p.drain(c, append(batch.Messages[:0], first))
-			frame, err := proto.Marshal(batch)
-			if err == nil {
-				err = conn.Send(nil, frame)
+			var onlyCommits bool
+			batch.Messages, onlyCommits = p.drain(c, batch.Messages, first)
+			flush = !onlyCommits
+			if onlyCommits && held == nil {
+				held = time.NewTimer(p.t.cfg.CommitHold)
+				heldC = held.C
 			}
-			if err != nil {
-				_ = conn.Close()
-				return sent, <-ended // the receive says why the link ended
-			}
-			sent = true
+		case <-heldC:
+			flush = true
 		case err := <-ended:
 			return sent, err
 		case <-p.ctx.Done():
 			return sent, p.ctx.Err()
 		}
+		if !flush {
+			continue
+		}
+		if held != nil {
+			held.Stop()
+			held, heldC = nil, nil
+		}
+		batch.ClusterId = p.t.clusterID()
+		frame, err := proto.Marshal(batch)
+		batch.Messages = batch.Messages[:0]
+		if err == nil {
+			err = conn.Send(nil, frame)
+		}
+		if err != nil {
+			_ = conn.Close()
+			return sent, <-ended // the receive says why the link ended
+		}
+		sent = true
 	}
 }
 
@@ -186,19 +217,26 @@ func linkEnd(conn *framed.Conn) error {
 	return status.ErrorProto(result.GetError())
 }
 
-// drain adds whatever else is queued, up to maxBatchBytes.
-func (p *peer) drain(c class, msgs [][]byte) [][]byte {
-	size := len(msgs[0])
+// drain appends first and whatever else is queued to msgs, up to maxBatchBytes; onlyCommits says whether every
+// message taken was a commit-only append.
+func (p *peer) drain(c class, msgs [][]byte, first outbound) (_ [][]byte, onlyCommits bool) {
+	onlyCommits = first.commitOnly
+	msgs = append(msgs, first.body)
+	size := 0
+	for _, m := range msgs {
+		size += len(m)
+	}
 	for size < maxBatchBytes {
 		select {
-		case body := <-p.queues[c]:
-			msgs = append(msgs, body)
-			size += len(body)
+		case next := <-p.queues[c]:
+			msgs = append(msgs, next.body)
+			size += len(next.body)
+			onlyCommits = onlyCommits && next.commitOnly
 		default:
-			return msgs
+			return msgs, onlyCommits
 		}
 	}
-	return msgs
+	return msgs, onlyCommits
 }
 
 // failed handles a broken or unopenable stream: it tells raft, drops the queued messages (raft resends what

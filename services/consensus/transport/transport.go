@@ -53,6 +53,10 @@ type Config struct {
 	MinBackoff, MaxBackoff time.Duration
 	// SnapshotTimeout bounds one snapshot call; 0 means 30 s.
 	SnapshotTimeout time.Duration
+	// CommitHold is how long an append without entries, which only tells a follower the new commit index,
+	// waits for the next append to that follower, which tells it too; 0 means 2 ms. Under a steady write load
+	// a follower then wakes once per write rather than twice, and its storage applies while it fsyncs.
+	CommitHold time.Duration
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults
 }
@@ -69,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SnapshotTimeout <= 0 {
 		c.SnapshotTimeout = 30 * time.Second
+	}
+	if c.CommitHold <= 0 {
+		c.CommitHold = 2 * time.Millisecond
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -176,7 +183,7 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			t.cfg.Logger.Error("marshal raft message", "to", fmt.Sprintf("%x", to), "type", m.GetType().String(), "err", err)
 			continue
 		}
-		if !p.enqueue(m.GetType(), body) {
+		if !p.enqueue(m, body) {
 			t.reportDropped(m)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -101,11 +102,15 @@ type member struct {
 	addr string
 }
 
-func startMember(t *testing.T, id, clusterID uint64, addr string, faults *Faults) *member {
+func startMember(t *testing.T, id, clusterID uint64, addr string, faults *Faults, options ...func(*Config)) *member {
 	t.Helper()
 	rec := newRecorder()
-	tr, err := New(Config{MemberID: id, ClusterID: clusterID, Raft: rec, Faults: faults,
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond})
+	cfg := Config{MemberID: id, ClusterID: clusterID, Raft: rec, Faults: faults,
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond}
+	for _, o := range options {
+		o(&cfg)
+	}
+	tr, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,8 +148,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	testwait.Until(t, 10*time.Second, 2*time.Millisecond, what, cond)
 }
 
-func pair(t *testing.T) (a, b *member) {
-	a = startMember(t, 1, 7, "127.0.0.1:0", nil)
+func pair(t *testing.T, options ...func(*Config)) (a, b *member) {
+	a = startMember(t, 1, 7, "127.0.0.1:0", nil, options...)
 	b = startMember(t, 2, 7, "127.0.0.1:0", nil)
 	if err := a.tr.AddPeer(2, []string{"http://" + b.addr}); err != nil {
 		t.Fatal(err)
@@ -195,6 +200,62 @@ func TestHeartbeatsDoNotWaitBehindAppends(t *testing.T) {
 	waitFor(t, "heartbeat while appends are stuck", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
 	if n := b.rec.count(raftpb.MsgApp); n != 0 {
 		t.Fatalf("%d appends processed though raft holds them", n)
+	}
+}
+
+// commitOnly is an append that only moves the follower's commit index, as raft sends when a commit advances.
+func commitOnly(commit uint64) *raftpb.Message {
+	m := msg(raftpb.MsgApp, 1, 2, 0)
+	m.Commit = new(commit)
+	return m
+}
+
+func TestCommitOnlyAppendsWaitForTheNextAppend(t *testing.T) {
+	tests := []struct {
+		name string
+		hold time.Duration
+		// next, when set, is sent after the commit-only appends; arrives is what b then receives, in order
+		// (the commit index of each MsgApp, -1 for one with entries).
+		next    *raftpb.Message
+		arrives []int64
+	}{
+		{name: "ride with the next append", hold: time.Hour, next: msg(raftpb.MsgApp, 1, 2, 100), arrives: []int64{3, 4, -1}},
+		{name: "sent alone when nothing follows", hold: 20 * time.Millisecond, arrives: []int64{3, 4}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pair(t, func(c *Config) { c.CommitHold = tc.hold })
+			a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+			waitFor(t, "the control link", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+			a.tr.Send([]*raftpb.Message{commitOnly(3)})
+			a.tr.Send([]*raftpb.Message{commitOnly(4)})
+			if tc.next != nil {
+				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
+				waitFor(t, "a heartbeat sent after them", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 2 })
+				time.Sleep(50 * time.Millisecond)
+				if n := b.rec.count(raftpb.MsgApp); n != 0 {
+					t.Fatalf("%d commit-only appends arrived with no append to ride with", n)
+				}
+				a.tr.Send([]*raftpb.Message{tc.next})
+			}
+			waitFor(t, "the appends", func() bool { return b.rec.count(raftpb.MsgApp) == len(tc.arrives) })
+			var got []int64
+			b.rec.check(func() bool {
+				for _, m := range b.rec.received {
+					switch {
+					case m.GetType() != raftpb.MsgApp:
+					case len(m.GetEntries()) > 0:
+						got = append(got, -1)
+					default:
+						got = append(got, int64(m.GetCommit()))
+					}
+				}
+				return true
+			})
+			if !slices.Equal(got, tc.arrives) {
+				t.Fatalf("appends arrived as %v, want %v", got, tc.arrives)
+			}
+		})
 	}
 }
 
