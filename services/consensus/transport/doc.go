@@ -11,12 +11,14 @@
 //     was being written goes out in the next one, so many small messages share one frame. A link's sender
 //     writes itself, with no writer goroutine in between, so a leader's appends reach the socket before its own
 //     fsync takes the process's CPU.
-//   - An append without entries, which raft sends only to tell a follower a new commit index, waits up to
-//     Config.CommitHold (2 ms) for the next append to that follower and goes in the same frame, ahead of it:
-//     under steady writes a follower wakes once per write instead of twice, and hands the commit to its
-//     storage while it fsyncs the next entry. Nothing is dropped or reordered; commits still need a quorum's
-//     fsync, and heartbeats (which carry the commit index as well) are never held. The cost is that an idle
-//     follower's storage learns of the last commit up to 2 ms later.
+//   - While writes flow fast (appends with entries go to a follower less than Config.CommitHold, 2 ms,
+//     apart), an append without entries, which raft sends only to tell a follower a new commit index, waits
+//     up to CommitHold for the next append to that follower and goes in the same frame, ahead of it: a
+//     follower then wakes once per write instead of twice, and hands the commit to its storage while it
+//     fsyncs the next entry. Nothing is dropped or reordered; commits still need a quorum's fsync, and
+//     heartbeats (which carry the commit index as well) are never held. The cost: under such a write stream
+//     a follower's storage applies a write up to one write interval (under 2 ms) later; at slower rates, and
+//     after the last write, no later.
 //   - A broken link is re-opened with exponential backoff. Messages that cannot be sent are dropped (raft
 //     retransmits) and the peer is reported unreachable to raft; a snapshot's outcome is reported to raft
 //     with ReportSnapshot.

@@ -101,7 +101,9 @@ func (p *peer) activeSince() time.Time {
 }
 
 // outbound is a marshalled message waiting for its link. A commitOnly one (an append without entries, which
-// only moves the follower's commit index) may wait up to Config.CommitHold for the next append to ride with.
+// only moves the follower's commit index) may wait up to Config.CommitHold for the next append to ride with,
+// when the last two appends with entries went out within CommitHold of each other and of now (writes are
+// flowing that fast).
 type outbound struct {
 	body       []byte
 	commitOnly bool
@@ -165,14 +167,22 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 	batch := &consensuspb.MessageBatch{From: p.t.cfg.MemberID}
 	var held *time.Timer // running while batch.Messages holds only commit-only appends
 	var heldC <-chan time.Time
+	var lastEntries time.Time              // when an append with entries last went out
+	entriesGap := time.Duration(1<<63 - 1) // and how long after the one before
 	for {
 		flush := false
 		select {
 		case first := <-p.queues[c]:
 			var onlyCommits bool
 			batch.Messages, onlyCommits = p.drain(c, batch.Messages, first)
-			flush = !onlyCommits
-			if onlyCommits && held == nil {
+			now := time.Now()
+			switch {
+			case !onlyCommits:
+				flush, entriesGap, lastEntries = true, now.Sub(lastEntries), now
+			case held != nil:
+			case entriesGap > p.t.cfg.CommitHold || now.Sub(lastEntries) > p.t.cfg.CommitHold:
+				flush = true // writes are not flowing that fast: the next append may be far off
+			default:
 				held = time.NewTimer(p.t.cfg.CommitHold)
 				heldC = held.C
 			}

@@ -54,8 +54,9 @@ type Config struct {
 	// SnapshotTimeout bounds one snapshot call; 0 means 30 s.
 	SnapshotTimeout time.Duration
 	// CommitHold is how long an append without entries, which only tells a follower the new commit index,
-	// waits for the next append to that follower, which tells it too; 0 means 2 ms. Under a steady write load
-	// a follower then wakes once per write rather than twice, and its storage applies while it fsyncs.
+	// waits for the next append to that follower, which tells it too; 0 means 2 ms. It waits only while
+	// appends with entries go to that follower less than CommitHold apart. Under such a write load a
+	// follower then wakes once per write rather than twice, and its storage applies while it fsyncs.
 	CommitHold time.Duration
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults

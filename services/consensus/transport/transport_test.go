@@ -211,30 +211,40 @@ func commitOnly(commit uint64) *raftpb.Message {
 }
 
 func TestCommitOnlyAppendsWaitForTheNextAppend(t *testing.T) {
+	const entries = -1 // in arrives: an append with entries
 	tests := []struct {
 		name string
 		hold time.Duration
+		// writing: two appends with entries go first (writes are flowing).
+		writing bool
 		// next, when set, is sent after the commit-only appends; arrives is what b then receives, in order
-		// (the commit index of each MsgApp, -1 for one with entries).
+		// (the commit index of each append, or entries).
 		next    *raftpb.Message
 		arrives []int64
 	}{
-		{name: "ride with the next append", hold: time.Hour, next: msg(raftpb.MsgApp, 1, 2, 100), arrives: []int64{3, 4, -1}},
-		{name: "sent alone when nothing follows", hold: 20 * time.Millisecond, arrives: []int64{3, 4}},
+		{name: "ride with the next append", hold: time.Hour, writing: true, next: msg(raftpb.MsgApp, 1, 2, 100),
+			arrives: []int64{entries, entries, 3, 4, entries}},
+		{name: "sent alone when nothing follows", hold: 20 * time.Millisecond, writing: true,
+			arrives: []int64{entries, entries, 3, 4}},
+		{name: "not held when no write is flowing", hold: time.Hour, arrives: []int64{3, 4}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := pair(t, func(c *Config) { c.CommitHold = tc.hold })
-			a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-			waitFor(t, "the control link", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+			if tc.writing {
+				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgApp, 1, 2, 100)})
+				waitFor(t, "the first append", func() bool { return b.rec.count(raftpb.MsgApp) == 1 })
+				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgApp, 1, 2, 100)})
+				waitFor(t, "the second append", func() bool { return b.rec.count(raftpb.MsgApp) == 2 })
+			}
 			a.tr.Send([]*raftpb.Message{commitOnly(3)})
 			a.tr.Send([]*raftpb.Message{commitOnly(4)})
 			if tc.next != nil {
 				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-				waitFor(t, "a heartbeat sent after them", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 2 })
+				waitFor(t, "a heartbeat sent after them", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
 				time.Sleep(50 * time.Millisecond)
-				if n := b.rec.count(raftpb.MsgApp); n != 0 {
-					t.Fatalf("%d commit-only appends arrived with no append to ride with", n)
+				if n := b.rec.count(raftpb.MsgApp); n != 2 {
+					t.Fatalf("%d commit-only appends arrived with no append to ride with", n-2)
 				}
 				a.tr.Send([]*raftpb.Message{tc.next})
 			}
@@ -245,7 +255,7 @@ func TestCommitOnlyAppendsWaitForTheNextAppend(t *testing.T) {
 					switch {
 					case m.GetType() != raftpb.MsgApp:
 					case len(m.GetEntries()) > 0:
-						got = append(got, -1)
+						got = append(got, entries)
 					default:
 						got = append(got, int64(m.GetCommit()))
 					}
