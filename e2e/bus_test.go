@@ -52,6 +52,30 @@ func followBus(t *testing.T, s *upStack) *busRecords {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	// The storages publish applied records only while a consumer says it needs them, as watchhubs with
+	// watch streams do.
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	go func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			_ = eventbus.AnnounceInterest(nc, "")
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	waitFor(t, 10*time.Second, "every storage told records are wanted", func() bool {
+		for _, name := range []string{"storage-1", "storage-2", "storage-3"} {
+			if v, ok := s.metric(t, name, "cairn_eventbus_records_wanted"); !ok || v != 1 {
+				return false
+			}
+		}
+		return true
+	})
 	return b
 }
 

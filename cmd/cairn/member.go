@@ -35,7 +35,7 @@ func startMemberStorage(ctx context.Context, proc *process, cfg storage.Config, 
 		if m.bus, err = eventbus.Connect(natsURL, fmt.Sprintf("cairn-storage-%x", memberID), proc.logger); err != nil {
 			return nil, err
 		}
-		m.publisher = eventbus.NewPublisher(m.bus, eventbus.PublisherConfig{MemberID: memberID, TakeTurns: true}, proc.registry, proc.logger)
+		m.publisher = eventbus.NewPublisher(m.bus, eventbus.PublisherConfig{MemberID: memberID, TakeTurns: true, OnlyWhenWanted: true}, proc.registry, proc.logger)
 		m.publisher.Start()
 		sink = storage.BusSink{Publisher: m.publisher, MemberID: memberID}
 	}

@@ -40,6 +40,18 @@ func AllLeaseSubjects(prefix string) string { return prefixOrDefault(prefix) + "
 // HeartbeatSubject is where publishers taking turns say they are sending (PublisherConfig.TakeTurns).
 func HeartbeatSubject(prefix string) string { return prefixOrDefault(prefix) + ".publisher" }
 
+// InterestSubject is where consumers of the applied records say they need them (PublisherConfig.OnlyWhenWanted).
+func InterestSubject(prefix string) string { return prefixOrDefault(prefix) + ".interest" }
+
+// AnnounceInterest tells the publishers that a consumer needs the applied records; a consumer that does repeats
+// it well within DefaultInterestTTL.
+func AnnounceInterest(nc *nats.Conn, prefix string) error {
+	if err := nc.Publish(InterestSubject(prefix), nil); err != nil {
+		return fmt.Errorf("eventbus: announce interest: %w", err)
+	}
+	return nil
+}
+
 func prefixOrDefault(prefix string) string {
 	if prefix == "" {
 		return DefaultSubjectPrefix

@@ -13,6 +13,11 @@
 //     case. While turns change, two may send for a moment: a consumer must de-duplicate by index. A consumer that
 //     sees a gap in revisions (or suspects one) fills it from storage's History: the bus is the fast path, storage
 //     the truth.
+//   - With PublisherConfig.OnlyWhenWanted (as Cairn's storages run), applied records are sent only while a
+//     consumer has announced on <prefix>.interest within InterestTTL (3s) that it needs them (AnnounceInterest):
+//     a watchhub does, every second, while it has watch streams. With no watch stream anywhere, a write costs no
+//     bus work at all (gauge cairn_eventbus_records_wanted, counter cairn_eventbus_unwanted_records_total). A
+//     consumer that starts announcing fills what was not sent from storage's History, as for any other gap.
 //   - Lease changes also go, stripped to an eventpb.LeaseBatch, on <prefix>.leases.<member>: every record that
 //     changes a lease, and at most every 100ms while the store changes, the position of the newest record; a
 //     leasekeeper reads only that (SubscribeLeaseChanges).

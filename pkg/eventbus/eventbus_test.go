@@ -546,3 +546,89 @@ func TestPublisherBehindLosesItsTurn(t *testing.T) {
 		t.Fatalf("member 2 took its turn after %v, want about TakeoverAfter (500ms) plus a heartbeat", took)
 	}
 }
+
+// TestPublisherSendsOnlyWhenWanted: a publisher with OnlyWhenWanted sends applied records only while a consumer's
+// announcement of interest is fresh, and lease changes always.
+func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
+	srv := startServer(t, -1)
+	var applied collector
+	sub := subscribeAll(t, srv, map[*collector]bool{&applied: false})
+	var mu sync.Mutex
+	var leases []uint64
+	if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, _ Meta) {
+		mu.Lock()
+		defer mu.Unlock()
+		leases = append(leases, rec.Index)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	reg := prometheus.NewRegistry()
+	const ttl = 300 * time.Millisecond
+	pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: 0x1a, OnlyWhenWanted: true, InterestTTL: ttl},
+		reg, quietLogger())
+	pub.Start()
+	defer pub.Stop(context.Background())
+	time.Sleep(ttl) // a new publisher sends for its first InterestTTL
+	next := uint64(0)
+	// publishUntilLease publishes n records and then one with a lease change, and waits for that one: every
+	// record before it has been sent, or not, by then.
+	publishUntilLease := func(n int) {
+		t.Helper()
+		for range n {
+			next++
+			pub.Publish(record(next), nil)
+		}
+		next++
+		rec := record(next)
+		rec.Leases = []*eventpb.LeaseChange{{Type: eventpb.LeaseChange_GRANTED, Id: int64(next), Ttl: 30}}
+		pub.Publish(rec, nil)
+		lease := next
+		waitFor(t, "the lease change", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(leases) > 0 && leases[len(leases)-1] == lease
+		})
+	}
+
+	publishUntilLease(10)
+	if n := applied.count(0x1a); n != 0 {
+		t.Fatalf("%d applied records sent before any consumer wanted them", n)
+	}
+	if got := testutil.ToFloat64(pub.unwanted); got != 11 {
+		t.Fatalf("unwanted_records_total = %v, want 11", got)
+	}
+	if got := testutil.ToFloat64(pub.wantedNow); got != 0 {
+		t.Fatalf("records_wanted = %v before any announcement, want 0", got)
+	}
+
+	if err := AnnounceInterest(sub, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "records once wanted", func() bool {
+		publishUntilLease(0)
+		return applied.count(0x1a) > 0
+	})
+	if got := testutil.ToFloat64(pub.wantedNow); got != 1 {
+		t.Fatalf("records_wanted = %v while wanted, want 1", got)
+	}
+	before := applied.count(0x1a)
+	publishUntilLease(10)
+	if got := applied.count(0x1a) - before; got != 11 {
+		t.Fatalf("%d of 11 records sent while wanted", got)
+	}
+
+	time.Sleep(2 * ttl) // the announcement goes stale
+	before = applied.count(0x1a)
+	publishUntilLease(10)
+	if got := applied.count(0x1a) - before; got != 0 {
+		t.Fatalf("%d records sent after the interest went stale", got)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,7 +33,17 @@ type PublisherConfig struct {
 	HeartbeatInterval time.Duration
 	TakeoverAfter     time.Duration
 	StandbyRecords    int
+	// OnlyWhenWanted makes the publisher send applied records only while a consumer has announced within
+	// InterestTTL (default DefaultInterestTTL) that it needs them (AnnounceInterest), and for the first
+	// InterestTTL after Start; the watchhubs announce while they have watch streams. Lease changes go out on
+	// the lease subject regardless. Consumers fill what they missed from storage history, as they do for any
+	// record the bus loses.
+	OnlyWhenWanted bool
+	InterestTTL    time.Duration
 }
+
+// DefaultInterestTTL is how long one announcement of interest keeps publishers sending applied records.
+const DefaultInterestTTL = 3 * time.Second
 
 // Publisher sends applied records to NATS from its own goroutine, so that publishing never blocks the caller.
 type Publisher struct {
@@ -50,8 +61,13 @@ type Publisher struct {
 	standby       *standbyRing // records held while not this publisher's turn; nil while it is
 	batch         []queued
 
+	wantedAt    atomic.Int64 // Unix nanoseconds of the last announcement of interest (OnlyWhenWanted)
+	interestSub *nats.Subscription
+
 	published prometheus.Counter
 	dropped   prometheus.Counter
+	unwanted  prometheus.Counter
+	wantedNow prometheus.GaugeFunc
 	active    prometheus.Gauge
 
 	stopOnce sync.Once
@@ -78,6 +94,9 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer,
 	if cfg.StandbyRecords <= 0 {
 		cfg.StandbyRecords = DefaultStandbyRecords
 	}
+	if cfg.InterestTTL <= 0 {
+		cfg.InterestTTL = DefaultInterestTTL
+	}
 	p := &Publisher{
 		cfg:          cfg,
 		nc:           nc,
@@ -93,6 +112,10 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer,
 			Namespace: "cairn", Subsystem: "eventbus", Name: "dropped_records_total",
 			Help: "Applied records dropped because the queue was full or NATS refused them; consumers fill the gap from storage history.",
 		}),
+		unwanted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "cairn", Subsystem: "eventbus", Name: "unwanted_records_total",
+			Help: "Applied records not sent because no consumer had announced it needs them (no watch streams).",
+		}),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "cairn", Subsystem: "eventbus", Name: "publisher_active",
 			Help: "1 while this member's publisher sends applied records (its turn, when the members take turns).",
@@ -103,9 +126,18 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer,
 	if cfg.TakeTurns {
 		p.turns = &turns{memberID: cfg.MemberID, takeover: cfg.TakeoverAfter}
 	}
+	p.wantedNow = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "cairn", Subsystem: "eventbus", Name: "records_wanted",
+		Help: "1 while applied records are sent: a consumer (a watchhub with watch streams) said it needs them.",
+	}, func() float64 {
+		if p.wanted(time.Now()) {
+			return 1
+		}
+		return 0
+	})
 	p.active.Set(1)
 	if reg != nil {
-		reg.MustRegister(p.published, p.dropped, p.active)
+		reg.MustRegister(p.published, p.dropped, p.unwanted, p.wantedNow, p.active)
 	}
 	return p
 }
@@ -113,6 +145,19 @@ func NewPublisher(nc *nats.Conn, cfg PublisherConfig, reg prometheus.Registerer,
 // Start runs the sending goroutine until Stop. A publisher taking turns starts in its turn and steps back as
 // soon as it hears a lower member's heartbeat.
 func (p *Publisher) Start() {
+	if p.cfg.OnlyWhenWanted {
+		// Until it has listened for an InterestTTL, a new publisher cannot know that nobody wants the records:
+		// it sends them (a restarted storage taking its turn back must not leave a gap on the bus).
+		p.wantedAt.Store(time.Now().UnixNano())
+		sub, err := p.nc.Subscribe(InterestSubject(p.cfg.SubjectPrefix), func(*nats.Msg) {
+			p.wantedAt.Store(time.Now().UnixNano())
+		})
+		if err != nil {
+			p.logger.Warn("consumers' interest not followed; this member sends every record", "err", err)
+			p.cfg.OnlyWhenWanted = false
+		}
+		p.interestSub = sub
+	}
 	if p.turns != nil {
 		if err := p.turns.watch(p.nc, p.cfg.SubjectPrefix); err != nil {
 			p.logger.Warn("publisher heartbeats not followed; this member publishes every record", "err", err)
@@ -137,6 +182,9 @@ func (p *Publisher) Publish(rec *eventpb.AppliedRecord, trace map[string]string)
 // Stop sends what is queued (until ctx ends), flushes the connection and stops the goroutine.
 func (p *Publisher) Stop(ctx context.Context) error {
 	p.stopOnce.Do(func() { close(p.stop) })
+	if p.interestSub != nil {
+		_ = p.interestSub.Unsubscribe()
+	}
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -251,12 +299,23 @@ func (p *Publisher) fill(batch []queued) []queued {
 	return batch
 }
 
-// send publishes batch as one eventpb.AppliedBatch, split in halves while it exceeds NATS' payload limit.
+// wanted reports whether the applied records are to be sent at now.
+func (p *Publisher) wanted(now time.Time) bool {
+	return !p.cfg.OnlyWhenWanted || now.UnixNano()-p.wantedAt.Load() < int64(p.cfg.InterestTTL)
+}
+
+// send publishes batch as one eventpb.AppliedBatch, split in halves while it exceeds NATS' payload limit, when
+// it is wanted; its lease changes in any case.
 func (p *Publisher) send(batch []queued) {
 	recs := make([]*eventpb.AppliedRecord, len(batch))
 	for i, q := range batch {
 		q.rec.Trace = q.trace
 		recs[i] = q.rec
+	}
+	if !p.wanted(time.Now()) {
+		p.unwanted.Add(float64(len(batch)))
+		p.sendLeases(recs)
+		return
 	}
 	first, last := recs[0], recs[len(recs)-1]
 	body, err := proto.Marshal(&eventpb.AppliedBatch{Records: recs})

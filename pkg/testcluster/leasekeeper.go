@@ -52,7 +52,7 @@ func (c *Cluster) newBusSink(memberID uint64, name string) (*busSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("member %s: %w", name, err)
 	}
-	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: busPrefix, MemberID: memberID, TakeTurns: true}, nil, logger("eventbus", name))
+	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: busPrefix, MemberID: memberID, TakeTurns: true, OnlyWhenWanted: true}, nil, logger("eventbus", name))
 	pub.Start()
 	return &busSink{nc: nc, publisher: pub, memberID: memberID}, nil
 }

@@ -40,6 +40,11 @@
 //   - A slow watcher never holds up others and costs bounded memory: its queue is bounded, and past it the
 //     watcher reads from the window and storage on its own stream's sender. One whose next revision has been
 //     compacted is canceled with the compact revision.
+//   - A hub follows the store only while it has watch streams: then it tells the storages every second that it
+//     needs the applied records (eventbus.AnnounceInterest); without streams it neither announces nor fills, so
+//     when no hub is watched the storages publish nothing. Its first stream wakes it: the gap is filled from
+//     history before any watch is created, or, when larger than the window, skipped (there is no watcher to
+//     miss it; a watch from the past reads it from storage history).
 //   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval); losing a
 //     storage fails over to the next endpoint; stopping the hub ends its streams with Unavailable.
 //   - The watch event's trace continues the write's: the fan-out span's parent is the apply span carried in

@@ -102,7 +102,7 @@ func (env *testEnv) startStorage(i int) {
 		t.Fatal(err)
 	}
 	s.nc = nc
-	s.pub = eventbus.NewPublisher(nc, eventbus.PublisherConfig{MemberID: s.cfg.MemberID}, nil, quietLogger())
+	s.pub = eventbus.NewPublisher(nc, eventbus.PublisherConfig{MemberID: s.cfg.MemberID, OnlyWhenWanted: true}, nil, quietLogger())
 	s.pub.Start()
 	svc, err := storage.New(s.cfg, env.log, s, env.tel, quietLogger())
 	if err != nil {

@@ -55,6 +55,8 @@ type Hub struct {
 	// headRev mirrors win.head for readers that must not take mu; headAdvanced is closed and replaced
 	// (under headMu) whenever it grows.
 	headRev      atomic.Int64
+	streamCount  atomic.Int64  // open watch streams (see interest.go)
+	firstStream  chan struct{} // signalled when the first stream opens
 	headMu       sync.Mutex
 	headAdvanced chan struct{}
 	ready        chan struct{} // closed once the head is known
@@ -67,7 +69,7 @@ type Hub struct {
 	listener   net.Listener
 	admin      *obs.AdminServer
 	cancel     context.CancelFunc
-	done       sync.WaitGroup // the feed
+	done       sync.WaitGroup // the feed, freshness and the interest announcer
 	senders    sync.WaitGroup // every stream's sender
 	stopping   chan struct{}
 }
@@ -86,7 +88,7 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
 	}
 	h := &Hub{
 		cfg: cfg, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/watchhub"), logger: logger,
-		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}),
+		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
 		leaderLostAfter: defaultLeaderLostAfter,
 	}
@@ -148,9 +150,10 @@ func (h *Hub) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	h.cancel = cancel
-	h.done.Add(2)
+	h.done.Add(3)
 	go func() { defer h.done.Done(); h.feed.run(runCtx) }()
 	go func() { defer h.done.Done(); h.fresh.run(runCtx) }()
+	go func() { defer h.done.Done(); h.announceInterest(runCtx) }()
 	h.logger.Info("watchhub started", "url", h.URL(), "storage", h.cfg.StorageEndpoints, "nats", h.cfg.NATSURL)
 	return nil
 }

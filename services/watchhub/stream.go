@@ -391,6 +391,7 @@ func (s *stream) end() {
 	}
 	delete(h.streams, s)
 	h.metrics.streams.Set(float64(len(h.streams)))
+	h.streamClosed()
 	h.mu.Unlock()
 	close(s.closed)
 }

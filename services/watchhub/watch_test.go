@@ -121,6 +121,7 @@ func TestClientV3ProgressAndCompaction(t *testing.T) {
 	h := env.startHub(Config{ProgressNotifyInterval: 200 * time.Millisecond})
 	cli := newClient(t, h.Addr())
 	ctx := ctxT(t)
+	openRaw(t, dialHub(t, h.Addr())) // a hub follows the store while it has a stream
 	head := env.put("a", "1")
 	eventually(t, 5*time.Second, "hub at the write", func() bool { return h.headRev.Load() >= head })
 
@@ -203,6 +204,7 @@ func TestCatchUpBelowTheWindow(t *testing.T) {
 func TestProgressRequestWaitsForCatchUp(t *testing.T) {
 	env := newTestEnv(t, 1)
 	h := env.startHub(Config{WindowRevisions: 2})
+	openRaw(t, dialHub(t, h.Addr())) // a hub follows the store while it has a stream
 	var head int64
 	for i := range 10 {
 		head = env.put("k", fmt.Sprint(i))

@@ -1,0 +1,96 @@
+package watchhub
+
+import (
+	"context"
+	"time"
+
+	"github.com/cairn-kv/cairn/pkg/eventbus"
+)
+
+// interestInterval is how often a hub with watch streams tells the storages' publishers that it needs the
+// applied records (eventbus.AnnounceInterest); well within eventbus.DefaultInterestTTL.
+const interestInterval = time.Second
+
+// A hub needs the bus only while it has watch streams. Without any it announces nothing, so the storages stop
+// publishing applied records (when every hub is idle, a write costs no fan-out work at all, as in etcd), and it
+// does not fill what it missed: its head stays behind. The first stream wakes it: it announces at once, and the
+// feed fills the gap from history as usual, or, when the gap is more than the window holds, jumps the head to
+// storage's revision (no watcher can miss what it skips: there is none yet; with one, it fills).
+
+// watched reports whether the hub has a watch stream.
+func (h *Hub) watched() bool { return h.streamCount.Load() > 0 }
+
+// announceInterest runs until ctx ends, announcing every interestInterval while the hub is watched, and at once
+// when the first stream opens.
+func (h *Hub) announceInterest(ctx context.Context) {
+	tick := time.NewTicker(interestInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if !h.watched() {
+				continue
+			}
+		case <-h.firstStream:
+		}
+		if err := eventbus.AnnounceInterest(h.nc, h.cfg.SubjectPrefix); err != nil {
+			h.logger.Debug("announcing interest in applied records failed", "err", err)
+		}
+	}
+}
+
+// streamOpened counts a new stream; the first one wakes the announcer and the feed.
+func (h *Hub) streamOpened() {
+	if h.streamCount.Add(1) != 1 {
+		return
+	}
+	for _, c := range []chan struct{}{h.firstStream, h.feed.wake} {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (h *Hub) streamClosed() { h.streamCount.Add(-1) }
+
+// catchUp runs on the feed when the hub is woken: if it lags storage by more than its window holds (a fill
+// would only pass revisions through the window), it jumps to storage's revision while no watcher exists;
+// otherwise the usual fills close the gap, and the window holds what it would have had.
+func (f *feed) catchUp(ctx context.Context) {
+	if _, _, missing := f.seq.missing(); !missing && f.hub.headRev.Load() >= f.polledRev {
+		return
+	}
+	head, compactRev, ok := f.pollStatus(ctx)
+	if !ok || head-f.hub.headRev.Load() <= int64(f.hub.cfg.WindowRevisions) || !f.hub.jumpTo(head, compactRev) {
+		return
+	}
+	f.seq = newSequencer(head, maxPendingRevisions)
+	f.polledRev = head
+}
+
+// jumpTo moves the head forward to head, emptying the window, unless a watcher exists (it must not miss the
+// revisions skipped) or the head is already there.
+func (h *Hub) jumpTo(head, compactRev int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if head <= h.win.head {
+		return false
+	}
+	for s := range h.streams {
+		if len(s.watchers) > 0 {
+			return false
+		}
+	}
+	h.logger.Info("watchhub woken by a watch stream; jumping to storage's revision", "from", h.win.head, "to", head)
+	h.compactRev = max(h.compactRev, compactRev)
+	h.win.reset(head)
+	h.headRev.Store(head)
+	h.metrics.head.Set(float64(head))
+	h.metrics.windowRevisions.Set(0)
+	h.metrics.windowBytes.Set(0)
+	h.notifyHead()
+	return true
+}
