@@ -259,6 +259,7 @@ func (h *Hub) initialize(head, compactRev int64) {
 	h.win = newWindow(head, h.cfg.WindowRevisions, h.cfg.WindowBytes)
 	h.compactRev = compactRev
 	h.headRev.Store(head)
+	h.metrics.head.Set(float64(head))
 	h.mu.Unlock()
 	h.readyOnce.Do(func() { close(h.ready) })
 	h.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
