@@ -99,9 +99,6 @@ func (f *freshness) await(ctx context.Context, received time.Time) {
 
 // awaitHead waits until the head is at least rev, ctx ends or deadline passes.
 func (h *Hub) awaitHead(ctx context.Context, rev int64, deadline time.Time) {
-	if h.headRev.Load() < rev {
-		h.feed.awaited(rev)
-	}
 	timeout := time.After(time.Until(deadline))
 	for {
 		h.headMu.Lock()

@@ -36,7 +36,6 @@ type feed struct {
 	records chan busRecord
 	seq     *sequencer
 	wake    chan struct{} // the hub got its first watch stream (see interest.go)
-	exists  chan int64    // revisions storage reported to a watch create that is waiting for them
 
 	polledRev  int64     // the highest storage revision at the previous poll
 	retryAt    time.Time // a fill failed: not again before then
@@ -45,8 +44,7 @@ type feed struct {
 }
 
 func newFeed(h *Hub) *feed {
-	return &feed{hub: h, records: make(chan busRecord, busQueueLength), wake: make(chan struct{}, 1),
-		exists: make(chan int64, 16)}
+	return &feed{hub: h, records: make(chan busRecord, busQueueLength), wake: make(chan struct{}, 1)}
 }
 
 // onRecord is the bus handler; it never blocks NATS.
@@ -80,8 +78,6 @@ func (f *feed) run(ctx context.Context) {
 			f.poll(ctx)
 		case <-f.wake:
 			f.catchUp(ctx)
-		case rev := <-f.exists:
-			f.seq.noteExists(rev)
 		case <-retry:
 			f.retryAt = time.Time{}
 		}
@@ -123,16 +119,6 @@ func (f *feed) handle(br busRecord) {
 
 func (r offerResult) String() string {
 	return [...]string{"delivered", "duplicate", "early", "dropped"}[r]
-}
-
-// awaited tells the feed that storage has reached rev and a watch create waits for it: rather than wait for
-// the bus (which the storages may have stopped sending on while no hub was watched) or the next poll, the feed
-// fills up to it at once. It never blocks.
-func (f *feed) awaited(rev int64) {
-	select {
-	case f.exists <- rev:
-	default:
-	}
 }
 
 // poll asks every storage for its revision. What storage had reached at the previous poll should have come

@@ -64,10 +64,14 @@ func (f *feed) catchUp(ctx context.Context) {
 		return
 	}
 	head, compactRev, ok := f.pollStatus(ctx)
-	if !ok || head-f.hub.headRev.Load() <= int64(f.hub.cfg.WindowRevisions) || !f.hub.jumpTo(head, compactRev) {
+	if !ok {
 		return
 	}
-	f.seq = newSequencer(head, maxPendingRevisions)
+	if head-f.hub.headRev.Load() > int64(f.hub.cfg.WindowRevisions) && f.hub.jumpTo(head, compactRev) {
+		f.seq = newSequencer(head, maxPendingRevisions)
+	} else {
+		f.seq.noteExists(head) // fill up to it now, not after the next poll
+	}
 	f.polledRev = head
 }
 
