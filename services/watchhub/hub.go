@@ -55,7 +55,7 @@ type Hub struct {
 	// headRev mirrors win.head for readers that must not take mu; headAdvanced is closed and replaced
 	// (under headMu) whenever it grows.
 	headRev      atomic.Int64
-	streamCount  atomic.Int64  // open watch streams (see interest.go)
+	streamCount  atomic.Int64  // len(streams), for readers without mu (see interest.go)
 	firstStream  chan struct{} // signalled when the first stream opens
 	headMu       sync.Mutex
 	headAdvanced chan struct{}

@@ -41,9 +41,10 @@ func (h *Hub) announceInterest(ctx context.Context) {
 	}
 }
 
-// streamOpened counts a new stream; the first one wakes the announcer and the feed.
-func (h *Hub) streamOpened() {
-	if h.streamCount.Add(1) != 1 {
+// streamsChanged mirrors len(h.streams) for watched (mu is held); the first stream wakes the announcer and the
+// feed.
+func (h *Hub) streamsChanged() {
+	if h.streamCount.Swap(int64(len(h.streams))) != 0 || len(h.streams) == 0 {
 		return
 	}
 	for _, c := range []chan struct{}{h.firstStream, h.feed.wake} {
@@ -53,8 +54,6 @@ func (h *Hub) streamOpened() {
 		}
 	}
 }
-
-func (h *Hub) streamClosed() { h.streamCount.Add(-1) }
 
 // catchUp runs on the feed when the hub is woken: if it lags storage by more than its window holds (a fill
 // would only pass revisions through the window), it jumps to storage's revision while no watcher exists;

@@ -83,6 +83,6 @@ func (h *Hub) addStream(s *stream) bool {
 	}
 	h.streams[s] = struct{}{}
 	h.metrics.streams.Set(float64(len(h.streams)))
-	h.streamOpened()
+	h.streamsChanged()
 	return true
 }

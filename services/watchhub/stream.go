@@ -391,7 +391,7 @@ func (s *stream) end() {
 	}
 	delete(h.streams, s)
 	h.metrics.streams.Set(float64(len(h.streams)))
-	h.streamClosed()
+	h.streamsChanged()
 	h.mu.Unlock()
 	close(s.closed)
 }
