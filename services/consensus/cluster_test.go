@@ -97,17 +97,7 @@ func TestThreeMembersElectALeader(t *testing.T) {
 		t.Fatalf("leader status = %+v, want itself as leader, a term, 3 members", st)
 	}
 	// Every member publishes its attributes (name, storage URL) through raft.
-	c.Eventually(5*time.Second, "all members published", func() bool {
-		for _, m := range c.Running() {
-			st, _ := m.Node().Status(context.Background())
-			for _, member := range st.Members {
-				if member.Name == "" || member.StorageURL == "" {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	c.WaitPublished(5 * time.Second)
 }
 
 func TestMemberIsHealthyOnlyOnceItHasPublishedItself(t *testing.T) {

@@ -237,6 +237,9 @@ func TestMemberUpdateMovesAPeer(t *testing.T) {
 func TestMemberJoiningAfterCompactionStartsFromASnapshot(t *testing.T) {
 	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 100, SnapshotCatchUpEntries: 10})
 	leader := c.WaitLeader(5 * time.Second)
+	// Every attribute must be in the log before the entries the joiner waits for, or it could
+	// catch up before a slow member's publish reaches it.
+	c.WaitPublished(10 * time.Second)
 	_, highest := proposeAll(t, []*consensustest.Member{leader}, 500, 4, "before-join")
 	c.Eventually(10*time.Second, "the leader to compact", func() bool {
 		return readLog(t, leader.Node(), 1)[0].Index > 1

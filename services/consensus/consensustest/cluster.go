@@ -289,3 +289,23 @@ func (c *Cluster) WaitHealthy(timeout time.Duration) {
 		return true
 	})
 }
+
+// WaitPublished waits until every running member knows every member's attributes (name and storage
+// URL), that is until each member's publish has been applied everywhere.
+func (c *Cluster) WaitPublished(timeout time.Duration) {
+	c.t.Helper()
+	c.Eventually(timeout, "every member's attributes published to every member", func() bool {
+		for _, m := range c.Running() {
+			st, err := m.Node().Status(context.Background())
+			if err != nil {
+				return false
+			}
+			for _, member := range st.Members {
+				if member.Name == "" || member.StorageURL == "" {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
