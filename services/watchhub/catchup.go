@@ -1,15 +1,11 @@
 package watchhub
 
 import (
-	"errors"
 	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
 )
 
 // Catch-up pacing. watchBatchMaxRevs is etcd's: an unsynced watcher gets at most that many revisions with
@@ -92,7 +88,7 @@ func (s *stream) catchUpStep(c *cohort) ([]*watcher, error) {
 	}
 	h := s.hub
 	h.mu.RLock()
-	read := h.readWindow(&c.spec, c.nextRev)
+	read := h.readWindow(&c.spec, c.nextRev, watchBatchMaxRevs)
 	h.mu.RUnlock()
 	switch read.kind {
 	case readCompacted:
@@ -106,8 +102,9 @@ func (s *stream) catchUpStep(c *cohort) ([]*watcher, error) {
 	return c.members, s.sendEvents(c.members, read.header, read.events)
 }
 
-// readWindow collects the next batch for spec from rev on; Hub.mu is held (shared).
-func (h *Hub) readWindow(spec *watchSpec, from int64) windowRead {
+// readWindow collects the next batch for spec from rev on, at most maxRevs revisions with events; Hub.mu is
+// held (shared).
+func (h *Hub) readWindow(spec *watchSpec, from int64, maxRevs int) windowRead {
 	switch {
 	case from < h.compactRev:
 		return windowRead{kind: readCompacted, compactRev: h.compactRev}
@@ -119,7 +116,7 @@ func (h *Hub) readWindow(spec *watchSpec, from int64) windowRead {
 	read := windowRead{kind: readEvents, header: h.responseHeader(h.win.head)}
 	revsWithEvents := 0
 	rev := from
-	for ; rev <= h.win.head && rev < from+windowScanRevs && revsWithEvents < watchBatchMaxRevs; rev++ {
+	for ; rev <= h.win.head && rev < from+windowScanRevs && revsWithEvents < maxRevs; rev++ {
 		r, _ := h.win.at(rev)
 		n := len(read.events)
 		read.events = spec.selectEvents(read.events, r.events, h.compactRev)
@@ -193,73 +190,6 @@ func (s *stream) sendCompacted(ws []*watcher, compactRev int64) error {
 			CompactRevision: compactRev}); err != nil {
 			return sendError{err}
 		}
-	}
-	return nil
-}
-
-// errStepDone stops a history read once a step has read enough.
-var errStepDone = errors.New("catch-up step done")
-
-// catchUpFromStorage sends a cohort the events of its range from storage history, from its next revision up
-// to through (the revision before the window), in responses cut at revision boundaries. On a storage failure
-// the members wait and retry; on compaction they are canceled as etcd cancels them.
-func (s *stream) catchUpFromStorage(c *cohort, through int64) error {
-	h := s.hub
-	key, rangeEnd := c.spec.historyRange()
-	req := &storagepb.HistoryRequest{Key: key, RangeEnd: rangeEnd, StartRevision: c.nextRev, EndRevision: through,
-		PrevKv: c.spec.prevKV, PageSize: int64(h.cfg.HistoryPageSize)}
-	var asm revisionAssembler
-	read := 0
-	send := func(revs []revisionEvents) error {
-		if len(revs) == 0 {
-			return nil
-		}
-		h.mu.RLock()
-		header, compactRev := h.responseHeader(h.win.head), h.compactRev
-		h.mu.RUnlock()
-		var events []*mvccpb.Event
-		for _, r := range revs {
-			events = c.spec.selectEvents(events, r.events, compactRev)
-		}
-		c.advance(revs[len(revs)-1].rev + 1)
-		return s.sendEvents(c.members, header, events)
-	}
-	compactRev, err := h.pool.history(s.ctx, req, func(page *storagepb.HistoryResponse) error {
-		read += len(page.Events)
-		if err := send(asm.add(page.Events)); err != nil {
-			return err
-		}
-		if read >= storageStepEvents {
-			return errStepDone
-		}
-		return nil
-	})
-	switch {
-	case err == nil:
-		if err := send(asm.finish()); err != nil {
-			return err
-		}
-		c.advance(through + 1)
-		return nil
-	case errors.Is(err, errStepDone):
-		return nil
-	case isSendError(err):
-		return err
-	case storageclient.IsCompacted(err):
-		h.noteCompacted(compactRev)
-		h.mu.RLock()
-		compactRev = max(compactRev, h.compactRev)
-		h.mu.RUnlock()
-		err := s.sendCompacted(c.members, compactRev)
-		c.members = nil
-		return err
-	case s.ctx.Err() != nil:
-		return sendError{s.ctx.Err()}
-	}
-	h.logger.Warn("watch catch-up from storage failed; retrying", "watchers", len(c.members), "from", c.nextRev,
-		"through", through, "err", err)
-	for _, w := range c.members {
-		w.retryAt = time.Now().Add(storageRetryDelay)
 	}
 	return nil
 }

@@ -49,30 +49,44 @@ func TestSemanticsMatchEtcd(t *testing.T) {
 	if err := json.Unmarshal(data, &want); err != nil {
 		t.Fatal(err)
 	}
-	for _, tc := range semanticsCases {
-		t.Run(tc.name, func(t *testing.T) {
-			env := newTestEnv(t, 1)
-			h := env.startHub(Config{})
-			target := semTarget{
-				write: func(ctx context.Context, req *pb.InternalRaftRequest) (int64, error) {
-					return writeStorage(ctx, env, req)
-				},
-				conn: dialHub(t, h.Addr()),
-				caughtUp: func(req *pb.InternalRaftRequest, rev int64) bool {
-					h.mu.RLock()
-					defer h.mu.RUnlock()
-					return h.win.head >= rev && h.compactRev >= req.GetCompaction().GetRevision()
-				},
-			}
-			runCase(t, tc, target, func(step string, stream int) int { return len(want[step][stream]) },
-				func(step string, stream int, got []string) {
-					if w := want[step][stream]; !reflect.DeepEqual(byWatchID(got), byWatchID(w)) {
-						t.Errorf("%s stream %d:\n got  %s\n want %s", step, stream, strings.Join(got, "\n      "),
-							strings.Join(w, "\n      "))
-					}
-				})
-		})
+	// The same responses whether a watch from the past reads the hub's window or storage history (a window of
+	// two revisions, history pages of three events).
+	hubs := []struct {
+		name string
+		cfg  Config
+	}{
+		{"window", Config{}},
+		{"history", Config{WindowRevisions: 2, HistoryPageSize: 3}},
 	}
+	for _, hub := range hubs {
+		for _, tc := range semanticsCases {
+			t.Run(hub.name+"/"+tc.name, func(t *testing.T) { replayCase(t, tc, hub.cfg, want) })
+		}
+	}
+}
+
+// replayCase replays tc against a hub with cfg and compares each step's responses with want.
+func replayCase(t *testing.T, tc semCase, cfg Config, want golden) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(cfg)
+	target := semTarget{
+		write: func(ctx context.Context, req *pb.InternalRaftRequest) (int64, error) {
+			return writeStorage(ctx, env, req)
+		},
+		conn: dialHub(t, h.Addr()),
+		caughtUp: func(req *pb.InternalRaftRequest, rev int64) bool {
+			h.mu.RLock()
+			defer h.mu.RUnlock()
+			return h.win.head >= rev && h.compactRev >= req.GetCompaction().GetRevision()
+		},
+	}
+	runCase(t, tc, target, func(step string, stream int) int { return len(want[step][stream]) },
+		func(step string, stream int, got []string) {
+			if w := want[step][stream]; !reflect.DeepEqual(byWatchID(got), byWatchID(w)) {
+				t.Errorf("%s stream %d:\n got  %s\n want %s", step, stream, strings.Join(got, "\n      "),
+					strings.Join(w, "\n      "))
+			}
+		})
 }
 
 func writeStorage(ctx context.Context, env *testEnv, req *pb.InternalRaftRequest) (int64, error) {

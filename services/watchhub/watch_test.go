@@ -199,6 +199,44 @@ func TestCatchUpBelowTheWindow(t *testing.T) {
 	}
 }
 
+// TestCatchUpBatchesAsEtcd: a watch from long ago gets its events as etcd sends an unsynced watcher's, in
+// responses of watchBatchMaxRevs revisions, however storage pages them and wherever storage history meets the
+// window.
+func TestCatchUpBatchesAsEtcd(t *testing.T) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(Config{WindowRevisions: 5, HistoryPageSize: 7})
+	rs := openRaw(t, dialHub(t, h.Addr()))
+	const writes = watchBatchMaxRevs + 500
+	var head int64
+	for i := range writes {
+		head = env.put(fmt.Sprintf("k%d", i%3), fmt.Sprint(i))
+	}
+	eventually(t, 10*time.Second, "the hub at the last write", func() bool {
+		h.mu.RLock()
+		defer h.mu.RUnlock()
+		return h.win.head == head
+	})
+	rs.create(&pb.WatchCreateRequest{Key: []byte("k"), RangeEnd: []byte("l"), StartRevision: 2})
+	if resp := rs.next(5 * time.Second); !resp.Created {
+		t.Fatalf("first response %v, want created", resp)
+	}
+	var sizes []int
+	next := int64(2)
+	for next <= head {
+		resp := rs.next(5 * time.Second)
+		sizes = append(sizes, len(resp.Events))
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision != next {
+				t.Fatalf("event at revision %d, want %d", ev.Kv.ModRevision, next)
+			}
+			next++
+		}
+	}
+	if want := []int{watchBatchMaxRevs, 500}; !slices.Equal(sizes, want) {
+		t.Fatalf("events per response %v, want %v", sizes, want)
+	}
+}
+
 // TestProgressRequestWaitsForCatchUp: a ProgressRequest is not answered while a watcher on the stream is
 // still catching up (storage away), and is once it is synced.
 func TestProgressRequestWaitsForCatchUp(t *testing.T) {
