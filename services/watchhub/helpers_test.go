@@ -34,6 +34,9 @@ type testEnv struct {
 	hubs     []*Hub
 	tel      *obs.Telemetry
 	writes   atomic.Int64
+	// publishAlways makes storages started from then on publish every record, not only those a hub has
+	// announced it wants (as Cairn's storages do).
+	publishAlways bool
 }
 
 // testStorage is one member's storage with its own bus publisher.
@@ -102,7 +105,7 @@ func (env *testEnv) startStorage(i int) {
 		t.Fatal(err)
 	}
 	s.nc = nc
-	s.pub = eventbus.NewPublisher(nc, eventbus.PublisherConfig{MemberID: s.cfg.MemberID, OnlyWhenWanted: true}, nil, quietLogger())
+	s.pub = eventbus.NewPublisher(nc, eventbus.PublisherConfig{MemberID: s.cfg.MemberID, OnlyWhenWanted: !env.publishAlways}, nil, quietLogger())
 	s.pub.Start()
 	svc, err := storage.New(s.cfg, env.log, s, env.tel, quietLogger())
 	if err != nil {

@@ -29,10 +29,12 @@ func TestWatchSpanContinuesTheWrite(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
 	env := newTestEnv(t, 1)
 	env.tel = &obs.Telemetry{Tracers: tp, Propagator: propagation.TraceContext{}}
+	// The put's record must come over the bus (which carries the trace), not from a gap fill out of storage
+	// history (which cannot), however loaded the machine is: the storage publishes every record, so it need not
+	// have heard the hub's first announcement of interest before the put, and a slow poll fills no gap first.
+	env.publishAlways = true
 	env.stopStorage(0)
 	env.startStorage(0) // now tracing
-	// A slow poll keeps the revision coming over the bus (which carries the trace) rather than from a gap fill
-	// out of storage history (which cannot), however loaded the machine is.
 	h := env.startHub(Config{StoragePollInterval: 10 * time.Second})
 	cli := newClient(t, h.Addr())
 	wch := cli.Watch(ctxT(t), "traced", clientv3.WithCreatedNotify())
