@@ -82,16 +82,18 @@ func TestPipelineAnswersAsUnary(t *testing.T) {
 	}
 }
 
-// TestPipelineConcurrentCalls: many callers share the pipeline's streams; each gets its own answer.
+// TestPipelineConcurrentCalls: many callers share the pipeline's streams; each gets its own answer, also when
+// there are more calls in flight than the pipeline's first workers (the extra workers then stay and are reused).
 func TestPipelineConcurrentCalls(t *testing.T) {
 	m := startMember(t, testConfig(t, 1), newMemlog(t, 1), nil)
 	p := dialPipeline(t, m)
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for w := range 64 {
+	callers := 4 * pipelineWorkers
+	errs := make(chan error, callers)
+	for w := range callers {
 		wg.Go(func() {
-			for i := range 20 {
+			for i := range 10 {
 				key := fmt.Sprintf("w%d/%d", w, i)
 				put, err := p.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte(key), Value: []byte(key)}})
 				if err != nil {
