@@ -16,14 +16,11 @@ import (
 	"github.com/cairn-kv/cairn/pkg/storageclient"
 )
 
-// A pipeline runs its calls on worker goroutines that it keeps, so that calls run on stacks already grown (a
-// fresh goroutine grows its stack on every call: about 5% of a leader storage's CPU under 1000 concurrent puts).
-// It starts pipelineWorkers; when all are busy a call starts a new one, which stays as a worker while the
-// pipeline has fewer than pipelineMaxWorkers (a pipeline's concurrent calls are bounded by its frontend).
-const (
-	pipelineWorkers    = 64
-	pipelineMaxWorkers = 4096
-)
+// pipelineMaxWorkers bounds the worker goroutines a pipeline keeps. A call that finds no idle worker starts a new
+// one, which stays, so the pool grows to the pipeline's concurrency (bounded by its frontend) and calls run on
+// stacks already grown: a fresh goroutine per call grew its stack every time, about 5% of a leader storage's CPU
+// under 1000 concurrent puts.
+const pipelineMaxWorkers = 4096
 
 // servePipeline serves the calls of one connection concurrently, each as its unary RPC would be served, and sends
 // each answer as it is ready. The receiving goroutine starts each call itself: a serializable read of one key
@@ -34,10 +31,6 @@ const (
 func (s *Storage) servePipeline(conn *framed.Conn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pipeline{s: s, ctx: ctx, conn: conn, calls: map[uint64]context.CancelFunc{}, work: make(chan func())}
-	for range pipelineWorkers {
-		p.workers.Add(1)
-		go p.worker()
-	}
 	ended := make(chan struct{})
 	go func() { defer close(ended); p.receive() }()
 	select {
@@ -155,12 +148,12 @@ func (p *pipeline) start(req *storagepb.PipelineRequest) {
 	select {
 	case p.work <- run:
 	default:
-		go p.extraWorker(run)
+		go p.newWorker(run)
 	}
 }
 
-// extraWorker runs first, then stays as a worker unless the pipeline already keeps pipelineMaxWorkers.
-func (p *pipeline) extraWorker(first func()) {
+// newWorker runs first, then stays as a worker unless the pipeline already keeps pipelineMaxWorkers.
+func (p *pipeline) newWorker(first func()) {
 	first()
 	if p.workers.Add(1) > pipelineMaxWorkers {
 		p.workers.Add(-1)

@@ -82,14 +82,14 @@ func TestPipelineAnswersAsUnary(t *testing.T) {
 	}
 }
 
-// TestPipelineConcurrentCalls: many callers share the pipeline's streams; each gets its own answer, also when
-// there are more calls in flight than the pipeline's first workers (the extra workers then stay and are reused).
+// TestPipelineConcurrentCalls: many callers share the pipeline's streams; each gets its own answer, while the
+// pipeline starts workers for the calls in flight and reuses them.
 func TestPipelineConcurrentCalls(t *testing.T) {
 	m := startMember(t, testConfig(t, 1), newMemlog(t, 1), nil)
 	p := dialPipeline(t, m)
 	ctx := ctxT(t)
 	var wg sync.WaitGroup
-	callers := 4 * pipelineWorkers
+	const callers = 256
 	errs := make(chan error, callers)
 	for w := range callers {
 		wg.Go(func() {
