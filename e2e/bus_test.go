@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/eventbus"
 )
 
 // busRecords follows the stack's NATS: every copy of every applied record, and the lease subjects.

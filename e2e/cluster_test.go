@@ -10,16 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 // TestCluster runs the tests that share one 3-member `cairn up`; the crashes come last.
 func TestCluster(t *testing.T) {
 	s := startUp(t, t.TempDir())
-	etcdctl := etcdref.Etcdctl(t)
+	etcdctl := etcdreftest.Etcdctl(t)
 	t.Run("every process serves metrics and health", func(t *testing.T) { testAdminEndpoints(t, s) })
 	t.Run("member list", func(t *testing.T) { testMemberList(t, s, etcdctl) })
 	t.Run("endpoint status and health", func(t *testing.T) { testEndpointStatus(t, s, etcdctl) })

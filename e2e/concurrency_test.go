@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
-
-	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 // clientChildRole makes the test binary run as one client process of a test (see runClientChild); the
@@ -241,5 +240,5 @@ func TestConcurrencyAcrossProcessesOfEtcd(t *testing.T) {
 	if os.Getenv("CAIRN_LEASE_ETCDREF") == "" {
 		t.Skip("set CAIRN_LEASE_ETCDREF=1 to run it against the real etcd")
 	}
-	concurrencyAcrossProcesses(t, etcdref.StartCluster(t, 3).Endpoints())
+	concurrencyAcrossProcesses(t, etcdreftest.StartCluster(t, 3).Endpoints())
 }

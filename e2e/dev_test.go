@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/clienttls/certtest"
-	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/supervisor"
+	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
 // startDev runs `cairn dev` on free ports with its data in dir and waits until etcdctl reaches it.
@@ -66,7 +66,7 @@ func tail(text string) string {
 }
 
 func TestDevKeepsDataAcrossRestarts(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
+	etcdctl := etcdreftest.Etcdctl(t)
 	dir := t.TempDir()
 	ports, err := supervisor.FreePorts(3)
 	if err != nil {
@@ -96,7 +96,7 @@ func TestDevKeepsDataAcrossRestarts(t *testing.T) {
 // TestDevTLSWithEtcdctl: `cairn dev` on an https client URL with --client-cert-auth serves the real etcdctl
 // that presents a certificate the trusted CA signed, and refuses one that presents none.
 func TestDevTLSWithEtcdctl(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
+	etcdctl := etcdreftest.Etcdctl(t)
 	certs := certtest.Write(t)
 	ports, err := supervisor.FreePorts(3)
 	if err != nil {

@@ -9,12 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 // etcdctlStep is one etcdctl invocation of a script run against both Cairn and etcd.
@@ -127,8 +126,8 @@ func normalizeProtobuf(text string) string {
 }
 
 func TestEtcdctlPrintsWhatEtcdPrints(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
-	etcd := etcdref.StartCluster(t, 3)
+	etcdctl := etcdreftest.Etcdctl(t)
+	etcd := etcdreftest.StartCluster(t, 3)
 	cairn := startUp(t, t.TempDir())
 
 	etcdEndpoint, cairnEndpoint := etcd.Endpoints()[:1], cairn.endpoints[:1]

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/leasecheck"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/supervisor"
+	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/testing/leasetest"
+	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
 // leaseTranscript runs one etcdctl lease session against endpoints, normalized by leaseNormalizer.
@@ -43,9 +43,9 @@ func leaseTranscript(t *testing.T, etcdctl string, endpoints []string) []string 
 }
 
 // leaseNormalizer masks what differs between two lease sessions: the cluster's own values, then the lease IDs
-// and TTLs (leasecheck.TranscriptNormalizer).
+// and TTLs (leasetest.TranscriptNormalizer).
 func leaseNormalizer() func(string) string {
-	leases := leasecheck.TranscriptNormalizer()
+	leases := leasetest.TranscriptNormalizer()
 	return func(s string) string { return leases(normalize(etcdctlStep{}, s)) }
 }
 
@@ -53,8 +53,8 @@ func leaseNormalizer() func(string) string {
 // keep-alive, revoke, the error cases) against `cairn up` (2 leasekeeper processes) and a real 3-member etcd,
 // and compares what etcdctl printed.
 func TestEtcdctlLeasesOnCairnUp(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
-	etcd := etcdref.StartCluster(t, 3)
+	etcdctl := etcdreftest.Etcdctl(t)
+	etcd := etcdreftest.StartCluster(t, 3)
 	cairn := startUp(t, t.TempDir())
 	want := leaseTranscript(t, etcdctl, etcd.Endpoints()[:1])
 	got := leaseTranscript(t, etcdctl, cairn.endpoints[:1])
@@ -101,7 +101,7 @@ func TestLeasekeeperKill9OnCairnUp(t *testing.T) {
 	}
 	defer storage.Close()
 	victim := s.child(t, active)
-	leasecheck.Run(t, leasecheck.Failover{
+	leasetest.Run(t, leasetest.Failover{
 		Client:  s.client(t),
 		Storage: storage,
 		Crash: func() {
@@ -123,7 +123,7 @@ func TestLeasekeeperKill9OnCairnUp(t *testing.T) {
 // TestDevLeases: `cairn dev` runs a leasekeeper in-process: a lease granted through etcdctl is kept alive by
 // keep-alive and, left alone, expires (with its key) within TTL + 1s of its last keep-alive.
 func TestDevLeases(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
+	etcdctl := etcdreftest.Etcdctl(t)
 	ports, err := supervisor.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)

@@ -19,8 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/cairn-kv/cairn/pkg/supervisor"
-	"github.com/cairn-kv/cairn/pkg/testwait"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
 // cairnBinary is the binary under test, built once by TestMain.
@@ -247,7 +247,7 @@ func runEtcdctl(t testing.TB, etcdctl string, endpoints []string, stdin string, 
 // waitFor polls cond until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	testwait.Until(t, timeout, 100*time.Millisecond, what, cond)
+	waittest.Until(t, timeout, 100*time.Millisecond, what, cond)
 }
 
 // prefixWriter prefixes every line, so the stack's own log stands apart in verbose test output.

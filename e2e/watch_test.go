@@ -11,16 +11,16 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/supervisor"
-	"github.com/cairn-kv/cairn/pkg/watchcheck"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/testing/watchtest"
+	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
 // TestWatch runs the watch acceptance tests against one `cairn up` (3 members, 2 watchhubs behind the
 // frontends); the crashes come last.
 func TestWatch(t *testing.T) {
 	s := startUp(t, t.TempDir())
-	etcdctl := etcdref.Etcdctl(t)
+	etcdctl := etcdreftest.Etcdctl(t)
 	t.Run("etcdctl watch", func(t *testing.T) { testEtcdctlWatch(t, s, etcdctl) })
 	t.Run("client v3 watches", func(t *testing.T) { testClientV3Watches(t, s) })
 	t.Run("every revision once through kill -9", func(t *testing.T) { testWatchersThroughCrashes(t, s) })
@@ -29,12 +29,12 @@ func TestWatch(t *testing.T) {
 // etcdctlWatch starts `etcdctl watch args...` on endpoints.
 func etcdctlWatch(t *testing.T, etcdctl string, endpoints []string, args ...string) (<-chan string, func() error) {
 	t.Helper()
-	return etcdref.EtcdctlLines(t, etcdctl, time.Minute, append([]string{"--endpoints", strings.Join(endpoints, ","), "watch"}, args...)...)
+	return etcdreftest.EtcdctlLines(t, etcdctl, time.Minute, append([]string{"--endpoints", strings.Join(endpoints, ","), "watch"}, args...)...)
 }
 
 func nextLines(t *testing.T, lines <-chan string, n int) []string {
 	t.Helper()
-	return etcdref.NextLines(t, lines, n, 30*time.Second)
+	return etcdreftest.NextLines(t, lines, n, 30*time.Second)
 }
 
 func testEtcdctlWatch(t *testing.T, s *upStack, etcdctl string) {
@@ -177,7 +177,7 @@ func testWatchersThroughCrashes(t *testing.T, s *upStack) {
 	for i := range 10 {
 		clients = append(clients, s.client(t, s.endpoints[i%len(s.endpoints)]))
 	}
-	watchers := watchcheck.Start(ctx, clients, 10, "crashwatch/w/", start)
+	watchers := watchtest.Start(ctx, clients, 10, "crashwatch/w/", start)
 	var last int64
 	write := func(count int) {
 		for range count {
@@ -211,7 +211,7 @@ func testWatchersThroughCrashes(t *testing.T, s *upStack) {
 
 // TestDevWatch: `cairn dev` serves Watch through its in-process watchhub.
 func TestDevWatch(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
+	etcdctl := etcdreftest.Etcdctl(t)
 	ports, err := supervisor.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)

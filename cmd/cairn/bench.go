@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 // benchOptions holds the flags shared by every `cairn bench` subcommand (etcd's benchmark global flags).

@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
-	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/localstack"
-	"github.com/cairn-kv/cairn/pkg/supervisor"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
+	"github.com/cairn-kv/cairn/internal/tools/etcdref"
+	"github.com/cairn-kv/cairn/internal/tools/localstack"
+	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
 // compareOptions are the flags of `cairn bench compare`.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 // TestCompareRoundOrder: even rounds run the targets in reverse, and their results still print baseline first.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 func newBenchLeaseKeepAliveCommand(opts *benchOptions) *cobra.Command {

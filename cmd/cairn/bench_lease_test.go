@@ -5,12 +5,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
-	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 func TestBenchLeaseCommandsAgainstEtcd(t *testing.T) {
-	cluster := etcdref.StartCluster(t, 1)
+	cluster := etcdreftest.StartCluster(t, 1)
 	endpoints := strings.Join(cluster.Endpoints(), ",")
 	for _, name := range []string{"lease-keepalive", "lease-grant-revoke"} {
 		t.Run(name, func(t *testing.T) {

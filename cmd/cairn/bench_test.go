@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
-	"github.com/cairn-kv/cairn/pkg/clienttls/certtest"
-	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 // runCairn runs the command tree in-process with args and returns stdout.
@@ -40,7 +40,7 @@ func TestVersionCommand(t *testing.T) {
 }
 
 func TestBenchCommandsAgainstEtcd(t *testing.T) {
-	cluster := etcdref.StartCluster(t, 1)
+	cluster := etcdreftest.StartCluster(t, 1)
 	endpoints := strings.Join(cluster.Endpoints(), ",")
 	tests := []struct {
 		name       string
@@ -120,7 +120,7 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 // certificate, --target-leader included; without a certificate every request fails.
 func TestBenchOverTLS(t *testing.T) {
 	certs := certtest.Write(t)
-	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: testcluster.ServeHTTPS(certs),
+	c := clustertest.Start(t, clustertest.Options{Members: 1, ConfigureFrontend: clustertest.ServeHTTPS(certs),
 		ClientTLS: certs.ClientTLS(t, certs.ClientCert, certs.ClientKey)})
 	endpoint := strings.Replace(c.Frontends()[0].URL, "http://", "https://", 1)
 	tests := []struct {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 // watchFlags are the flags of the watch benchmarks besides the shared ones.

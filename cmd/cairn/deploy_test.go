@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/cairn-kv/cairn/pkg/localstack"
+	"github.com/cairn-kv/cairn/internal/tools/localstack"
 )
 
 // parseCommandLine finds the subcommand args name and parses its flags the way running it would, without

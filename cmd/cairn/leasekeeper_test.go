@@ -17,12 +17,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
-	"github.com/cairn-kv/cairn/pkg/loopback"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/testwait"
+	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
+	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -38,7 +38,7 @@ type keeperProcess struct {
 
 func startKeeperProcess(t *testing.T, name, storageURL, natsURL string) *keeperProcess {
 	t.Helper()
-	kp := &keeperProcess{url: "http://" + loopback.Addr(t), admin: loopback.Addr(t)}
+	kp := &keeperProcess{url: "http://" + loopbacktest.Addr(t), admin: loopbacktest.Addr(t)}
 	args := []string{"leasekeeper", "--name", name, "--listen-url", kp.url, "--storage-endpoints", storageURL,
 		"--nats-url", natsURL, "--subject-prefix", "cmdtest", "--listen-metrics-urls", "http://" + kp.admin, "--log-level", "warn"}
 	kp.cmd = exec.Command(os.Args[0], "-test.run=^TestLeasekeeperProcessesKill9$", "-test.count=1")
@@ -67,7 +67,7 @@ func (kp *keeperProcess) active() bool {
 
 func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	return testwait.Until(t, timeout, 20*time.Millisecond, what, cond)
+	return waittest.Until(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 // TestLeasekeeperProcessesKill9 runs two `cairn leasekeeper` processes on one storage and NATS, kill -9s the
@@ -96,7 +96,7 @@ func TestLeasekeeperProcessesKill9(t *testing.T) {
 	defer nc.Close()
 	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: "cmdtest", MemberID: 1}, nil, logger)
 	pub.Start()
-	log, err := memlog.Open(memlog.Config{MemberID: 1})
+	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

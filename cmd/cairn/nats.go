@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/internal/eventbus"
 )
 
 func newNATSCommand() *cobra.Command {

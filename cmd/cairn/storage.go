@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/pkg/consensusclient"
+	"github.com/cairn-kv/cairn/internal/consensusclient"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/pkg/localstack"
+	"github.com/cairn-kv/cairn/internal/tools/localstack"
 )
 
 func newUpCommand() *cobra.Command {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/api/consensuspb"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 	"github.com/cairn-kv/cairn/services/consensus/wal"
 )

@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )

@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 )
 
 // maxCommittedBatchBytes bounds one batch handed to a Committed callback.

@@ -14,8 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
 

@@ -4,8 +4,8 @@
 // A Node is one member. New(cfg) checks the configuration, Start(ctx) brings the member up (from its WAL
 // if it has one, else by bootstrapping --initial-cluster or joining an existing cluster), Stop(ctx) stops
 // it. A Node implements commitlog.Log for a storage in the same process (`cairn dev`); for a remote storage,
-// whose client is pkg/consensusclient, the same log is served on the Consensus port: proposals, read index
-// calls and the committed log on framed links (links.go, pkg/framed), the rest as the Consensus gRPC service
+// whose client is internal/consensusclient, the same log is served on the Consensus port: proposals, read index
+// calls and the committed log on framed links (links.go, internal/framed), the rest as the Consensus gRPC service
 // (server.go), which also carries etcd's membership operations for the frontend.
 //
 // # Promises

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/consensus/wal"

@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
-	"github.com/cairn-kv/cairn/pkg/commitlog"
-	"github.com/cairn-kv/cairn/pkg/consensusclient"
-	"github.com/cairn-kv/cairn/pkg/framed"
+	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/consensusclient"
+	"github.com/cairn-kv/cairn/internal/framed"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
 

@@ -7,7 +7,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/raft/v3/raftpb"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/api/consensuspb"
 )
 
 // applyMemberChange validates and applies the member change a committed conf change carries. It is

@@ -14,8 +14,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
-	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 )
 
 // memberID derives a member ID as etcd does: the first 8 bytes of SHA-1 over the sorted peer URLs, the

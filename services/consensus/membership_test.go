@@ -9,7 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/cairn-kv/cairn/pkg/loopback"
+	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
@@ -219,7 +219,7 @@ func TestMemberUpdateMovesAPeer(t *testing.T) {
 	moved := others(c, leader)[0]
 	id := moved.Node().ID()
 	moved.Stop()
-	newURL := "http://" + loopback.Addr(t)
+	newURL := "http://" + loopbacktest.Addr(t)
 	if _, err := leader.Node().MemberUpdate(context.Background(), &etcdserverpb.MemberUpdateRequest{ID: id, PeerURLs: []string{newURL}}); err != nil {
 		t.Fatal(err)
 	}

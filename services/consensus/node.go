@@ -14,9 +14,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
-	"github.com/cairn-kv/cairn/pkg/framed"
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/framed"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 	"github.com/cairn-kv/cairn/services/consensus/wal"
 )

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/api/consensuspb"
 )
 
 // publishAttributes announces this member's name, client URLs and storage URL to the cluster through

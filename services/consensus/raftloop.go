@@ -11,7 +11,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/api/consensuspb"
 )
 
 // maxDrain bounds how many queued inputs the loop takes before it handles a Ready, so a flood of

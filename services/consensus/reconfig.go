@@ -5,7 +5,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
+	"github.com/cairn-kv/cairn/api/consensuspb"
 )
 
 // The checks --strict-reconfig-check adds, as etcd makes them: a change must not leave fewer started (or

@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
-	"github.com/cairn-kv/cairn/pkg/consensusclient"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
+	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/consensusclient"
+	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
 

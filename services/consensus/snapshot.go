@@ -11,8 +11,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
-	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 )
 
 // A raft snapshot here holds no state: its data is a SnapshotData naming the member whose storage holds

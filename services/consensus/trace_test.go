@@ -8,8 +8,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/cairn-kv/cairn/pkg/consensusclient"
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/consensusclient"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )

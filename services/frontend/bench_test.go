@@ -10,15 +10,15 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 // BenchmarkRangeList measures a Kubernetes-style LIST through a frontend: a serializable range over 5000 keys
 // of 1 KiB (5 MiB), from 8 concurrent callers on one connection, with the process CPU time per list (clients,
 // frontends and storages of the in-process cluster all count).
 func BenchmarkRangeList(b *testing.B) {
-	c := testcluster.Start(b, testcluster.Options{})
+	c := clustertest.Start(b, clustertest.Options{})
 	fe := c.Frontends()[0]
 	conn := rawConn(b, fe.URL)
 	kv := pb.NewKVClient(conn)

@@ -7,10 +7,10 @@ import (
 	"net"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/clienttls"
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/etcdcheck"
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/clienttls"
+	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/etcdcheck"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Defaults, etcd's where etcd has the setting.

@@ -37,7 +37,7 @@
 // every ProbeInterval (sooner after a failure) for health, leader, term and membership. Routing reads an
 // immutable view of the last probe round without locks. A replica that fails a call is routed around at once.
 // Range and Submit, the hot path, travel on a pipeline to each storage (storageclient.Pipeline: a frame each
-// way per call on two long-lived connections of framed messages, pkg/framed, on the storage's port, no gRPC
+// way per call on two long-lived connections of framed messages, internal/framed, on the storage's port, no gRPC
 // call per call) with the same answers and errors as the unary calls; when spans are recorded
 // (OTEL_EXPORTER_OTLP_ENDPOINT set) every call is unary instead, so it keeps its own gRPC span. Each call carries
 // its deadline (the client's, bounded by RequestTimeout + ProbeInterval), so no timer is set per call.

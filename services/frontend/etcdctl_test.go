@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 )
 
 // TestEtcdctl drives a 3-member cluster with the real etcdctl v3.7.3.
 func TestEtcdctl(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
-	c := testcluster.Start(t, testcluster.Options{})
+	etcdctl := etcdreftest.Etcdctl(t)
+	c := clustertest.Start(t, clustertest.Options{})
 	endpoints := strings.Join(c.Endpoints(), ",")
 	run := func(t *testing.T, stdin string, args ...string) string {
 		t.Helper()

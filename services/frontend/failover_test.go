@@ -9,16 +9,16 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 )
 
 // TestRetriesOnDeadReplica stops the leader's storage and checks, through plain gRPC (no client retries),
 // that the frontend routes every call around it at once, then back once it returns.
 func TestRetriesOnDeadReplica(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	ctx := ctxFor(t)
 	leader := c.Leader(10 * time.Second)
-	var leaderFE, otherFE *testcluster.Frontend
+	var leaderFE, otherFE *clustertest.Frontend
 	for i, fe := range c.Frontends() {
 		if c.Members()[i] == leader {
 			leaderFE = fe

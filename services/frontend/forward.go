@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
+	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/rpctune"
 )
 
 // backend is one watchhub or leasekeeper connection.

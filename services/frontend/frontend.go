@@ -19,10 +19,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-	"github.com/cairn-kv/cairn/pkg/wiremsg"
+	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/rpctune"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 // Frontend is one stateless frontend: etcd's gRPC API, the JSON gateway and the admin endpoints on the client

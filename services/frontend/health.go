@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )

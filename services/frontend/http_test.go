@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
 
@@ -32,7 +32,7 @@ func httpDo(t *testing.T, method, url, body string) (int, string) {
 }
 
 func TestGatewayJSON(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	base := c.Endpoints()[0]
 	code, body := httpDo(t, "POST", base+"/v3/kv/put", `{"key":"Zm9v","value":"YmFy"}`)
 	if code != 200 || !strings.Contains(body, `"cluster_id":"`) || !strings.Contains(body, `"raft_term":"`) {
@@ -89,7 +89,7 @@ func TestHealthEndpoints(t *testing.T) {
 	}
 	metricsURL := "http://" + lis.Addr().String()
 	lis.Close()
-	c := testcluster.Start(t, testcluster.Options{Frontends: 1, ConfigureFrontend: func(cfg *frontend.Config) {
+	c := clustertest.Start(t, clustertest.Options{Frontends: 1, ConfigureFrontend: func(cfg *frontend.Config) {
 		cfg.ListenMetricsURLs = []string{metricsURL}
 	}})
 	base := c.Endpoints()[0]

@@ -6,9 +6,9 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/etcdcheck"
-	"github.com/cairn-kv/cairn/pkg/wiremsg"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/etcdcheck"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 )

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 )
 
 func ctxFor(t *testing.T) context.Context {
@@ -56,7 +56,7 @@ func wantStatus(t *testing.T, what string, err, want error) {
 }
 
 func TestKVErrorsAsEtcd(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	kv := pb.NewKVClient(rawConn(t, c.Endpoints()[0]))
 	ctx := ctxFor(t)
 	ops := func(n int) []*pb.RequestOp {
@@ -136,7 +136,7 @@ func TestKVErrorsAsEtcd(t *testing.T) {
 }
 
 func TestKVHeadersAndRouting(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	ctx := ctxFor(t)
 	clusterID := c.Members()[0].Node().ClusterID()
 	leader := c.Leader(10 * time.Second)

@@ -17,12 +17,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 )
 
 func TestClusterMembership(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	ctx := ctxFor(t)
 	cli := c.Client(t, c.Endpoints()[0])
 	list, err := cli.MemberList(ctx)
@@ -33,7 +33,7 @@ func TestClusterMembership(t *testing.T) {
 		t.Fatalf("member list %v", list)
 	}
 	for _, m := range list.Members {
-		var found *testcluster.Member
+		var found *clustertest.Member
 		for _, tm := range c.Members() {
 			if tm.ID() == m.ID {
 				found = tm
@@ -79,7 +79,7 @@ func TestClusterMembership(t *testing.T) {
 }
 
 func TestMaintenance(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	ctx := ctxFor(t)
 	cli := c.Client(t)
 	for i := range 20 {
@@ -225,7 +225,7 @@ func TestMaintenance(t *testing.T) {
 	})
 
 	t.Run("move leader from any frontend", func(t *testing.T) {
-		var target *testcluster.Member
+		var target *clustertest.Member
 		for _, m := range c.Members() {
 			if m != leader {
 				target = m
@@ -271,7 +271,7 @@ func TestMaintenance(t *testing.T) {
 }
 
 func TestAuthAsDisabledEtcd(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Members: 1})
+	c := clustertest.Start(t, clustertest.Options{Members: 1})
 	ctx := ctxFor(t)
 	auth := pb.NewAuthClient(rawConn(t, c.Endpoints()[0]))
 	st, err := auth.AuthStatus(ctx, &pb.AuthStatusRequest{})
@@ -301,7 +301,7 @@ func TestAuthAsDisabledEtcd(t *testing.T) {
 // backendHashes waits for every member to apply rev, asks each frontend for Maintenance.Hash (client/v3 has no
 // Hash call) and checks it against its home member's storage asked directly, the header against the member,
 // and that every member has the same hash, which it returns.
-func backendHashes(t *testing.T, c *testcluster.Cluster, rev int64) uint32 {
+func backendHashes(t *testing.T, c *clustertest.Cluster, rev int64) uint32 {
 	t.Helper()
 	ctx := ctxFor(t)
 	for _, m := range c.Members() {

@@ -9,15 +9,15 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/testcluster"
-	"github.com/cairn-kv/cairn/pkg/testwait"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // TestRangeRelayedAsStorageAnswers: KV.Range reaches the client as storage's own answer, relayed without being
 // decoded, with the frontend's header fields merged into storage's header; large and small answers, limited,
 // counted, keys only and sorted, at an older revision, and empty.
 func TestRangeRelayedAsStorageAnswers(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	ctx := ctxFor(t)
 	fe, home := c.Frontends()[0], c.Members()[0]
 	cli := c.Client(t, fe.URL)
@@ -34,7 +34,7 @@ func TestRangeRelayedAsStorageAnswers(t *testing.T) {
 		}
 	}
 	all := &pb.RangeRequest{Key: []byte("relay/"), RangeEnd: []byte("relay0"), Serializable: true}
-	testwait.Until(t, 10*time.Second, 10*time.Millisecond, "the home storage has every put", func() bool {
+	waittest.Until(t, 10*time.Second, 10*time.Millisecond, "the home storage has every put", func() bool {
 		resp, err := home.Storage().Range(ctx, all)
 		return err == nil && resp.Count == keys
 	})

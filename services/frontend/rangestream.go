@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+	"github.com/cairn-kv/cairn/internal/etcdcheck"
 )
 
 // initialStreamChunkLimit is the key count of RangeStream's first chunk, as in etcd.

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 )
 
 // chunk is what one RangeStream message carried.
@@ -23,7 +23,7 @@ type chunk struct {
 }
 
 func TestRangeStreamAsEtcd(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{})
+	c := clustertest.Start(t, clustertest.Options{})
 	ctx := ctxFor(t)
 	kv := pb.NewKVClient(rawConn(t, c.Endpoints()[1]))
 	for i := range 25 {

@@ -11,8 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/cairn-kv/cairn/pkg/clienttls/certtest"
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
 
@@ -20,7 +20,7 @@ import (
 // --client-cert-auth only clients with a certificate the trusted CA signed get an answer.
 func TestClientTLS(t *testing.T) {
 	certs := certtest.Write(t)
-	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: testcluster.ServeHTTPS(certs),
+	c := clustertest.Start(t, clustertest.Options{Members: 1, ConfigureFrontend: clustertest.ServeHTTPS(certs),
 		ClientTLS: certs.ClientTLS(t, certs.ClientCert, certs.ClientKey)})
 	fe := c.Frontends()[0]
 	if urls := fe.Frontend().ClientURLs(); len(urls) != 1 || !strings.HasPrefix(urls[0], "https://") {

@@ -10,8 +10,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 )
 
 // TestOneTraceFollowsAWrite: a client's Put is one trace from the frontend's gRPC span through the storage's
@@ -25,7 +25,7 @@ func TestOneTraceFollowsAWrite(t *testing.T) {
 		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)),
 		Propagator: propagation.TraceContext{},
 	}
-	c := testcluster.Start(t, testcluster.Options{Members: 3, Frontends: 1, Watchhubs: 1, Telemetry: tel})
+	c := clustertest.Start(t, clustertest.Options{Members: 3, Frontends: 1, Watchhubs: 1, Telemetry: tel})
 	client := c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -4,8 +4,8 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
-	"github.com/cairn-kv/cairn/pkg/config"
+	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/config"
 )
 
 // lagEntries is how far behind its log's commit index a storage may be and still count as caught up;

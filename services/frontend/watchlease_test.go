@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/testcluster"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
 
@@ -109,7 +109,7 @@ func TestWatchAndLeaseForwarding(t *testing.T) {
 		u, srv := serveFake(t, func(s *grpc.Server) { pb.RegisterLeaseServer(s, k) })
 		keeperURLs, keeperServers = append(keeperURLs, u), append(keeperServers, srv)
 	}
-	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
+	c := clustertest.Start(t, clustertest.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
 		cfg.WatchEndpoints, cfg.LeaseEndpoints = hubURLs, keeperURLs
 	}})
 	ctx := ctxFor(t)
@@ -175,7 +175,7 @@ func TestWatchAndLeaseForwarding(t *testing.T) {
 // resume on another frontend) rather than waiting for them until its stop deadline.
 func TestStopEndsRelayedWatches(t *testing.T) {
 	hubURL, _ := serveFake(t, func(s *grpc.Server) { pb.RegisterWatchServer(s, &fakeHub{name: "hub"}) })
-	c := testcluster.Start(t, testcluster.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
+	c := clustertest.Start(t, clustertest.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
 		cfg.WatchEndpoints = []string{hubURL}
 	}})
 	stream, err := pb.NewWatchClient(rawConn(t, c.Endpoints()[0])).Watch(ctxFor(t))
@@ -204,7 +204,7 @@ func TestStopEndsRelayedWatches(t *testing.T) {
 }
 
 func TestWatchAndLeaseUnimplementedWithoutBackends(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Members: 1})
+	c := clustertest.Start(t, clustertest.Options{Members: 1})
 	ctx := ctxFor(t)
 	conn := rawConn(t, c.Endpoints()[0])
 	stream, err := pb.NewWatchClient(conn).Watch(ctx)

@@ -9,8 +9,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
-	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
 // TestOnRaftCluster: the keeper works the same on storages of a real 3-member consensus cluster: grants and
@@ -42,14 +42,14 @@ func TestOnRaftCluster(t *testing.T) {
 	}
 }
 
-// TestCompareWithEtcd runs the lease benchmarks (pkg/bench, as `cairn bench lease-keepalive` and
+// TestCompareWithEtcd runs the lease benchmarks (internal/tools/bench, as `cairn bench lease-keepalive` and
 // `lease-grant-revoke`) against a keeper on a 3-member Raft cluster and against a 3-member etcd v3.7.3 in the
 // same run, and prints one table. Opt-in: CAIRN_LEASE_COMPARE=1 (CAIRN_LEASE_COMPARE_TOTAL sets the request count).
 func TestCompareWithEtcd(t *testing.T) {
 	if os.Getenv("CAIRN_LEASE_COMPARE") == "" {
 		t.Skip("set CAIRN_LEASE_COMPARE=1 to benchmark leases beside real etcd")
 	}
-	etcd := etcdref.StartCluster(t, 3)
+	etcd := etcdreftest.StartCluster(t, 3)
 	env := newRaftEnv(t)
 	k := env.startKeeper(env.keeperConfig("bench"))
 	waitActive(t, k, 10*time.Second)

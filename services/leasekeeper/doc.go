@@ -8,7 +8,7 @@
 // etcd) and, when a deadline passes, proposes the lease's revoke through storage.
 //
 // How a keeper learns leases: an initial load of storage's lease records, the lease changes of applied records
-// on the event bus's lease subjects (pkg/eventbus; lossy, and a record may come from more than one member, so
+// on the event bus's lease subjects (internal/eventbus; lossy, and a record may come from more than one member, so
 // each change is applied in log index order and copies are ignored), its own writes' answers, and a
 // reconciliation with storage every ReconcileInterval.
 //

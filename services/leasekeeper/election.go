@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // observation is a standby's view of the claim: the state last read and when this keeper first saw it (its own

@@ -8,9 +8,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // runExpiry finds expired leases every ExpiryTick, while active, and hands them to the revoke workers no faster

@@ -8,9 +8,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
 )
 
 // busWatcher collects every DELETE event seen on the bus, by key, with its revision and the revoke record.

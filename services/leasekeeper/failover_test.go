@@ -9,7 +9,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
 )
 
 // router sends lease calls to whichever keeper is active, moving on when one is unreachable or not active, as

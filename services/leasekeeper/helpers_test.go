@@ -13,11 +13,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
-	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/testwait"
+	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
+	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/storage"
 )
@@ -43,7 +43,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
 	env := startBus(t)
-	log, err := memlog.Open(memlog.Config{MemberID: 1})
+	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func leaseClient(t testing.TB, k *Keeper) pb.LeaseClient {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	testwait.Until(t, timeout, 10*time.Millisecond, what, cond)
+	waittest.Until(t, timeout, 10*time.Millisecond, what, cond)
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

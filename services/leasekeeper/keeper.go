@@ -15,11 +15,11 @@ import (
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/rpctune"
 )
 
 // revokeWorkers is how many revokes of expired leases are in flight at once.

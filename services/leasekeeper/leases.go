@@ -8,9 +8,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // The Lease API, as etcd v3.7's: callable in-process and served over gRPC by server. A standby answers every

@@ -3,7 +3,7 @@ package leasekeeper
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // metrics are the keeper's Prometheus series (cairn_leasekeeper_*).

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // runReconcile compares the lease table with storage every ReconcileInterval: the bus may lose records.

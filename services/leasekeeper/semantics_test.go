@@ -8,13 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-
-	"github.com/cairn-kv/cairn/pkg/etcdref"
 )
 
 // leaseTarget is what a semantics case runs against: the Lease API, and key writes and reads of the same store.
@@ -207,7 +206,7 @@ func TestLeaseSemanticsOfEtcd(t *testing.T) {
 	if os.Getenv("CAIRN_LEASE_ETCDREF") == "" {
 		t.Skip("set CAIRN_LEASE_ETCDREF=1 to run the cases against the real etcd")
 	}
-	cluster := etcdref.StartCluster(t, 1)
+	cluster := etcdreftest.StartCluster(t, 1)
 	conn, err := grpc.NewClient(trimScheme(cluster.Endpoints()[0]), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

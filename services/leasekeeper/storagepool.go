@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // storagePool is the keeper's way to storage: one client per endpoint, calls go to the current one and move on

@@ -13,7 +13,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
 )
 
 // stormLeases is the size of the expiry storm: 3000 by default, CAIRN_LEASE_STORM (e.g. 100000) to change it.

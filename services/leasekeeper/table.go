@@ -9,8 +9,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/api/storagepb"
 )
 
 // lease is what a keeper knows of one lease. Every field is guarded by the table's mutex.

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/api/storagepb"
 )
 
 var epoch0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/bench"
+	"github.com/cairn-kv/cairn/internal/tools/bench"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 

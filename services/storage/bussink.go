@@ -1,8 +1,8 @@
 package storage
 
 import (
-	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 

@@ -13,9 +13,9 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/eventpb"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // TestBusSinkPublishesAppliedRecords: a storage wired to NATS publishes each applied entry's events and lease

@@ -16,7 +16,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
+	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
 )
 
 // TestKill9KeepsAcknowledgedWrites runs a storage on a file-backed log in a child process that writes from 16
@@ -46,7 +46,7 @@ func TestKill9KeepsAcknowledgedWrites(t *testing.T) {
 	if len(acked) < 100 {
 		t.Fatalf("child acknowledged only %d writes:\n%s", len(acked), out.String())
 	}
-	log, err := memlog.Open(memlog.Config{MemberID: 1, Path: filepath.Join(dir, "log")})
+	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1, Path: filepath.Join(dir, "log")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestKill9KeepsAcknowledgedWrites(t *testing.T) {
 }
 
 func kill9Child(t *testing.T, dir string) {
-	log, err := memlog.Open(memlog.Config{MemberID: 1, Path: filepath.Join(dir, "log")})
+	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1, Path: filepath.Join(dir, "log")})
 	if err != nil {
 		t.Fatal(err)
 	}

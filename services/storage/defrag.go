@@ -9,7 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/api/storagepb"
 )
 
 // defragTxMaxSize bounds the bytes copied in one bbolt transaction while defragmenting.

@@ -1,6 +1,6 @@
 // Package storage is a Cairn member's storage service: it applies the member's committed log into MVCC
-// (package mvcc, on bbolt) and serves the Storage gRPC API (pkg/cairnpb/storagepb) that the frontend, watchhub
-// and leasekeeper use, through pkg/storageclient.
+// (package mvcc, on bbolt) and serves the Storage gRPC API (api/storagepb) that the frontend, watchhub
+// and leasekeeper use, through internal/storageclient.
 //
 // Writes: Submit checks a request as etcd's API layer does (package etcdcheck) and against the backend quota,
 // gives it a cluster-unique request ID, wraps it in a storagepb.Entry (with the caller's trace context) and
@@ -13,7 +13,7 @@
 // is applied, so a read after an acknowledged write sees it. History, Hash, BackendHash, Snapshot, Status and
 // the lease queries are served from local state. The frontend's hot path, Submit and Range, comes on pipeline
 // connections on the same port as gRPC (told apart by their preamble, storageclient.PipelinePreamble; frames of
-// storagepb.PipelineRequest and PipelineResponse, pkg/framed): a serializable one-key range is answered by the
+// storagepb.PipelineRequest and PipelineResponse, internal/framed): a serializable one-key range is answered by the
 // connection's reading goroutine itself, anything else on a worker; answers share writes while calls keep
 // coming. A plain range is answered in its wire encoding written straight from the stored KeyValues
 // (mvcc.Store.RangeEncoded) into a pooled buffer that is written out as it is, so a LIST is copied once and never

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
-	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
-	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/testwait"
+	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // testMember is a running storage on loopback with its log and a client of its gRPC API.
@@ -26,8 +26,8 @@ func testConfig(t testing.TB, memberID uint64) Config {
 		BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, LogCompactInterval: 20 * time.Millisecond}
 }
 
-func newMemlog(t testing.TB, memberID uint64) *memlog.Log {
-	l, err := memlog.Open(memlog.Config{MemberID: memberID})
+func newMemlog(t testing.TB, memberID uint64) *commitlogtest.Log {
+	l, err := commitlogtest.Open(commitlogtest.Config{MemberID: memberID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func startMember(t testing.TB, cfg Config, log commitlog.Log, tel *obs.Telemetry
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	testwait.Until(t, timeout, 5*time.Millisecond, what, cond)
+	waittest.Until(t, timeout, 5*time.Millisecond, what, cond)
 }
 
 func ctxT(t *testing.T) context.Context {

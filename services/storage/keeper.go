@@ -3,7 +3,7 @@ package storage
 import (
 	"context"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 

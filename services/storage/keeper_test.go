@@ -5,8 +5,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/keeperclaim"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/keeperclaim"
 )
 
 // TestKeeperClaimAndFencing drives the leasekeeper election through storage's gRPC API, step by step, on two

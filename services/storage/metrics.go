@@ -7,7 +7,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // metrics are the storage's Prometheus series, served on the admin endpoint.

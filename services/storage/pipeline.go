@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/framed"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/framed"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // pipelineMaxWorkers bounds the worker goroutines a pipeline keeps. A call that finds no idle worker starts a new

@@ -11,8 +11,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // TestSnapshotInstall: member 1 applies a log and reports it durable; the log drops those entries; member 2 starts

@@ -19,14 +19,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/commitlog"
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/framed"
-	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/wiremsg"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/framed"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/rpctune"
+	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 

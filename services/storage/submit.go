@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // errStepDone stops a history read once a step has read enough.

@@ -9,21 +9,21 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/cairn-kv/cairn/pkg/etcdref"
-	"github.com/cairn-kv/cairn/pkg/testcluster"
-	"github.com/cairn-kv/cairn/pkg/watchcheck"
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/testing/watchtest"
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
 // etcdctlWatch runs `etcdctl watch args...` against endpoints.
 func etcdctlWatch(t *testing.T, etcdctl, endpoints string, args ...string) (<-chan string, func() error) {
 	t.Helper()
-	return etcdref.EtcdctlLines(t, etcdctl, 30*time.Second, append(append([]string{"watch"}, args...), "--endpoints="+endpoints)...)
+	return etcdreftest.EtcdctlLines(t, etcdctl, 30*time.Second, append(append([]string{"watch"}, args...), "--endpoints="+endpoints)...)
 }
 
 func expectLines(t *testing.T, lines <-chan string, want ...string) {
 	t.Helper()
-	if got := etcdref.NextLines(t, lines, len(want), 15*time.Second); strings.Join(got, "\n") != strings.Join(want, "\n") {
+	if got := etcdreftest.NextLines(t, lines, len(want), 15*time.Second); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("etcdctl printed %q, want %q", got, want)
 	}
 }
@@ -31,8 +31,8 @@ func expectLines(t *testing.T, lines <-chan string, want ...string) {
 // TestEtcdctlWatchThroughFrontends: the real etcdctl v3.7.3 watches a 3-member cluster through its frontends,
 // which relay to two watchhubs.
 func TestEtcdctlWatchThroughFrontends(t *testing.T) {
-	etcdctl := etcdref.Etcdctl(t)
-	c := testcluster.Start(t, testcluster.Options{Watchhubs: 2})
+	etcdctl := etcdreftest.Etcdctl(t)
+	c := clustertest.Start(t, clustertest.Options{Watchhubs: 2})
 	endpoints := strings.Join(c.Endpoints(), ",")
 	cli := c.Client(t)
 	ctx := context.Background()
@@ -109,7 +109,7 @@ func TestEtcdctlWatchThroughFrontends(t *testing.T) {
 // TestClientV3ThroughFrontends: many watches on one client stream, progress notifications and fragments,
 // through a frontend relaying to the hubs.
 func TestClientV3ThroughFrontends(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Members: 1, Watchhubs: 2,
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Watchhubs: 2,
 		ConfigureWatchhub: func(cfg *watchhub.Config) { cfg.ProgressNotifyInterval = 200 * time.Millisecond }})
 	cli := c.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -201,7 +201,7 @@ func metricValue(t *testing.T, h *watchhub.Hub, name string) float64 {
 // a write stream exactly once and in order while a hub stops and starts, a storage replica stops and starts,
 // and the NATS server stops and starts.
 func TestEveryRevisionOnceThroughClusterFaults(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Watchhubs: 2})
+	c := clustertest.Start(t, clustertest.Options{Watchhubs: 2})
 	writer := c.Client(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -215,7 +215,7 @@ func TestEveryRevisionOnceThroughClusterFaults(t *testing.T) {
 	for i := range 10 {
 		clients = append(clients, c.Client(t, c.Endpoints()[i%len(c.Endpoints())]))
 	}
-	watchers := watchcheck.Start(ctx, clients, 10, "w/", start)
+	watchers := watchtest.Start(ctx, clients, 10, "w/", start)
 	hubs, members := c.Watchhubs(), c.Members()
 	faults := map[int]func(){
 		100: hubs[0].Stop,

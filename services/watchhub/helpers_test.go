@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog/memlog"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/loopback"
-	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/pkg/storageclient"
-	"github.com/cairn-kv/cairn/pkg/testwait"
+	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
+	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -29,7 +29,7 @@ type testEnv struct {
 	t        testing.TB
 	natsPort int
 	nats     *eventbus.Embedded
-	log      *memlog.Log
+	log      *commitlogtest.Log
 	storages []*testStorage
 	hubs     []*Hub
 	tel      *obs.Telemetry
@@ -55,16 +55,16 @@ func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // newTestEnv starts NATS and the given number of storages.
 func newTestEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
-	env := &testEnv{t: t, natsPort: loopback.Port(t), tel: obs.NoTelemetry()}
+	env := &testEnv{t: t, natsPort: loopbacktest.Port(t), tel: obs.NoTelemetry()}
 	env.startNATS()
-	l, err := memlog.Open(memlog.Config{MemberID: 1})
+	l, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	env.log = l
 	for i := range storages {
 		env.storages = append(env.storages, &testStorage{cfg: storage.Config{
-			MemberID: uint64(i + 1), DataDir: t.TempDir(), ListenURL: fmt.Sprintf("http://127.0.0.1:%d", loopback.Port(t)),
+			MemberID: uint64(i + 1), DataDir: t.TempDir(), ListenURL: fmt.Sprintf("http://127.0.0.1:%d", loopbacktest.Port(t)),
 			BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second,
 			LogCompactInterval: 50 * time.Millisecond,
 		}})
@@ -242,7 +242,7 @@ func ctxT(t testing.TB) context.Context {
 // eventually polls cond until it holds or the deadline passes.
 func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	testwait.Until(t, timeout, 5*time.Millisecond, what, cond)
+	waittest.Until(t, timeout, 5*time.Millisecond, what, cond)
 }
 
 // rawStream is a raw etcdserverpb Watch stream whose responses are collected by a goroutine.

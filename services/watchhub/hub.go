@@ -20,11 +20,11 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
-	"github.com/cairn-kv/cairn/pkg/config"
-	"github.com/cairn-kv/cairn/pkg/eventbus"
-	"github.com/cairn-kv/cairn/pkg/obs"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/rpctune"
 )
 
 // Hub is one watchhub. Build it with New, run it with Start, end it with Stop.

@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // TestWatchSpanContinuesTheWrite: the hub's fan-out span of a revision belongs to the trace of the client

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/internal/eventbus"
 )
 
 // interestInterval is how often a hub with watch streams tells the storages' publishers that it needs the

@@ -6,7 +6,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/eventbus"
+	"github.com/cairn-kv/cairn/internal/eventbus"
 )
 
 // TestIdleHubWakesAtStoragesRevision: a hub without watch streams does not follow the store (the storages'

@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // metrics are the hub's Prometheus metrics, on its own registry (with the Go runtime's, so memory per

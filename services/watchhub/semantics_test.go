@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/cairn-kv/cairn/pkg/etcdref"
+	"github.com/cairn-kv/cairn/internal/tools/etcdref"
 )
 
 const goldenPath = "testdata/etcd-watch-golden.json"
@@ -266,7 +266,7 @@ func writeEtcd(ctx context.Context, kv pb.KVClient, req *pb.InternalRaftRequest)
 	return resp.GetHeader().GetRevision(), err
 }
 
-// startEtcd starts a single-member reference etcd (pkg/etcdref) with a fresh data dir.
+// startEtcd starts a single-member reference etcd (internal/tools/etcdref) with a fresh data dir.
 func startEtcd(t *testing.T, bin string) (*grpc.ClientConn, pb.KVClient, func()) {
 	cluster, err := etcdref.New(etcdref.Config{Members: 1, Binaries: etcdref.Binaries{Etcd: bin},
 		Logger: quietLogger()})

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 )
 
 // Commits follows one member's committed log and tells proposers when their entry committed, the way a

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/loopback"
-	"github.com/cairn-kv/cairn/pkg/obs"
+	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
@@ -118,9 +118,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 // newMember reserves a loopback peer address (and API address) for a member.
 func (c *Cluster) newMember(name string) *Member {
 	m := &Member{Name: name, cluster: c, DataDir: filepath.Join(c.dir, name), Faults: transport.NewFaults()}
-	m.PeerURL = "http://" + loopback.Addr(c.t)
+	m.PeerURL = "http://" + loopbacktest.Addr(c.t)
 	if c.opts.ConsensusAPI {
-		m.APIAddr = loopback.Addr(c.t)
+		m.APIAddr = loopbacktest.Addr(c.t)
 	}
 	return m
 }

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/commitlog"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 )
 
 // Machines finds state machines by member ID; it stands in for storage's Snapshot stream between members.

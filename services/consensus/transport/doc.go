@@ -1,5 +1,5 @@
 // Package transport carries raft messages between consensus members: on messages links (connections of framed
-// messages, pkg/framed, on the peer port, opened with MessagesPreamble; see consensuspb.Peer), and snapshots on
+// messages, internal/framed, on the peer port, opened with MessagesPreamble; see consensuspb.Peer), and snapshots on
 // the Peer gRPC service.
 //
 // # Promises

@@ -17,9 +17,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/consensuspb"
-	"github.com/cairn-kv/cairn/pkg/framed"
-	"github.com/cairn-kv/cairn/pkg/rpctune"
+	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/framed"
+	"github.com/cairn-kv/cairn/internal/rpctune"
 )
 
 // class is a kind of traffic with its own stream and queue.

@@ -13,8 +13,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 
-	"github.com/cairn-kv/cairn/pkg/framed"
-	"github.com/cairn-kv/cairn/pkg/testwait"
+	"github.com/cairn-kv/cairn/internal/framed"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // recorder is the raft side of a transport under test: it records what the transport hands it.
@@ -145,7 +145,7 @@ func msg(typ raftpb.MessageType, from, to uint64, payload int) *raftpb.Message {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	testwait.Until(t, 10*time.Second, 2*time.Millisecond, what, cond)
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, what, cond)
 }
 
 func pair(t *testing.T, options ...func(*Config)) (a, b *member) {

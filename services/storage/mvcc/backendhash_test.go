@@ -7,7 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/api/storagepb"
 )
 
 func backendHash(t *testing.T, ts *testStore) *pb.HashResponse {

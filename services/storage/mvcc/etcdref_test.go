@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/pkg/loopback"
+	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -70,8 +70,8 @@ func callEtcd(kv pb.KVClient, lease pb.LeaseClient, req *pb.InternalRaftRequest)
 // startEtcd starts a single-member etcd on loopback with a fresh data dir and waits until it answers.
 func startEtcd(t *testing.T, bin string) (*grpc.ClientConn, func()) {
 	dir := t.TempDir()
-	client := fmt.Sprintf("http://127.0.0.1:%d", loopback.Port(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", loopback.Port(t))
+	client := fmt.Sprintf("http://127.0.0.1:%d", loopbacktest.Port(t))
+	peer := fmt.Sprintf("http://127.0.0.1:%d", loopbacktest.Port(t))
 	cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, "data"), "--name", "ref",
 		"--listen-client-urls", client, "--advertise-client-urls", client,
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", "ref="+peer,

@@ -8,7 +8,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/etcdcheck"
+	"github.com/cairn-kv/cairn/internal/etcdcheck"
 )
 
 // testStore is a Store with the log index it has applied up to, for tests that apply requests directly.

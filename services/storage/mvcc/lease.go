@@ -8,7 +8,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/cairn-kv/cairn/pkg/cairnpb/storagepb"
+	"github.com/cairn-kv/cairn/api/storagepb"
 )
 
 // MaxLeaseTTL is etcd's largest grantable TTL, in seconds.

@@ -1,0 +1,634 @@
+package eventbus
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
+)
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func startServer(t *testing.T, port int) *Embedded {
+	t.Helper()
+	srv, err := StartEmbedded(EmbeddedConfig{Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return srv
+}
+
+func record(index uint64) *eventpb.AppliedRecord {
+	return &eventpb.AppliedRecord{Index: index, Revision: int64(index) + 1, Events: []*mvccpb.Event{{
+		Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("k" + strconv.Itoa(int(index))), ModRevision: int64(index) + 1},
+	}}}
+}
+
+// collector gathers what a subscription receives, per member.
+type collector struct {
+	mu       sync.Mutex
+	byMember map[uint64][]uint64
+	metas    []Meta
+}
+
+func (c *collector) handle(rec *eventpb.AppliedRecord, meta Meta) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byMember == nil {
+		c.byMember = map[uint64][]uint64{}
+	}
+	c.byMember[meta.Member] = append(c.byMember[meta.Member], rec.Index)
+	c.metas = append(c.metas, meta)
+}
+
+func (c *collector) count(member uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.byMember[member])
+}
+
+// subscribeAll connects a subscriber to srv and subscribes each collector to prefix "test" (with
+// SubscribeFirstCopies when its value is true, Subscribe otherwise); the subscriptions are known to the server
+// when it returns, and the connection closes with the test.
+func subscribeAll(t *testing.T, srv *Embedded, collectors map[*collector]bool) *nats.Conn {
+	t.Helper()
+	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	for c, firstCopies := range collectors {
+		subscribe := Subscribe
+		if firstCopies {
+			subscribe = SubscribeFirstCopies
+		}
+		if _, err := subscribe(sub, "test", c.handle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, what, cond)
+}
+
+func TestPublishSubscribeInOrderPerMember(t *testing.T) {
+	srv := startServer(t, -1)
+	var got collector
+	subscribeAll(t, srv, map[*collector]bool{&got: false})
+	const records = 500
+	for _, member := range []uint64{0x1a, 0x2b} {
+		publishQueued(t, srv.ClientURL(), member, 1, records, record)
+	}
+	waitFor(t, "all records", func() bool { return got.count(0x1a) == records && got.count(0x2b) == records })
+	for member, indexes := range got.byMember {
+		for i, index := range indexes {
+			if index != uint64(i+1) {
+				t.Fatalf("member %x: record %d has index %d, want %d (out of order)", member, i, index, i+1)
+			}
+		}
+	}
+	m := got.metas[0]
+	if m.Index == 0 || m.Revision != int64(m.Index)+1 || m.Trace["traceparent"] == "" {
+		t.Fatalf("meta from headers = %+v, want index, revision = index+1 and a traceparent", m)
+	}
+}
+
+func TestPublishNeverBlocksAndCountsDrops(t *testing.T) {
+	srv := startServer(t, -1)
+	nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	reg := prometheus.NewRegistry()
+	pub := NewPublisher(nc, PublisherConfig{MemberID: 1, QueueLength: 2}, reg, quietLogger())
+	// Not started: nothing drains the queue, so every record past its length must be dropped at once.
+	done := make(chan struct{})
+	go func() {
+		for i := uint64(1); i <= 10; i++ {
+			pub.Publish(record(i), nil)
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Publish blocked on a full queue")
+	}
+	if got := testutil.ToFloat64(pub.dropped); got != 8 {
+		t.Fatalf("dropped = %v, want 8", got)
+	}
+}
+
+func TestPublisherSurvivesServerRestart(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	_ = lis.Close()
+	srv, err := StartEmbedded(EmbeddedConfig{Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := srv.ClientURL()
+	pubConn, err := Connect(url, "pub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pubConn.Close()
+	pub := NewPublisher(pubConn, PublisherConfig{MemberID: 7}, nil, quietLogger())
+	pub.Start()
+	defer func() { _ = pub.Stop(context.Background()) }()
+
+	srv.Shutdown()
+	srv = startServer(t, port)
+	subConn, err := Connect(url, "sub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer subConn.Close()
+	var got collector
+	if _, err := Subscribe(subConn, "", got.handle); err != nil {
+		t.Fatal(err)
+	}
+	if err := subConn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "publisher reconnect", pubConn.IsConnected)
+	// Keep publishing until one arrives: records sent while the subscription was not yet known are lost,
+	// which the bus allows; what must hold is that the publisher works again after the restart.
+	next := uint64(1)
+	waitFor(t, "a record after the restart", func() bool {
+		pub.Publish(record(next), nil)
+		next++
+		return got.count(7) > 0
+	})
+}
+
+func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
+	srv := startServer(t, -1)
+	var once, all collector
+	sub := subscribeAll(t, srv, map[*collector]bool{&once: true, &all: false})
+	const records = 300
+	members := []uint64{0x1a, 0x2b, 0x3c}
+	for _, member := range members {
+		publishQueued(t, srv.ClientURL(), member, 1, records, record)
+	}
+	waitFor(t, "every copy on the plain subscription", func() bool {
+		return all.count(0x1a)+all.count(0x2b)+all.count(0x3c) == len(members)*records
+	})
+	// Each subscription has its own goroutine: the first copies may still be on their way.
+	waitFor(t, "first copies", func() bool { return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records })
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	once.mu.Lock()
+	defer once.mu.Unlock()
+	seen := map[uint64]int{}
+	for _, indexes := range once.byMember {
+		for _, index := range indexes {
+			seen[index]++
+		}
+	}
+	if len(seen) != records {
+		t.Fatalf("first copies cover %d indexes, want %d", len(seen), records)
+	}
+	for index, n := range seen {
+		if n != 1 {
+			t.Fatalf("index %d handed on %d times, want once", index, n)
+		}
+	}
+}
+
+func TestRecentIndexes(t *testing.T) {
+	r := newRecentIndexes()
+	for _, tt := range []struct {
+		index uint64
+		want  bool
+	}{{5, true}, {5, false}, {6, true}, {0, true}, {0, true}, {5 + recentIndexWindow, true}, {5, true}, {6, false}} {
+		if got := r.first(tt.index); got != tt.want {
+			t.Fatalf("first(%d) = %v, want %v", tt.index, got, tt.want)
+		}
+	}
+	// Seen now: 5, 6 (5 + window was overwritten by 5 again).
+	for _, tt := range []struct {
+		first, last uint64
+		want        bool
+	}{{5, 6, true}, {5, 5, true}, {6, 6, true}, {4, 6, false}, {5, 7, false}, {0, 6, false}, {6, 5, false}, {1, 1 + recentIndexWindow, false}} {
+		if got := r.allSeen(tt.first, tt.last); got != tt.want {
+			t.Fatalf("allSeen(%d, %d) = %v, want %v", tt.first, tt.last, got, tt.want)
+		}
+	}
+}
+
+// publishQueued queues records first..last on a publisher of member before starting it, so they leave in
+// as few messages as the batch limits allow, and stops it once they are sent.
+func publishQueued(t *testing.T, url string, member uint64, first, last uint64, rec func(uint64) *eventpb.AppliedRecord) {
+	t.Helper()
+	nc, err := Connect(url, "pub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member}, nil, quietLogger())
+	for i := first; i <= last; i++ {
+		pub.Publish(rec(i), map[string]string{"traceparent": fmt.Sprintf("00-%032x-%016x-01", i, i)})
+	}
+	pub.Start()
+	if err := pub.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPublisherBatchesWhatIsQueued(t *testing.T) {
+	big := func(index uint64) *eventpb.AppliedRecord {
+		r := record(index)
+		r.Events[0].Kv.Value = make([]byte, 1<<20)
+		return r
+	}
+	tests := []struct {
+		name      string
+		records   uint64
+		rec       func(uint64) *eventpb.AppliedRecord
+		wantMsgs  int
+		maxSizeOK int
+	}{
+		{"small records fill batches of maxBatchRecords", 1000, record, 2, 8 << 20},
+		{"a batch over the payload limit is split", 20, big, 4, 8 << 20}, // 20 MiB in halves: 4 messages of 5 MiB
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startServer(t, -1)
+			var got collector
+			sub := subscribeAll(t, srv, map[*collector]bool{&got: false})
+			raw, err := sub.SubscribeSync(AllSubjects("test"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			publishQueued(t, srv.ClientURL(), 0x1a, 1, tt.records, tt.rec)
+			waitFor(t, "all records", func() bool { return got.count(0x1a) == int(tt.records) })
+			for i, index := range got.byMember[0x1a] {
+				if index != uint64(i+1) {
+					t.Fatalf("record %d has index %d (out of order)", i, index)
+				}
+			}
+			for i, m := range got.metas {
+				if m.Index != uint64(i+1) || m.Revision != int64(m.Index)+1 || m.Member != 0x1a ||
+					m.Trace["traceparent"] != fmt.Sprintf("00-%032x-%016x-01", m.Index, m.Index) {
+					t.Fatalf("meta %d = %+v, want its own index, revision, member and trace", i, m)
+				}
+			}
+			msgs := 0
+			for {
+				msg, err := raw.NextMsg(100 * time.Millisecond)
+				if err != nil {
+					break
+				}
+				msgs++
+				if len(msg.Data) > tt.maxSizeOK {
+					t.Fatalf("message of %d bytes, over the payload limit", len(msg.Data))
+				}
+			}
+			if msgs != tt.wantMsgs {
+				t.Fatalf("%d records went in %d messages, want %d", tt.records, msgs, tt.wantMsgs)
+			}
+		})
+	}
+}
+
+// TestFirstCopiesAcrossBatchBoundaries: members batch differently, so one member's message can overlap what
+// another's already delivered; only the indexes not yet seen are handed on, once each.
+func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
+	srv := startServer(t, -1)
+	var once collector
+	sub := subscribeAll(t, srv, map[*collector]bool{&once: true})
+	publishQueued(t, srv.ClientURL(), 0x1a, 1, 100, record)
+	waitFor(t, "member 1a's records", func() bool { return once.count(0x1a) == 100 })
+	publishQueued(t, srv.ClientURL(), 0x2b, 50, 150, record) // overlaps 50..100
+	publishQueued(t, srv.ClientURL(), 0x3c, 1, 150, record)  // all seen: not handed on
+	waitFor(t, "member 2b's new records", func() bool { return once.count(0x2b) == 50 })
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	once.mu.Lock()
+	defer once.mu.Unlock()
+	if got := once.byMember[0x2b]; got[0] != 101 || got[len(got)-1] != 150 {
+		t.Fatalf("member 2b handed on %d..%d, want 101..150", got[0], got[len(got)-1])
+	}
+	if n := len(once.byMember[0x3c]); n != 0 {
+		t.Fatalf("member 3c's copies of seen indexes handed on %d times, want none", n)
+	}
+}
+
+// TestSubscribeLeaseChanges checks that a lease subscription gets each record once, with its position and
+// lease changes exactly as published and without the events.
+// TestSubscribeLeaseChanges: a lease subscriber gets, once, each record that changes a lease, stripped to its
+// position and lease changes; a batch without lease changes reaches it only as its last record's position.
+func TestSubscribeLeaseChanges(t *testing.T) {
+	withLeases := func(i uint64) *eventpb.AppliedRecord {
+		rec := record(i)
+		rec.Term = 7
+		if i%3 == 0 {
+			rec.Leases = []*eventpb.LeaseChange{{Type: eventpb.LeaseChange_GRANTED, Id: int64(i), Ttl: 30},
+				{Type: eventpb.LeaseChange_CHECKPOINTED, Id: int64(i), RemainingTtl: 12}}
+		}
+		return rec
+	}
+	withoutLeases := func(i uint64) *eventpb.AppliedRecord { rec := record(i); rec.Term = 7; return rec }
+	tests := []struct {
+		name    string
+		records func(uint64) *eventpb.AppliedRecord
+		want    []uint64
+	}{
+		{"lease changes", withLeases, []uint64{3, 6, 9, 12, 15, 18, 21, 24, 27, 30, 33, 36, 39, 42, 45, 48}},
+		{"position only", withoutLeases, []uint64{50}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startServer(t, -1)
+			sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			var mu sync.Mutex
+			var got []*eventpb.AppliedRecord
+			if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, _ Meta) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, rec)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := sub.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			for _, member := range []uint64{0x1a, 0x2b} { // both send: each record once, whoever sent it
+				publishQueued(t, srv.ClientURL(), member, 1, 50, func(i uint64) *eventpb.AppliedRecord {
+					rec := tt.records(i)
+					rec.MemberId = member
+					return rec
+				})
+			}
+			waitFor(t, "the lease records", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(tt.want) })
+			if err := sub.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != len(tt.want) {
+				t.Fatalf("%d records handed on, want %d", len(got), len(tt.want))
+			}
+			for i, rec := range got {
+				w := tt.records(tt.want[i])
+				w.Events, w.MemberId = nil, rec.MemberId
+				if rec.MemberId != 0x1a && rec.MemberId != 0x2b || !proto.Equal(rec, w) {
+					t.Fatalf("record %d: got %v, want %v", i, rec, w)
+				}
+			}
+		})
+	}
+}
+
+// TestPublishersTakeTurns: of the members' publishers taking turns, only the lowest member's sends; when it
+// stops, the next takes over within TakeoverAfter and first sends the records it held, so the subscriber misses
+// no index; when it comes back, the other steps back.
+func TestPublishersTakeTurns(t *testing.T) {
+	srv := startServer(t, -1)
+	var all collector
+	subscribeAll(t, srv, map[*collector]bool{&all: false})
+	start := func(member uint64) (*Publisher, *prometheus.Registry) {
+		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		reg := prometheus.NewRegistry()
+		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
+			HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond, StandbyRecords: 1000}, reg, quietLogger())
+		pub.Start()
+		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+		return pub, reg
+	}
+	active := func(reg *prometheus.Registry) bool {
+		families, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "cairn_eventbus_publisher_active" {
+				return f.GetMetric()[0].GetGauge().GetValue() == 1
+			}
+		}
+		t.Fatal("no cairn_eventbus_publisher_active gauge")
+		return false
+	}
+	publish := func(pubs []*Publisher, first, last uint64) {
+		for i := first; i <= last; i++ {
+			for _, p := range pubs {
+				p.Publish(record(i), nil)
+			}
+		}
+	}
+	seen := func(first, last uint64) bool {
+		all.mu.Lock()
+		defer all.mu.Unlock()
+		got := map[uint64]bool{}
+		for _, indexes := range all.byMember {
+			for _, i := range indexes {
+				got[i] = true
+			}
+		}
+		for i := first; i <= last; i++ {
+			if !got[i] {
+				return false
+			}
+		}
+		return true
+	}
+
+	p1, reg1 := start(0x1)
+	p2, reg2 := start(0x2)
+	p3, reg3 := start(0x3)
+	waitFor(t, "members 2 and 3 standing by", func() bool { return active(reg1) && !active(reg2) && !active(reg3) })
+	publish([]*Publisher{p1, p2, p3}, 1, 100)
+	waitFor(t, "records 1-100", func() bool { return seen(1, 100) })
+	if all.count(0x1) != 100 || all.count(0x2)+all.count(0x3) != 0 {
+		t.Fatalf("sent by members 1, 2, 3: %d, %d, %d; want 100, 0, 0", all.count(0x1), all.count(0x2), all.count(0x3))
+	}
+
+	if err := p1.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	publish([]*Publisher{p2, p3}, 101, 200) // while member 2 still stands by
+	waitFor(t, "member 2 taking over and resending what it held", func() bool { return seen(101, 200) })
+	if !active(reg2) || active(reg3) || all.count(0x3) != 0 {
+		t.Fatalf("after member 1 stopped: member 2 active %v, member 3 active %v and sent %d; want true, false, 0",
+			active(reg2), active(reg3), all.count(0x3))
+	}
+
+	p1, reg1 = start(0x1) // back, but behind until it is given what the others were
+	publish([]*Publisher{p1, p2, p3}, 201, 300)
+	waitFor(t, "records 201-300", func() bool { return seen(201, 300) })
+	waitFor(t, "member 2 standing by again", func() bool { return active(reg1) && !active(reg2) })
+	before := all.count(0x2)
+	publish([]*Publisher{p1, p2, p3}, 301, 400)
+	waitFor(t, "records 301-400", func() bool { return seen(301, 400) })
+	if all.count(0x2) != before || all.count(0x3) != 0 {
+		t.Fatalf("members 2 and 3 sent %d and %d records with member 1 back; want none", all.count(0x2)-before, all.count(0x3))
+	}
+}
+
+// TestPublisherBehindLosesItsTurn: a lower member whose publisher is given nothing more (its storage stopped
+// applying) while the others go on loses its turn within about TakeoverAfter, and the next member sends.
+func TestPublisherBehindLosesItsTurn(t *testing.T) {
+	srv := startServer(t, -1)
+	var all collector
+	subscribeAll(t, srv, map[*collector]bool{&all: false})
+	var pubs []*Publisher
+	for _, member := range []uint64{0x1, 0x2} {
+		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
+			HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond}, nil, quietLogger())
+		pub.Start()
+		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+		pubs = append(pubs, pub)
+	}
+	next := uint64(1)
+	publish := func(to []*Publisher) {
+		for _, p := range to {
+			p.Publish(record(next), nil)
+		}
+		next++
+	}
+	for range 20 { // both given the same records: member 1 sends them
+		publish(pubs)
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, "member 1's records", func() bool { return all.count(0x1) == 20 })
+	start := time.Now()
+	waitFor(t, "member 2 sending", func() bool {
+		publish(pubs[1:]) // member 1 is given nothing more
+		time.Sleep(10 * time.Millisecond)
+		return all.count(0x2) > 0
+	})
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("member 2 took its turn after %v, want about TakeoverAfter (500ms) plus a heartbeat", took)
+	}
+}
+
+// TestPublisherSendsOnlyWhenWanted: a publisher with OnlyWhenWanted sends applied records only while a consumer's
+// announcement of interest is fresh, and lease changes always.
+func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
+	srv := startServer(t, -1)
+	var applied collector
+	sub := subscribeAll(t, srv, map[*collector]bool{&applied: false})
+	var mu sync.Mutex
+	var leases []uint64
+	if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, _ Meta) {
+		mu.Lock()
+		defer mu.Unlock()
+		leases = append(leases, rec.Index)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	reg := prometheus.NewRegistry()
+	const ttl = 300 * time.Millisecond
+	pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: 0x1a, OnlyWhenWanted: true, InterestTTL: ttl},
+		reg, quietLogger())
+	pub.Start()
+	defer pub.Stop(context.Background())
+	time.Sleep(ttl) // a new publisher sends for its first InterestTTL
+	next := uint64(0)
+	// publishUntilLease publishes n records and then one with a lease change, and waits for that one: every
+	// record before it has been sent, or not, by then.
+	publishUntilLease := func(n int) {
+		t.Helper()
+		for range n {
+			next++
+			pub.Publish(record(next), nil)
+		}
+		next++
+		rec := record(next)
+		rec.Leases = []*eventpb.LeaseChange{{Type: eventpb.LeaseChange_GRANTED, Id: int64(next), Ttl: 30}}
+		pub.Publish(rec, nil)
+		lease := next
+		waitFor(t, "the lease change", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(leases) > 0 && leases[len(leases)-1] == lease
+		})
+	}
+
+	publishUntilLease(10)
+	if n := applied.count(0x1a); n != 0 {
+		t.Fatalf("%d applied records sent before any consumer wanted them", n)
+	}
+	if got := testutil.ToFloat64(pub.unwanted); got != 11 {
+		t.Fatalf("unwanted_records_total = %v, want 11", got)
+	}
+	if got := testutil.ToFloat64(pub.wantedNow); got != 0 {
+		t.Fatalf("records_wanted = %v before any announcement, want 0", got)
+	}
+
+	if err := AnnounceInterest(sub, "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "records once wanted", func() bool {
+		publishUntilLease(0)
+		return applied.count(0x1a) > 0
+	})
+	if got := testutil.ToFloat64(pub.wantedNow); got != 1 {
+		t.Fatalf("records_wanted = %v while wanted, want 1", got)
+	}
+	before := applied.count(0x1a)
+	publishUntilLease(10)
+	if got := applied.count(0x1a) - before; got != 11 {
+		t.Fatalf("%d of 11 records sent while wanted", got)
+	}
+
+	time.Sleep(2 * ttl) // the announcement goes stale
+	before = applied.count(0x1a)
+	publishUntilLease(10)
+	if got := applied.count(0x1a) - before; got != 0 {
+		t.Fatalf("%d records sent after the interest went stale", got)
+	}
+}
