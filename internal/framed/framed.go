@@ -40,6 +40,10 @@ const copyLimit = 8 << 10
 // ErrClosed is returned by Send and Receive after Close.
 var ErrClosed = errors.New("framed: connection closed")
 
+// ErrNotQueued marks a Send error for a frame that was refused before any of it was queued (the connection was
+// already broken, or the frame too large): none of it can reach the peer.
+var ErrNotQueued = errors.New("framed: frame not queued")
+
 // Conn is one framed connection.
 type Conn struct {
 	nc       net.Conn // read through (it may replay bytes a listener multiplexer sniffed)
@@ -128,7 +132,7 @@ func (c *Conn) send(mode int, release func(), parts [][]byte) error {
 		if release != nil {
 			release()
 		}
-		return fmt.Errorf("framed: frame of %d bytes exceeds %d", n, MaxFrame)
+		return fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrNotQueued, n, MaxFrame)
 	}
 	c.mu.Lock()
 	for c.err == nil && c.size > maxPending {
@@ -140,7 +144,7 @@ func (c *Conn) send(mode int, release func(), parts [][]byte) error {
 		if release != nil {
 			release()
 		}
-		return err
+		return fmt.Errorf("%w: %w", ErrNotQueued, err)
 	}
 	kept := false
 	if parts != nil {
