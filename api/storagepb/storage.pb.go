@@ -17,7 +17,6 @@ import (
 
 	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	mvccpb "go.etcd.io/etcd/api/v3/mvccpb"
-	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 )
@@ -28,350 +27,6 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
-
-// PipelineRequest is one call on a pipeline, or the abandonment of one.
-type PipelineRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// id names the call; the caller chooses it, unique on its stream.
-	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// timeout_micros is what remained of the caller's deadline when it sent the call (0: no deadline).
-	TimeoutMicros int64 `protobuf:"varint,2,opt,name=timeout_micros,json=timeoutMicros,proto3" json:"timeout_micros,omitempty"`
-	// trace is the caller's W3C trace context.
-	Trace map[string]string `protobuf:"bytes,3,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	// Types that are valid to be assigned to Call:
-	//
-	//	*PipelineRequest_Submit
-	//	*PipelineRequest_Range
-	//	*PipelineRequest_Cancel
-	Call          isPipelineRequest_Call `protobuf_oneof:"call"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PipelineRequest) Reset() {
-	*x = PipelineRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PipelineRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PipelineRequest) ProtoMessage() {}
-
-func (x *PipelineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PipelineRequest.ProtoReflect.Descriptor instead.
-func (*PipelineRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *PipelineRequest) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *PipelineRequest) GetTimeoutMicros() int64 {
-	if x != nil {
-		return x.TimeoutMicros
-	}
-	return 0
-}
-
-func (x *PipelineRequest) GetTrace() map[string]string {
-	if x != nil {
-		return x.Trace
-	}
-	return nil
-}
-
-func (x *PipelineRequest) GetCall() isPipelineRequest_Call {
-	if x != nil {
-		return x.Call
-	}
-	return nil
-}
-
-func (x *PipelineRequest) GetSubmit() *SubmitRequest {
-	if x != nil {
-		if x, ok := x.Call.(*PipelineRequest_Submit); ok {
-			return x.Submit
-		}
-	}
-	return nil
-}
-
-func (x *PipelineRequest) GetRange() *etcdserverpb.RangeRequest {
-	if x != nil {
-		if x, ok := x.Call.(*PipelineRequest_Range); ok {
-			return x.Range
-		}
-	}
-	return nil
-}
-
-func (x *PipelineRequest) GetCancel() bool {
-	if x != nil {
-		if x, ok := x.Call.(*PipelineRequest_Cancel); ok {
-			return x.Cancel
-		}
-	}
-	return false
-}
-
-type isPipelineRequest_Call interface {
-	isPipelineRequest_Call()
-}
-
-type PipelineRequest_Submit struct {
-	Submit *SubmitRequest `protobuf:"bytes,4,opt,name=submit,proto3,oneof"`
-}
-
-type PipelineRequest_Range struct {
-	Range *etcdserverpb.RangeRequest `protobuf:"bytes,5,opt,name=range,proto3,oneof"`
-}
-
-type PipelineRequest_Cancel struct {
-	// cancel abandons the call with this id (the caller no longer waits for it).
-	Cancel bool `protobuf:"varint,6,opt,name=cancel,proto3,oneof"`
-}
-
-func (*PipelineRequest_Submit) isPipelineRequest_Call() {}
-
-func (*PipelineRequest_Range) isPipelineRequest_Call() {}
-
-func (*PipelineRequest_Cancel) isPipelineRequest_Call() {}
-
-// PipelineResponse answers the call of the same id: its response, or the gRPC status it failed with. Id 0 with
-// an error ends the pipeline: every call not answered on it was not started, and fails with that error.
-type PipelineResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Types that are valid to be assigned to Result:
-	//
-	//	*PipelineResponse_Submit
-	//	*PipelineResponse_Range
-	//	*PipelineResponse_Error
-	Result        isPipelineResponse_Result `protobuf_oneof:"result"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PipelineResponse) Reset() {
-	*x = PipelineResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PipelineResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PipelineResponse) ProtoMessage() {}
-
-func (x *PipelineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PipelineResponse.ProtoReflect.Descriptor instead.
-func (*PipelineResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *PipelineResponse) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *PipelineResponse) GetResult() isPipelineResponse_Result {
-	if x != nil {
-		return x.Result
-	}
-	return nil
-}
-
-func (x *PipelineResponse) GetSubmit() *SubmitResponse {
-	if x != nil {
-		if x, ok := x.Result.(*PipelineResponse_Submit); ok {
-			return x.Submit
-		}
-	}
-	return nil
-}
-
-func (x *PipelineResponse) GetRange() *etcdserverpb.RangeResponse {
-	if x != nil {
-		if x, ok := x.Result.(*PipelineResponse_Range); ok {
-			return x.Range
-		}
-	}
-	return nil
-}
-
-func (x *PipelineResponse) GetError() *status.Status {
-	if x != nil {
-		if x, ok := x.Result.(*PipelineResponse_Error); ok {
-			return x.Error
-		}
-	}
-	return nil
-}
-
-type isPipelineResponse_Result interface {
-	isPipelineResponse_Result()
-}
-
-type PipelineResponse_Submit struct {
-	Submit *SubmitResponse `protobuf:"bytes,2,opt,name=submit,proto3,oneof"`
-}
-
-type PipelineResponse_Range struct {
-	Range *etcdserverpb.RangeResponse `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
-}
-
-type PipelineResponse_Error struct {
-	Error *status.Status `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
-}
-
-func (*PipelineResponse_Submit) isPipelineResponse_Result() {}
-
-func (*PipelineResponse_Range) isPipelineResponse_Result() {}
-
-func (*PipelineResponse_Error) isPipelineResponse_Result() {}
-
-// PipelineAnswer is PipelineResponse (the same fields and numbers) as the frontend reads it: a range answer is
-// left in its wire encoding, for relaying to the client undecoded (an embedded message and bytes are encoded
-// alike).
-type PipelineAnswer struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Types that are valid to be assigned to Result:
-	//
-	//	*PipelineAnswer_Submit
-	//	*PipelineAnswer_Range
-	//	*PipelineAnswer_Error
-	Result        isPipelineAnswer_Result `protobuf_oneof:"result"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *PipelineAnswer) Reset() {
-	*x = PipelineAnswer{}
-	mi := &file_storagepb_storage_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *PipelineAnswer) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*PipelineAnswer) ProtoMessage() {}
-
-func (x *PipelineAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use PipelineAnswer.ProtoReflect.Descriptor instead.
-func (*PipelineAnswer) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *PipelineAnswer) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *PipelineAnswer) GetResult() isPipelineAnswer_Result {
-	if x != nil {
-		return x.Result
-	}
-	return nil
-}
-
-func (x *PipelineAnswer) GetSubmit() *SubmitResponse {
-	if x != nil {
-		if x, ok := x.Result.(*PipelineAnswer_Submit); ok {
-			return x.Submit
-		}
-	}
-	return nil
-}
-
-func (x *PipelineAnswer) GetRange() []byte {
-	if x != nil {
-		if x, ok := x.Result.(*PipelineAnswer_Range); ok {
-			return x.Range
-		}
-	}
-	return nil
-}
-
-func (x *PipelineAnswer) GetError() *status.Status {
-	if x != nil {
-		if x, ok := x.Result.(*PipelineAnswer_Error); ok {
-			return x.Error
-		}
-	}
-	return nil
-}
-
-type isPipelineAnswer_Result interface {
-	isPipelineAnswer_Result()
-}
-
-type PipelineAnswer_Submit struct {
-	Submit *SubmitResponse `protobuf:"bytes,2,opt,name=submit,proto3,oneof"`
-}
-
-type PipelineAnswer_Range struct {
-	Range []byte `protobuf:"bytes,3,opt,name=range,proto3,oneof"`
-}
-
-type PipelineAnswer_Error struct {
-	Error *status.Status `protobuf:"bytes,4,opt,name=error,proto3,oneof"`
-}
-
-func (*PipelineAnswer_Submit) isPipelineAnswer_Result() {}
-
-func (*PipelineAnswer_Range) isPipelineAnswer_Result() {}
-
-func (*PipelineAnswer_Error) isPipelineAnswer_Result() {}
 
 // Entry is what storage proposes to the log: one etcd request with its routing and tracing context.
 type Entry struct {
@@ -395,7 +50,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +62,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[3]
+	mi := &file_storagepb_storage_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +75,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Entry) GetRequest() *etcdserverpb.InternalRaftRequest {
@@ -477,7 +132,7 @@ type KeeperClaim struct {
 
 func (x *KeeperClaim) Reset() {
 	*x = KeeperClaim{}
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +144,7 @@ func (x *KeeperClaim) String() string {
 func (*KeeperClaim) ProtoMessage() {}
 
 func (x *KeeperClaim) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[4]
+	mi := &file_storagepb_storage_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +157,7 @@ func (x *KeeperClaim) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperClaim.ProtoReflect.Descriptor instead.
 func (*KeeperClaim) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *KeeperClaim) GetKeeperId() string {
@@ -553,7 +208,7 @@ type KeeperState struct {
 
 func (x *KeeperState) Reset() {
 	*x = KeeperState{}
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +220,7 @@ func (x *KeeperState) String() string {
 func (*KeeperState) ProtoMessage() {}
 
 func (x *KeeperState) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[5]
+	mi := &file_storagepb_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +233,7 @@ func (x *KeeperState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperState.ProtoReflect.Descriptor instead.
 func (*KeeperState) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *KeeperState) GetHolder() string {
@@ -624,7 +279,7 @@ type KeeperStatusRequest struct {
 
 func (x *KeeperStatusRequest) Reset() {
 	*x = KeeperStatusRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +291,7 @@ func (x *KeeperStatusRequest) String() string {
 func (*KeeperStatusRequest) ProtoMessage() {}
 
 func (x *KeeperStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[6]
+	mi := &file_storagepb_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +304,7 @@ func (x *KeeperStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeeperStatusRequest.ProtoReflect.Descriptor instead.
 func (*KeeperStatusRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{3}
 }
 
 type LeaseRecordsRequest struct {
@@ -662,7 +317,7 @@ type LeaseRecordsRequest struct {
 
 func (x *LeaseRecordsRequest) Reset() {
 	*x = LeaseRecordsRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +329,7 @@ func (x *LeaseRecordsRequest) String() string {
 func (*LeaseRecordsRequest) ProtoMessage() {}
 
 func (x *LeaseRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[7]
+	mi := &file_storagepb_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +342,7 @@ func (x *LeaseRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecordsRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LeaseRecordsRequest) GetPageSize() int64 {
@@ -708,7 +363,7 @@ type LeaseRecordsResponse struct {
 
 func (x *LeaseRecordsResponse) Reset() {
 	*x = LeaseRecordsResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +375,7 @@ func (x *LeaseRecordsResponse) String() string {
 func (*LeaseRecordsResponse) ProtoMessage() {}
 
 func (x *LeaseRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[8]
+	mi := &file_storagepb_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +388,7 @@ func (x *LeaseRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecordsResponse.ProtoReflect.Descriptor instead.
 func (*LeaseRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LeaseRecordsResponse) GetRecords() []*LeaseRecord {
@@ -765,7 +420,7 @@ type SubmitRequest struct {
 
 func (x *SubmitRequest) Reset() {
 	*x = SubmitRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -777,7 +432,7 @@ func (x *SubmitRequest) String() string {
 func (*SubmitRequest) ProtoMessage() {}
 
 func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[9]
+	mi := &file_storagepb_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -790,7 +445,7 @@ func (x *SubmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitRequest.ProtoReflect.Descriptor instead.
 func (*SubmitRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubmitRequest) GetRequest() *etcdserverpb.InternalRaftRequest {
@@ -836,7 +491,7 @@ type SubmitResponse struct {
 
 func (x *SubmitResponse) Reset() {
 	*x = SubmitResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +503,7 @@ func (x *SubmitResponse) String() string {
 func (*SubmitResponse) ProtoMessage() {}
 
 func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[10]
+	mi := &file_storagepb_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +516,7 @@ func (x *SubmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubmitResponse.ProtoReflect.Descriptor instead.
 func (*SubmitResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SubmitResponse) GetResponse() isSubmitResponse_Response {
@@ -1037,7 +692,7 @@ type HistoryRequest struct {
 
 func (x *HistoryRequest) Reset() {
 	*x = HistoryRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1049,7 +704,7 @@ func (x *HistoryRequest) String() string {
 func (*HistoryRequest) ProtoMessage() {}
 
 func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[11]
+	mi := &file_storagepb_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1062,7 +717,7 @@ func (x *HistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryRequest.ProtoReflect.Descriptor instead.
 func (*HistoryRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *HistoryRequest) GetKey() []byte {
@@ -1119,7 +774,7 @@ type HistoryResponse struct {
 
 func (x *HistoryResponse) Reset() {
 	*x = HistoryResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[12]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +786,7 @@ func (x *HistoryResponse) String() string {
 func (*HistoryResponse) ProtoMessage() {}
 
 func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[12]
+	mi := &file_storagepb_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +799,7 @@ func (x *HistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryResponse.ProtoReflect.Descriptor instead.
 func (*HistoryResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{12}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HistoryResponse) GetEvents() []*mvccpb.Event {
@@ -1176,7 +831,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[13]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +843,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[13]
+	mi := &file_storagepb_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +856,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{13}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{10}
 }
 
 type SnapshotChunk struct {
@@ -1219,7 +874,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +886,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +899,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotChunk) GetBlob() []byte {
@@ -1290,7 +945,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +957,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +970,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{12}
 }
 
 type StatusResponse struct {
@@ -1346,7 +1001,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1013,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1026,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusResponse) GetMemberId() uint64 {
@@ -1480,7 +1135,7 @@ type DefragmentRequest struct {
 
 func (x *DefragmentRequest) Reset() {
 	*x = DefragmentRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[17]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1147,7 @@ func (x *DefragmentRequest) String() string {
 func (*DefragmentRequest) ProtoMessage() {}
 
 func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[17]
+	mi := &file_storagepb_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1160,7 @@ func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
 func (*DefragmentRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{17}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
 }
 
 type DefragmentResponse struct {
@@ -1518,7 +1173,7 @@ type DefragmentResponse struct {
 
 func (x *DefragmentResponse) Reset() {
 	*x = DefragmentResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[18]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1185,7 @@ func (x *DefragmentResponse) String() string {
 func (*DefragmentResponse) ProtoMessage() {}
 
 func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[18]
+	mi := &file_storagepb_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1198,7 @@ func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
 func (*DefragmentResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{18}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DefragmentResponse) GetDbSize() int64 {
@@ -1568,7 +1223,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[19]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1235,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[19]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1248,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{19}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -1628,31 +1283,7 @@ var File_storagepb_storage_proto protoreflect.FileDescriptor
 
 const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\x1a\x17google/rpc/status.proto\"\xd1\x02\n" +
-	"\x0fPipelineRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x12%\n" +
-	"\x0etimeout_micros\x18\x02 \x01(\x03R\rtimeoutMicros\x12?\n" +
-	"\x05trace\x18\x03 \x03(\v2).cairn.storage.PipelineRequest.TraceEntryR\x05trace\x126\n" +
-	"\x06submit\x18\x04 \x01(\v2\x1c.cairn.storage.SubmitRequestH\x00R\x06submit\x122\n" +
-	"\x05range\x18\x05 \x01(\v2\x1a.etcdserverpb.RangeRequestH\x00R\x05range\x12\x18\n" +
-	"\x06cancel\x18\x06 \x01(\bH\x00R\x06cancel\x1a8\n" +
-	"\n" +
-	"TraceEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x06\n" +
-	"\x04call\"\xc6\x01\n" +
-	"\x10PipelineResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
-	"\x06submit\x18\x02 \x01(\v2\x1d.cairn.storage.SubmitResponseH\x00R\x06submit\x123\n" +
-	"\x05range\x18\x03 \x01(\v2\x1b.etcdserverpb.RangeResponseH\x00R\x05range\x12*\n" +
-	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
-	"\x06result\"\xa7\x01\n" +
-	"\x0ePipelineAnswer\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x127\n" +
-	"\x06submit\x18\x02 \x01(\v2\x1d.cairn.storage.SubmitResponseH\x00R\x06submit\x12\x16\n" +
-	"\x05range\x18\x03 \x01(\fH\x00R\x05range\x12*\n" +
-	"\x05error\x18\x04 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
-	"\x06result\"\xc6\x02\n" +
+	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\"\xc6\x02\n" +
 	"\x05Entry\x12;\n" +
 	"\arequest\x18\x01 \x01(\v2!.etcdserverpb.InternalRaftRequestR\arequest\x125\n" +
 	"\x05trace\x18\x02 \x03(\v2\x1f.cairn.storage.Entry.TraceEntryR\x05trace\x12'\n" +
@@ -1773,108 +1404,95 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_storagepb_storage_proto_goTypes = []any{
-	(*PipelineRequest)(nil),                      // 0: cairn.storage.PipelineRequest
-	(*PipelineResponse)(nil),                     // 1: cairn.storage.PipelineResponse
-	(*PipelineAnswer)(nil),                       // 2: cairn.storage.PipelineAnswer
-	(*Entry)(nil),                                // 3: cairn.storage.Entry
-	(*KeeperClaim)(nil),                          // 4: cairn.storage.KeeperClaim
-	(*KeeperState)(nil),                          // 5: cairn.storage.KeeperState
-	(*KeeperStatusRequest)(nil),                  // 6: cairn.storage.KeeperStatusRequest
-	(*LeaseRecordsRequest)(nil),                  // 7: cairn.storage.LeaseRecordsRequest
-	(*LeaseRecordsResponse)(nil),                 // 8: cairn.storage.LeaseRecordsResponse
-	(*SubmitRequest)(nil),                        // 9: cairn.storage.SubmitRequest
-	(*SubmitResponse)(nil),                       // 10: cairn.storage.SubmitResponse
-	(*HistoryRequest)(nil),                       // 11: cairn.storage.HistoryRequest
-	(*HistoryResponse)(nil),                      // 12: cairn.storage.HistoryResponse
-	(*SnapshotRequest)(nil),                      // 13: cairn.storage.SnapshotRequest
-	(*SnapshotChunk)(nil),                        // 14: cairn.storage.SnapshotChunk
-	(*StatusRequest)(nil),                        // 15: cairn.storage.StatusRequest
-	(*StatusResponse)(nil),                       // 16: cairn.storage.StatusResponse
-	(*DefragmentRequest)(nil),                    // 17: cairn.storage.DefragmentRequest
-	(*DefragmentResponse)(nil),                   // 18: cairn.storage.DefragmentResponse
-	(*LeaseRecord)(nil),                          // 19: cairn.storage.LeaseRecord
-	nil,                                          // 20: cairn.storage.PipelineRequest.TraceEntry
-	nil,                                          // 21: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.RangeRequest)(nil),            // 22: etcdserverpb.RangeRequest
-	(*etcdserverpb.RangeResponse)(nil),           // 23: etcdserverpb.RangeResponse
-	(*status.Status)(nil),                        // 24: google.rpc.Status
-	(*etcdserverpb.InternalRaftRequest)(nil),     // 25: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),             // 26: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),     // 27: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),             // 28: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),      // 29: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),      // 30: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 31: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 32: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),           // 33: etcdserverpb.AlarmResponse
-	(*mvccpb.Event)(nil),                         // 34: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),             // 35: etcdserverpb.AlarmMember
-	(*etcdserverpb.HashKVRequest)(nil),           // 36: etcdserverpb.HashKVRequest
-	(*etcdserverpb.HashRequest)(nil),             // 37: etcdserverpb.HashRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 38: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 39: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.HashKVResponse)(nil),          // 40: etcdserverpb.HashKVResponse
-	(*etcdserverpb.HashResponse)(nil),            // 41: etcdserverpb.HashResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 42: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 43: etcdserverpb.LeaseLeasesResponse
+	(*Entry)(nil),                                // 0: cairn.storage.Entry
+	(*KeeperClaim)(nil),                          // 1: cairn.storage.KeeperClaim
+	(*KeeperState)(nil),                          // 2: cairn.storage.KeeperState
+	(*KeeperStatusRequest)(nil),                  // 3: cairn.storage.KeeperStatusRequest
+	(*LeaseRecordsRequest)(nil),                  // 4: cairn.storage.LeaseRecordsRequest
+	(*LeaseRecordsResponse)(nil),                 // 5: cairn.storage.LeaseRecordsResponse
+	(*SubmitRequest)(nil),                        // 6: cairn.storage.SubmitRequest
+	(*SubmitResponse)(nil),                       // 7: cairn.storage.SubmitResponse
+	(*HistoryRequest)(nil),                       // 8: cairn.storage.HistoryRequest
+	(*HistoryResponse)(nil),                      // 9: cairn.storage.HistoryResponse
+	(*SnapshotRequest)(nil),                      // 10: cairn.storage.SnapshotRequest
+	(*SnapshotChunk)(nil),                        // 11: cairn.storage.SnapshotChunk
+	(*StatusRequest)(nil),                        // 12: cairn.storage.StatusRequest
+	(*StatusResponse)(nil),                       // 13: cairn.storage.StatusResponse
+	(*DefragmentRequest)(nil),                    // 14: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                   // 15: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                          // 16: cairn.storage.LeaseRecord
+	nil,                                          // 17: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.InternalRaftRequest)(nil),     // 18: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),             // 19: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),     // 20: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),             // 21: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),      // 22: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),      // 23: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 24: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 25: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),           // 26: etcdserverpb.AlarmResponse
+	(*mvccpb.Event)(nil),                         // 27: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),             // 28: etcdserverpb.AlarmMember
+	(*etcdserverpb.RangeRequest)(nil),            // 29: etcdserverpb.RangeRequest
+	(*etcdserverpb.HashKVRequest)(nil),           // 30: etcdserverpb.HashKVRequest
+	(*etcdserverpb.HashRequest)(nil),             // 31: etcdserverpb.HashRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 32: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 33: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.RangeResponse)(nil),           // 34: etcdserverpb.RangeResponse
+	(*etcdserverpb.HashKVResponse)(nil),          // 35: etcdserverpb.HashKVResponse
+	(*etcdserverpb.HashResponse)(nil),            // 36: etcdserverpb.HashResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 37: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 38: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	20, // 0: cairn.storage.PipelineRequest.trace:type_name -> cairn.storage.PipelineRequest.TraceEntry
-	9,  // 1: cairn.storage.PipelineRequest.submit:type_name -> cairn.storage.SubmitRequest
-	22, // 2: cairn.storage.PipelineRequest.range:type_name -> etcdserverpb.RangeRequest
-	10, // 3: cairn.storage.PipelineResponse.submit:type_name -> cairn.storage.SubmitResponse
-	23, // 4: cairn.storage.PipelineResponse.range:type_name -> etcdserverpb.RangeResponse
-	24, // 5: cairn.storage.PipelineResponse.error:type_name -> google.rpc.Status
-	10, // 6: cairn.storage.PipelineAnswer.submit:type_name -> cairn.storage.SubmitResponse
-	24, // 7: cairn.storage.PipelineAnswer.error:type_name -> google.rpc.Status
-	25, // 8: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	21, // 9: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
-	4,  // 10: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	19, // 11: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
-	25, // 12: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
-	4,  // 13: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	26, // 14: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	27, // 15: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	28, // 16: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	29, // 17: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	30, // 18: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	31, // 19: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	32, // 20: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	33, // 21: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
-	5,  // 22: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
-	34, // 23: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	35, // 24: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
-	9,  // 25: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	22, // 26: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
-	11, // 27: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	36, // 28: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
-	37, // 29: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
-	13, // 30: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
-	15, // 31: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	17, // 32: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
-	38, // 33: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	39, // 34: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	7,  // 35: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
-	6,  // 36: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	10, // 37: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	23, // 38: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	12, // 39: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	40, // 40: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	41, // 41: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
-	14, // 42: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	16, // 43: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	18, // 44: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	42, // 45: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	43, // 46: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	8,  // 47: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	5,  // 48: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	37, // [37:49] is the sub-list for method output_type
-	25, // [25:37] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	18, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	17, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	1,  // 2: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	16, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
+	18, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	1,  // 5: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
+	19, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	20, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	21, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	22, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	23, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	24, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	25, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	26, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	2,  // 14: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
+	27, // 15: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	28, // 16: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	6,  // 17: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
+	29, // 18: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	8,  // 19: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
+	30, // 20: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	31, // 21: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
+	10, // 22: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
+	12, // 23: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
+	14, // 24: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	32, // 25: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	33, // 26: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	4,  // 27: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
+	3,  // 28: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
+	7,  // 29: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	34, // 30: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	9,  // 31: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	35, // 32: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	36, // 33: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
+	11, // 34: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	13, // 35: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	15, // 36: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	37, // 37: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	38, // 38: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	5,  // 39: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	2,  // 40: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	29, // [29:41] is the sub-list for method output_type
+	17, // [17:29] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_storagepb_storage_proto_init() }
@@ -1882,22 +1500,7 @@ func file_storagepb_storage_proto_init() {
 	if File_storagepb_storage_proto != nil {
 		return
 	}
-	file_storagepb_storage_proto_msgTypes[0].OneofWrappers = []any{
-		(*PipelineRequest_Submit)(nil),
-		(*PipelineRequest_Range)(nil),
-		(*PipelineRequest_Cancel)(nil),
-	}
-	file_storagepb_storage_proto_msgTypes[1].OneofWrappers = []any{
-		(*PipelineResponse_Submit)(nil),
-		(*PipelineResponse_Range)(nil),
-		(*PipelineResponse_Error)(nil),
-	}
-	file_storagepb_storage_proto_msgTypes[2].OneofWrappers = []any{
-		(*PipelineAnswer_Submit)(nil),
-		(*PipelineAnswer_Range)(nil),
-		(*PipelineAnswer_Error)(nil),
-	}
-	file_storagepb_storage_proto_msgTypes[10].OneofWrappers = []any{
+	file_storagepb_storage_proto_msgTypes[7].OneofWrappers = []any{
 		(*SubmitResponse_Put)(nil),
 		(*SubmitResponse_DeleteRange)(nil),
 		(*SubmitResponse_Txn)(nil),
@@ -1914,7 +1517,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,11 +36,13 @@
 // every member's storage URL in consensus membership) and one to every consensus endpoint, and probes each
 // every ProbeInterval (sooner after a failure) for health, leader, term and membership. Routing reads an
 // immutable view of the last probe round without locks. A replica that fails a call is routed around at once.
-// Range and Submit, the hot path, travel on a pipeline to each storage (storageclient.Pipeline: a frame each
-// way per call on two long-lived connections of framed messages, internal/framed, on the storage's port, no gRPC
-// call per call) with the same answers and errors as the unary calls; when spans are recorded
-// (OTEL_EXPORTER_OTLP_ENDPOINT set) every call is unary instead, so it keeps its own gRPC span. Each call carries
-// its deadline (the client's, bounded by RequestTimeout + ProbeInterval), so no timer is set per call.
+// Range and Submit, the hot path, always travel on a pipeline to each storage (storageclient.Pipeline: a call
+// of the internal/link layer, a frame each way on two long-lived connections on the storage's port, no gRPC call
+// per call) with the same answers and errors as the unary calls; when spans are recorded
+// (OTEL_EXPORTER_OTLP_ENDPOINT set) each call gets a link span on both ends, so a traced run measures the same
+// path as an untraced one. Each call carries its deadline (the client's, bounded by RequestTimeout +
+// ProbeInterval), so no timer is set per call. Whether a failed write may go to another replica is decided by
+// the link's typed mark alone (errors.Is(err, link.ErrNotSent), route.go), on the pipeline and on gRPC alike.
 // A Range answer is relayed to the client as storage encoded it, never decoded nor copied: the pipeline keeps it
 // in the frame it arrived in (storageclient.Pipeline.RangeEncoded) and the client server's codec (wiremsg) sends
 // the frontend's header fields followed by those bytes, which the client decodes as one message with the two

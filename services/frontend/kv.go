@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -62,24 +61,10 @@ func (s *kvServer) readRange(ctx context.Context, r *pb.RangeRequest,
 	if err := etcdcheck.Range(r); err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := s.f.boundContext(ctx, s.f.cfg.RequestTimeout)
-	defer cancel()
+	// The pipeline bounds its calls itself (storage's timeout answer, or the link's sweep), without a timer per call.
 	v := s.f.pool.view()
 	served, err := s.f.readOn(ctx, v.rangeOrder(r), func(rep *storageReplica) error { return read(ctx, rep) })
 	return v, served, err
-}
-
-// boundContext bounds a storage call's ctx to d from now, unless the client's own deadline is sooner or the
-// call travels on a pipeline, which bounds its calls itself (storage's timeout answer, or its sweep) without a
-// timer per call.
-func (f *Frontend) boundContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if f.pool.pipelined() {
-		return ctx, func() {}
-	}
-	if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) <= d {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, d)
 }
 
 // readOrder is where a read goes: serializable reads to the nearest storage, linearizable ones to the
@@ -139,10 +124,8 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	if err := etcdcheck.Write(req, f.cfg.limits()); err != nil {
 		return nil, err
 	}
-	// Storage bounds a write by its own request timeout and answers with etcd's error; the frontend's bound
-	// is a little longer so that answer arrives first.
-	ctx, cancel := f.boundContext(ctx, f.cfg.storageCallBound())
-	defer cancel()
+	// Storage bounds a write by its own request timeout and answers with etcd's error; the pipeline's bound
+	// (storageCallBound) is a little longer so that answer arrives first.
 	v := f.pool.view()
 	var resp *storagepb.SubmitResponse
 	call := func(rep *storageReplica) (err error) {

@@ -17,12 +17,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/consensusclient"
+	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/internal/storageclient"
@@ -34,8 +34,8 @@ type storageReplica struct {
 	url     string
 	conns   []*grpc.ClientConn
 	clients []*storageclient.Client
-	// pipeline carries the hot path (Range, Submit) on connections of its own; nil when spans are recorded, so
-	// that each call keeps its own gRPC span.
+	// pipeline carries the hot path (Range, Submit) on connections of its own (a link, with a span per call
+	// while spans are recorded).
 	pipeline *storageclient.Pipeline
 	next     atomic.Uint32
 
@@ -54,32 +54,14 @@ func (r *storageReplica) client() *storageclient.Client {
 	return r.clients[int(r.next.Add(1))%len(r.clients)]
 }
 
-// kvCalls is what the hot path asks of a storage: Range and Submit, over the unary client or a pipeline.
-type kvCalls interface {
-	Submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error)
-	Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error)
-}
+// kv is what the hot path asks of a storage: Range and Submit, always over the pipeline (traced or not), so a
+// traced run measures the same system as an untraced one.
+func (r *storageReplica) kv() *storageclient.Pipeline { return r.pipeline }
 
-// kv returns the pipeline, or the next connection's unary client when there is none.
-func (r *storageReplica) kv() kvCalls {
-	if r.pipeline == nil {
-		return r.client()
-	}
-	return r.pipeline
-}
-
-// rangeEncoded is Range answered in the response's wire encoding: storage's own over a pipeline (references to
-// the buffers it arrived in, see storageclient.Pipeline.RangeEncoded), else the unary answer encoded here.
+// rangeEncoded is Range answered in the response's wire encoding, storage's own: references to the buffers it
+// arrived in (see storageclient.Pipeline.RangeEncoded).
 func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.BufferSlice, error) {
-	if r.pipeline != nil {
-		return r.pipeline.RangeEncoded(ctx, req)
-	}
-	resp, err := r.client().Range(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	encoded, err := proto.Marshal(resp)
-	return mem.BufferSlice{mem.SliceBuffer(encoded)}, err
+	return r.pipeline.RangeEncoded(ctx, req)
 }
 
 // connected reports whether some connection is up or may come up without a failed dial.
@@ -175,7 +157,8 @@ func newPool(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*pool, error)
 }
 
 func (p *pool) dialOptions() []grpc.DialOption {
-	return append(append(p.tel.DialOptions(), rpctune.DialOptions()...), grpc.WithKeepaliveParams(keepalive.ClientParameters{
+	opts := append(append(p.tel.DialOptions(), rpctune.DialOptions()...), link.GRPCDialOptions()...)
+	return append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: 10 * time.Second, Timeout: 5 * time.Second}))
 }
 
@@ -204,9 +187,7 @@ func (p *pool) addStorage(rawURL string) (*storageReplica, error) {
 		r.conns = append(r.conns, conn)
 		r.clients = append(r.clients, storageclient.New(conn))
 	}
-	if p.pipelined() {
-		r.pipeline = storageclient.NewPipeline(target, p.cfg.storageCallBound(), p.tel.Inject)
-	}
+	r.pipeline = storageclient.NewPipeline(target, p.cfg.storageCallBound(), p.tel)
 	p.storages = append(p.storages, r)
 	p.logger.Info("storage replica added", "storage_url", canonical)
 	return r, nil
@@ -222,9 +203,6 @@ func (p *pool) close() {
 		_ = c.client.Close()
 	}
 }
-
-// pipelined reports whether storage calls travel on pipelines (they do unless spans are recorded).
-func (p *pool) pipelined() bool { return !p.tel.Recording() }
 
 // view returns the current routing snapshot.
 func (p *pool) view() *view { return p.current.Load() }

@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -11,6 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/link"
 )
 
 // errNoStorage is returned when no storage replica is known at all.
@@ -30,27 +31,18 @@ const (
 	failedInFlight
 )
 
-// transportNotSent are the messages with which gRPC reports that a call was not sent (no connection).
-var transportNotSent = []string{"connection error", "Error while dialing", "there is no address available",
-	"there is no connection available", "name resolver"}
-
-// classify decides what a replica's error means for retrying.
+// classify decides what a replica's error means for retrying, from types only: the link's not-sent mark
+// (set where a call certainly did not leave, on the pipeline and on gRPC alike, see internal/link) and etcd's
+// own errors (rpctypes). Any other unavailability may have been in flight.
 func classify(err error) failure {
-	s, ok := status.FromError(err)
-	if !ok || s.Code() != codes.Unavailable {
+	if errors.Is(err, link.ErrNotSent) {
+		return failedNotSent
+	}
+	if status.Code(err) != codes.Unavailable {
 		return failedFinal
 	}
-	msg := s.Message()
-	if strings.HasPrefix(msg, "etcdserver: ") {
+	if _, etcdError := rpctypes.Error(err).(rpctypes.EtcdError); etcdError {
 		return failedFinal // etcd's own error (no leader, timeout, ...), already the right answer
-	}
-	if strings.HasPrefix(msg, "cairn storage unavailable: ") {
-		return failedNotSent // storage checks its health before proposing or reading
-	}
-	for _, m := range transportNotSent {
-		if strings.Contains(msg, m) {
-			return failedNotSent
-		}
 	}
 	return failedInFlight
 }
@@ -85,8 +77,10 @@ func contextError(ctx context.Context) error {
 	return nil
 }
 
-// replyError passes etcd's errors through and maps the frontend's own context ends to etcd's.
+// replyError passes etcd's errors through (without Cairn's not-sent mark) and maps the frontend's own context
+// ends to etcd's.
 func replyError(ctx context.Context, err error) error {
+	err = link.Plain(err)
 	switch status.Code(err) {
 	case codes.DeadlineExceeded, codes.Canceled:
 		if ctxErr := contextError(ctx); ctxErr != nil {

@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cairn-kv/cairn/internal/link"
 )
 
 func TestClassify(t *testing.T) {
@@ -21,9 +23,17 @@ func TestClassify(t *testing.T) {
 		{"etcd no leader", rpctypes.ErrGRPCNoLeader, failedFinal, rpctypes.ErrGRPCNoLeader},
 		{"etcd timeout", rpctypes.ErrGRPCTimeout, failedFinal, rpctypes.ErrGRPCTimeout},
 		{"etcd bad request", rpctypes.ErrGRPCEmptyKey, failedFinal, rpctypes.ErrGRPCEmptyKey},
-		{"dial refused", status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`),
+		{"dial failure, marked", link.NotSent(status.Error(codes.Unavailable, "link to 127.0.0.1:1: dial: connection refused")),
 			failedNotSent, nil},
-		{"storage unhealthy before proposing", status.Error(codes.Unavailable, "cairn storage unavailable: store failed"), failedNotSent, nil},
+		{"storage unhealthy before proposing, marked", link.NotSent(status.Error(codes.Unavailable, "cairn storage unavailable: store failed")),
+			failedNotSent, nil},
+		{"storage unhealthy, mark carried as a status detail", link.FromStatus(status.Convert(
+			link.NotSent(status.Error(codes.Unavailable, "cairn storage unavailable: store failed")))), failedNotSent, nil},
+		// Text that once meant "not sent" decides nothing: unmarked, it may have been in flight.
+		{"gRPC's dial wording, unmarked", status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`),
+			failedInFlight, rpctypes.ErrGRPCTimeoutDueToConnectionLost},
+		{"storage's refusal wording, unmarked", status.Error(codes.Unavailable, "cairn storage unavailable: store failed"),
+			failedInFlight, rpctypes.ErrGRPCTimeoutDueToConnectionLost},
 		{"connection lost mid-call", status.Error(codes.Unavailable, "error reading from server: EOF"), failedInFlight,
 			rpctypes.ErrGRPCTimeoutDueToConnectionLost},
 		{"transport closing", status.Error(codes.Unavailable, "transport is closing"), failedInFlight,

@@ -15,7 +15,7 @@ import (
 )
 
 // TestOneTraceFollowsAWrite: a client's Put is one trace from the frontend's gRPC span through the storage's
-// Submit (a gRPC call with otelgrpc spans, as frontends make storage calls while spans are recorded), the
+// Submit (a call on the storage pipeline, with a link span on both ends), the
 // proposal on consensus (carried on the propose link), every member's apply (carried in the log entry) and the
 // watchhub's delivery to a watcher (carried on NATS), as separate processes wire them. The client is etcd's
 // own, untraced: the frontend starts the trace.

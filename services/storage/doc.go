@@ -12,13 +12,14 @@
 // Reads: Range with serializable=false (and read-only Txn) first get a ReadIndex from the log and wait until it
 // is applied, so a read after an acknowledged write sees it. History, Hash, BackendHash, Snapshot, Status and
 // the lease queries are served from local state. The frontend's hot path, Submit and Range, comes on pipeline
-// connections on the same port as gRPC (told apart by their preamble, storageclient.PipelinePreamble; frames of
-// storagepb.PipelineRequest and PipelineResponse, internal/framed): a serializable one-key range is answered by the
+// connections on the same port as gRPC (told apart by their preamble, storagepb.PipelinePreamble; calls of the
+// internal/link layer, with SubmitRequest and RangeRequest bodies): a serializable one-key range is answered by the
 // connection's reading goroutine itself, anything else on a worker; answers share writes while calls keep
 // coming. A plain range is answered in its wire encoding written straight from the stored KeyValues
 // (mvcc.Store.RangeEncoded) into a pooled buffer that is written out as it is, so a LIST is copied once and never
-// decoded or re-encoded. When storage stops, each pipeline answers the calls it started, then ends with an id-0
-// Unavailable answer so the frontend knows the rest were not started.
+// decoded or re-encoded. When storage stops, each pipeline answers the calls it started, then ends with the link's
+// end frame (Unavailable "cairn storage unavailable: stopping") so the frontend knows the rest were not started.
+// Every refusal before a call starts (unhealthy, stopping) is marked link.NotSent, on the pipeline and on gRPC.
 //
 // The apply loop consumes Log.Committed from the store's applied index + 1, in order, and hands every change to
 // an AppliedSink. The durable (bbolt-committed) applied index is reported to the log through Compact, at most

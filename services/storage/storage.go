@@ -23,9 +23,9 @@ import (
 	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/framed"
+	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
-	"github.com/cairn-kv/cairn/internal/storageclient"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
@@ -145,7 +145,7 @@ func (s *Storage) Start(ctx context.Context) error {
 	s.grpcServer = grpc.NewServer(opts...)
 	storagepb.RegisterStorageServer(s.grpcServer, &server{s: s})
 	// One port: the frontend's pipelines (told by their preamble) and gRPC for everything else.
-	s.port = framed.Serve(lis, s.grpcServer, map[string]func(*framed.Conn){storageclient.PipelinePreamble: s.servePipeline}, s.logger)
+	s.port = framed.Serve(lis, s.grpcServer, map[string]func(*framed.Conn){storagepb.PipelinePreamble: s.servePipeline}, s.logger)
 	if s.cfg.AdminAddr != "" {
 		admin, err := obs.ListenAdmin(s.cfg.AdminAddr, obs.AdminMux(s.metrics.registry, s.Health), s.logger)
 		if err != nil {
@@ -239,8 +239,10 @@ func (s *Storage) withStore(f func(st *mvcc.Store) error) error {
 	return err
 }
 
+// unavailable is storage's refusal of a call it has not started (unhealthy, stopping): marked link.NotSent, so
+// the frontend may send the call to another storage.
 func unavailable(reason string) error {
-	return status.Error(codes.Unavailable, "cairn storage unavailable: "+reason)
+	return link.NotSent(status.Error(codes.Unavailable, "cairn storage unavailable: "+reason))
 }
 
 func (s *Storage) unhealthyReason() string {
