@@ -138,306 +138,7 @@ func (x MemberChange_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use MemberChange_Kind.Descriptor instead.
 func (MemberChange_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{20, 0}
-}
-
-type Proposal struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// id is chosen by the client to match the acknowledgement; it is not part of the entry.
-	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// data becomes the entry's data, byte for byte.
-	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	// trace is the W3C trace context of the proposer (obs.Telemetry.Inject), so consensus can record the
-	// proposal-to-commit span in the proposer's trace.
-	Trace         map[string]string `protobuf:"bytes,3,rep,name=trace,proto3" json:"trace,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Proposal) Reset() {
-	*x = Proposal{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Proposal) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Proposal) ProtoMessage() {}
-
-func (x *Proposal) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Proposal.ProtoReflect.Descriptor instead.
-func (*Proposal) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *Proposal) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *Proposal) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
-func (x *Proposal) GetTrace() map[string]string {
-	if x != nil {
-		return x.Trace
-	}
-	return nil
-}
-
-type ProposeRequest struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Proposals []*Proposal            `protobuf:"bytes,1,rep,name=proposals,proto3" json:"proposals,omitempty"`
-	// read_index asks, under each id (chosen by the client, like a proposal's), for a read index.
-	ReadIndex     []uint64 `protobuf:"varint,2,rep,packed,name=read_index,json=readIndex,proto3" json:"read_index,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ProposeRequest) Reset() {
-	*x = ProposeRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ProposeRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ProposeRequest) ProtoMessage() {}
-
-func (x *ProposeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ProposeRequest.ProtoReflect.Descriptor instead.
-func (*ProposeRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *ProposeRequest) GetProposals() []*Proposal {
-	if x != nil {
-		return x.Proposals
-	}
-	return nil
-}
-
-func (x *ProposeRequest) GetReadIndex() []uint64 {
-	if x != nil {
-		return x.ReadIndex
-	}
-	return nil
-}
-
-type ProposeAck struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// code and message are the gRPC status of the refusal (etcd's rpctypes errors); code 0 means accepted.
-	Code          uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ProposeAck) Reset() {
-	*x = ProposeAck{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ProposeAck) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ProposeAck) ProtoMessage() {}
-
-func (x *ProposeAck) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ProposeAck.ProtoReflect.Descriptor instead.
-func (*ProposeAck) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *ProposeAck) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *ProposeAck) GetCode() uint32 {
-	if x != nil {
-		return x.Code
-	}
-	return 0
-}
-
-func (x *ProposeAck) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-type ProposeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Acks          []*ProposeAck          `protobuf:"bytes,1,rep,name=acks,proto3" json:"acks,omitempty"`
-	ReadIndexes   []*ReadIndexAnswer     `protobuf:"bytes,2,rep,name=read_indexes,json=readIndexes,proto3" json:"read_indexes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ProposeResponse) Reset() {
-	*x = ProposeResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ProposeResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ProposeResponse) ProtoMessage() {}
-
-func (x *ProposeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ProposeResponse.ProtoReflect.Descriptor instead.
-func (*ProposeResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *ProposeResponse) GetAcks() []*ProposeAck {
-	if x != nil {
-		return x.Acks
-	}
-	return nil
-}
-
-func (x *ProposeResponse) GetReadIndexes() []*ReadIndexAnswer {
-	if x != nil {
-		return x.ReadIndexes
-	}
-	return nil
-}
-
-// ReadIndexAnswer answers the read index call of the same id: the index, or the gRPC status of the failure.
-type ReadIndexAnswer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Code          uint32                 `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReadIndexAnswer) Reset() {
-	*x = ReadIndexAnswer{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReadIndexAnswer) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReadIndexAnswer) ProtoMessage() {}
-
-func (x *ReadIndexAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReadIndexAnswer.ProtoReflect.Descriptor instead.
-func (*ReadIndexAnswer) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *ReadIndexAnswer) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *ReadIndexAnswer) GetIndex() uint64 {
-	if x != nil {
-		return x.Index
-	}
-	return 0
-}
-
-func (x *ReadIndexAnswer) GetCode() uint32 {
-	if x != nil {
-		return x.Code
-	}
-	return 0
-}
-
-func (x *ReadIndexAnswer) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{15, 0}
 }
 
 type CommittedRequest struct {
@@ -449,7 +150,7 @@ type CommittedRequest struct {
 
 func (x *CommittedRequest) Reset() {
 	*x = CommittedRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[5]
+	mi := &file_consensuspb_consensus_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +162,7 @@ func (x *CommittedRequest) String() string {
 func (*CommittedRequest) ProtoMessage() {}
 
 func (x *CommittedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[5]
+	mi := &file_consensuspb_consensus_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +175,7 @@ func (x *CommittedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittedRequest.ProtoReflect.Descriptor instead.
 func (*CommittedRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{5}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *CommittedRequest) GetFromIndex() uint64 {
@@ -496,7 +197,7 @@ type SnapshotRef struct {
 
 func (x *SnapshotRef) Reset() {
 	*x = SnapshotRef{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[6]
+	mi := &file_consensuspb_consensus_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +209,7 @@ func (x *SnapshotRef) String() string {
 func (*SnapshotRef) ProtoMessage() {}
 
 func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[6]
+	mi := &file_consensuspb_consensus_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +222,7 @@ func (x *SnapshotRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRef.ProtoReflect.Descriptor instead.
 func (*SnapshotRef) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{6}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *SnapshotRef) GetIndex() uint64 {
@@ -565,7 +266,7 @@ type Entry struct {
 
 func (x *Entry) Reset() {
 	*x = Entry{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[7]
+	mi := &file_consensuspb_consensus_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +278,7 @@ func (x *Entry) String() string {
 func (*Entry) ProtoMessage() {}
 
 func (x *Entry) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[7]
+	mi := &file_consensuspb_consensus_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +291,7 @@ func (x *Entry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entry.ProtoReflect.Descriptor instead.
 func (*Entry) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{7}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Entry) GetIndex() uint64 {
@@ -639,7 +340,7 @@ type CommittedResponse struct {
 
 func (x *CommittedResponse) Reset() {
 	*x = CommittedResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[8]
+	mi := &file_consensuspb_consensus_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -651,7 +352,7 @@ func (x *CommittedResponse) String() string {
 func (*CommittedResponse) ProtoMessage() {}
 
 func (x *CommittedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[8]
+	mi := &file_consensuspb_consensus_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -664,7 +365,7 @@ func (x *CommittedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommittedResponse.ProtoReflect.Descriptor instead.
 func (*CommittedResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{8}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CommittedResponse) GetEntries() []*Entry {
@@ -690,7 +391,7 @@ type CompactRequest struct {
 
 func (x *CompactRequest) Reset() {
 	*x = CompactRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[9]
+	mi := &file_consensuspb_consensus_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +403,7 @@ func (x *CompactRequest) String() string {
 func (*CompactRequest) ProtoMessage() {}
 
 func (x *CompactRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[9]
+	mi := &file_consensuspb_consensus_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +416,7 @@ func (x *CompactRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactRequest.ProtoReflect.Descriptor instead.
 func (*CompactRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{9}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CompactRequest) GetAppliedIndex() uint64 {
@@ -733,7 +434,7 @@ type CompactResponse struct {
 
 func (x *CompactResponse) Reset() {
 	*x = CompactResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[10]
+	mi := &file_consensuspb_consensus_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +446,7 @@ func (x *CompactResponse) String() string {
 func (*CompactResponse) ProtoMessage() {}
 
 func (x *CompactResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[10]
+	mi := &file_consensuspb_consensus_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +459,7 @@ func (x *CompactResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompactResponse.ProtoReflect.Descriptor instead.
 func (*CompactResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{10}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{5}
 }
 
 type StatusRequest struct {
@@ -769,7 +470,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[11]
+	mi := &file_consensuspb_consensus_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +482,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[11]
+	mi := &file_consensuspb_consensus_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +495,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{11}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{6}
 }
 
 // Member is a member as consensus knows it: etcd's Member plus the member's storage URL.
@@ -812,7 +513,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[12]
+	mi := &file_consensuspb_consensus_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +525,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[12]
+	mi := &file_consensuspb_consensus_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +538,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{12}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Member) GetId() uint64 {
@@ -898,7 +599,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[13]
+	mi := &file_consensuspb_consensus_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -910,7 +611,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[13]
+	mi := &file_consensuspb_consensus_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -923,7 +624,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{13}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StatusResponse) GetMemberId() uint64 {
@@ -994,7 +695,7 @@ type MessageBatch struct {
 
 func (x *MessageBatch) Reset() {
 	*x = MessageBatch{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[14]
+	mi := &file_consensuspb_consensus_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +707,7 @@ func (x *MessageBatch) String() string {
 func (*MessageBatch) ProtoMessage() {}
 
 func (x *MessageBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[14]
+	mi := &file_consensuspb_consensus_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +720,7 @@ func (x *MessageBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageBatch.ProtoReflect.Descriptor instead.
 func (*MessageBatch) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{14}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MessageBatch) GetFrom() uint64 {
@@ -1053,7 +754,7 @@ type MessagesResult struct {
 
 func (x *MessagesResult) Reset() {
 	*x = MessagesResult{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[15]
+	mi := &file_consensuspb_consensus_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +766,7 @@ func (x *MessagesResult) String() string {
 func (*MessagesResult) ProtoMessage() {}
 
 func (x *MessagesResult) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[15]
+	mi := &file_consensuspb_consensus_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +779,7 @@ func (x *MessagesResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessagesResult.ProtoReflect.Descriptor instead.
 func (*MessagesResult) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{15}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MessagesResult) GetError() *status.Status {
@@ -1100,7 +801,7 @@ type SnapshotMessage struct {
 
 func (x *SnapshotMessage) Reset() {
 	*x = SnapshotMessage{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[16]
+	mi := &file_consensuspb_consensus_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1112,7 +813,7 @@ func (x *SnapshotMessage) String() string {
 func (*SnapshotMessage) ProtoMessage() {}
 
 func (x *SnapshotMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[16]
+	mi := &file_consensuspb_consensus_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1125,7 +826,7 @@ func (x *SnapshotMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotMessage.ProtoReflect.Descriptor instead.
 func (*SnapshotMessage) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{16}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotMessage) GetFrom() uint64 {
@@ -1157,7 +858,7 @@ type SnapshotResult struct {
 
 func (x *SnapshotResult) Reset() {
 	*x = SnapshotResult{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[17]
+	mi := &file_consensuspb_consensus_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1169,7 +870,7 @@ func (x *SnapshotResult) String() string {
 func (*SnapshotResult) ProtoMessage() {}
 
 func (x *SnapshotResult) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[17]
+	mi := &file_consensuspb_consensus_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1182,7 +883,7 @@ func (x *SnapshotResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResult.ProtoReflect.Descriptor instead.
 func (*SnapshotResult) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{17}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{12}
 }
 
 type MembersRequest struct {
@@ -1193,7 +894,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[18]
+	mi := &file_consensuspb_consensus_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1205,7 +906,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[18]
+	mi := &file_consensuspb_consensus_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1218,7 +919,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{18}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{13}
 }
 
 type MembersResponse struct {
@@ -1231,7 +932,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[19]
+	mi := &file_consensuspb_consensus_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +944,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[19]
+	mi := &file_consensuspb_consensus_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +957,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{19}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MembersResponse) GetClusterId() uint64 {
@@ -1286,7 +987,7 @@ type MemberChange struct {
 
 func (x *MemberChange) Reset() {
 	*x = MemberChange{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[20]
+	mi := &file_consensuspb_consensus_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +999,7 @@ func (x *MemberChange) String() string {
 func (*MemberChange) ProtoMessage() {}
 
 func (x *MemberChange) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[20]
+	mi := &file_consensuspb_consensus_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1012,7 @@ func (x *MemberChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberChange.ProtoReflect.Descriptor instead.
 func (*MemberChange) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{20}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MemberChange) GetRequestId() uint64 {
@@ -1349,7 +1050,7 @@ type SnapshotData struct {
 
 func (x *SnapshotData) Reset() {
 	*x = SnapshotData{}
-	mi := &file_consensuspb_consensus_proto_msgTypes[21]
+	mi := &file_consensuspb_consensus_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1062,7 @@ func (x *SnapshotData) String() string {
 func (*SnapshotData) ProtoMessage() {}
 
 func (x *SnapshotData) ProtoReflect() protoreflect.Message {
-	mi := &file_consensuspb_consensus_proto_msgTypes[21]
+	mi := &file_consensuspb_consensus_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1075,7 @@ func (x *SnapshotData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotData.ProtoReflect.Descriptor instead.
 func (*SnapshotData) Descriptor() ([]byte, []int) {
-	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{21}
+	return file_consensuspb_consensus_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotData) GetSourceMemberId() uint64 {
@@ -1409,32 +1110,7 @@ var File_consensuspb_consensus_proto protoreflect.FileDescriptor
 
 const file_consensuspb_consensus_proto_rawDesc = "" +
 	"\n" +
-	"\x1bconsensuspb/consensus.proto\x12\x0fcairn.consensus\x1a\trpc.proto\x1a\x17google/rpc/status.proto\"\xa4\x01\n" +
-	"\bProposal\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\x12:\n" +
-	"\x05trace\x18\x03 \x03(\v2$.cairn.consensus.Proposal.TraceEntryR\x05trace\x1a8\n" +
-	"\n" +
-	"TraceEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
-	"\x0eProposeRequest\x127\n" +
-	"\tproposals\x18\x01 \x03(\v2\x19.cairn.consensus.ProposalR\tproposals\x12\x1d\n" +
-	"\n" +
-	"read_index\x18\x02 \x03(\x04R\treadIndex\"J\n" +
-	"\n" +
-	"ProposeAck\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04code\x18\x02 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x87\x01\n" +
-	"\x0fProposeResponse\x12/\n" +
-	"\x04acks\x18\x01 \x03(\v2\x1b.cairn.consensus.ProposeAckR\x04acks\x12C\n" +
-	"\fread_indexes\x18\x02 \x03(\v2 .cairn.consensus.ReadIndexAnswerR\vreadIndexes\"e\n" +
-	"\x0fReadIndexAnswer\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x12\n" +
-	"\x04code\x18\x03 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"1\n" +
+	"\x1bconsensuspb/consensus.proto\x12\x0fcairn.consensus\x1a\trpc.proto\x1a\x17google/rpc/status.proto\"1\n" +
 	"\x10CommittedRequest\x12\x1d\n" +
 	"\n" +
 	"from_index\x18\x01 \x01(\x04R\tfromIndex\"\x8f\x01\n" +
@@ -1549,89 +1225,79 @@ func file_consensuspb_consensus_proto_rawDescGZIP() []byte {
 }
 
 var file_consensuspb_consensus_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_consensuspb_consensus_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_consensuspb_consensus_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_consensuspb_consensus_proto_goTypes = []any{
 	(EntryKind)(0),                             // 0: cairn.consensus.EntryKind
 	(MemberChange_Kind)(0),                     // 1: cairn.consensus.MemberChange.Kind
-	(*Proposal)(nil),                           // 2: cairn.consensus.Proposal
-	(*ProposeRequest)(nil),                     // 3: cairn.consensus.ProposeRequest
-	(*ProposeAck)(nil),                         // 4: cairn.consensus.ProposeAck
-	(*ProposeResponse)(nil),                    // 5: cairn.consensus.ProposeResponse
-	(*ReadIndexAnswer)(nil),                    // 6: cairn.consensus.ReadIndexAnswer
-	(*CommittedRequest)(nil),                   // 7: cairn.consensus.CommittedRequest
-	(*SnapshotRef)(nil),                        // 8: cairn.consensus.SnapshotRef
-	(*Entry)(nil),                              // 9: cairn.consensus.Entry
-	(*CommittedResponse)(nil),                  // 10: cairn.consensus.CommittedResponse
-	(*CompactRequest)(nil),                     // 11: cairn.consensus.CompactRequest
-	(*CompactResponse)(nil),                    // 12: cairn.consensus.CompactResponse
-	(*StatusRequest)(nil),                      // 13: cairn.consensus.StatusRequest
-	(*Member)(nil),                             // 14: cairn.consensus.Member
-	(*StatusResponse)(nil),                     // 15: cairn.consensus.StatusResponse
-	(*MessageBatch)(nil),                       // 16: cairn.consensus.MessageBatch
-	(*MessagesResult)(nil),                     // 17: cairn.consensus.MessagesResult
-	(*SnapshotMessage)(nil),                    // 18: cairn.consensus.SnapshotMessage
-	(*SnapshotResult)(nil),                     // 19: cairn.consensus.SnapshotResult
-	(*MembersRequest)(nil),                     // 20: cairn.consensus.MembersRequest
-	(*MembersResponse)(nil),                    // 21: cairn.consensus.MembersResponse
-	(*MemberChange)(nil),                       // 22: cairn.consensus.MemberChange
-	(*SnapshotData)(nil),                       // 23: cairn.consensus.SnapshotData
-	nil,                                        // 24: cairn.consensus.Proposal.TraceEntry
-	(*status.Status)(nil),                      // 25: google.rpc.Status
-	(*etcdserverpb.MemberListRequest)(nil),     // 26: etcdserverpb.MemberListRequest
-	(*etcdserverpb.MemberAddRequest)(nil),      // 27: etcdserverpb.MemberAddRequest
-	(*etcdserverpb.MemberRemoveRequest)(nil),   // 28: etcdserverpb.MemberRemoveRequest
-	(*etcdserverpb.MemberUpdateRequest)(nil),   // 29: etcdserverpb.MemberUpdateRequest
-	(*etcdserverpb.MemberPromoteRequest)(nil),  // 30: etcdserverpb.MemberPromoteRequest
-	(*etcdserverpb.MoveLeaderRequest)(nil),     // 31: etcdserverpb.MoveLeaderRequest
-	(*etcdserverpb.MemberListResponse)(nil),    // 32: etcdserverpb.MemberListResponse
-	(*etcdserverpb.MemberAddResponse)(nil),     // 33: etcdserverpb.MemberAddResponse
-	(*etcdserverpb.MemberRemoveResponse)(nil),  // 34: etcdserverpb.MemberRemoveResponse
-	(*etcdserverpb.MemberUpdateResponse)(nil),  // 35: etcdserverpb.MemberUpdateResponse
-	(*etcdserverpb.MemberPromoteResponse)(nil), // 36: etcdserverpb.MemberPromoteResponse
-	(*etcdserverpb.MoveLeaderResponse)(nil),    // 37: etcdserverpb.MoveLeaderResponse
+	(*CommittedRequest)(nil),                   // 2: cairn.consensus.CommittedRequest
+	(*SnapshotRef)(nil),                        // 3: cairn.consensus.SnapshotRef
+	(*Entry)(nil),                              // 4: cairn.consensus.Entry
+	(*CommittedResponse)(nil),                  // 5: cairn.consensus.CommittedResponse
+	(*CompactRequest)(nil),                     // 6: cairn.consensus.CompactRequest
+	(*CompactResponse)(nil),                    // 7: cairn.consensus.CompactResponse
+	(*StatusRequest)(nil),                      // 8: cairn.consensus.StatusRequest
+	(*Member)(nil),                             // 9: cairn.consensus.Member
+	(*StatusResponse)(nil),                     // 10: cairn.consensus.StatusResponse
+	(*MessageBatch)(nil),                       // 11: cairn.consensus.MessageBatch
+	(*MessagesResult)(nil),                     // 12: cairn.consensus.MessagesResult
+	(*SnapshotMessage)(nil),                    // 13: cairn.consensus.SnapshotMessage
+	(*SnapshotResult)(nil),                     // 14: cairn.consensus.SnapshotResult
+	(*MembersRequest)(nil),                     // 15: cairn.consensus.MembersRequest
+	(*MembersResponse)(nil),                    // 16: cairn.consensus.MembersResponse
+	(*MemberChange)(nil),                       // 17: cairn.consensus.MemberChange
+	(*SnapshotData)(nil),                       // 18: cairn.consensus.SnapshotData
+	(*status.Status)(nil),                      // 19: google.rpc.Status
+	(*etcdserverpb.MemberListRequest)(nil),     // 20: etcdserverpb.MemberListRequest
+	(*etcdserverpb.MemberAddRequest)(nil),      // 21: etcdserverpb.MemberAddRequest
+	(*etcdserverpb.MemberRemoveRequest)(nil),   // 22: etcdserverpb.MemberRemoveRequest
+	(*etcdserverpb.MemberUpdateRequest)(nil),   // 23: etcdserverpb.MemberUpdateRequest
+	(*etcdserverpb.MemberPromoteRequest)(nil),  // 24: etcdserverpb.MemberPromoteRequest
+	(*etcdserverpb.MoveLeaderRequest)(nil),     // 25: etcdserverpb.MoveLeaderRequest
+	(*etcdserverpb.MemberListResponse)(nil),    // 26: etcdserverpb.MemberListResponse
+	(*etcdserverpb.MemberAddResponse)(nil),     // 27: etcdserverpb.MemberAddResponse
+	(*etcdserverpb.MemberRemoveResponse)(nil),  // 28: etcdserverpb.MemberRemoveResponse
+	(*etcdserverpb.MemberUpdateResponse)(nil),  // 29: etcdserverpb.MemberUpdateResponse
+	(*etcdserverpb.MemberPromoteResponse)(nil), // 30: etcdserverpb.MemberPromoteResponse
+	(*etcdserverpb.MoveLeaderResponse)(nil),    // 31: etcdserverpb.MoveLeaderResponse
 }
 var file_consensuspb_consensus_proto_depIdxs = []int32{
-	24, // 0: cairn.consensus.Proposal.trace:type_name -> cairn.consensus.Proposal.TraceEntry
-	2,  // 1: cairn.consensus.ProposeRequest.proposals:type_name -> cairn.consensus.Proposal
-	4,  // 2: cairn.consensus.ProposeResponse.acks:type_name -> cairn.consensus.ProposeAck
-	6,  // 3: cairn.consensus.ProposeResponse.read_indexes:type_name -> cairn.consensus.ReadIndexAnswer
-	0,  // 4: cairn.consensus.Entry.kind:type_name -> cairn.consensus.EntryKind
-	8,  // 5: cairn.consensus.Entry.snapshot:type_name -> cairn.consensus.SnapshotRef
-	9,  // 6: cairn.consensus.CommittedResponse.entries:type_name -> cairn.consensus.Entry
-	25, // 7: cairn.consensus.CommittedResponse.error:type_name -> google.rpc.Status
-	14, // 8: cairn.consensus.StatusResponse.members:type_name -> cairn.consensus.Member
-	25, // 9: cairn.consensus.MessagesResult.error:type_name -> google.rpc.Status
-	14, // 10: cairn.consensus.MembersResponse.members:type_name -> cairn.consensus.Member
-	1,  // 11: cairn.consensus.MemberChange.kind:type_name -> cairn.consensus.MemberChange.Kind
-	14, // 12: cairn.consensus.MemberChange.member:type_name -> cairn.consensus.Member
-	14, // 13: cairn.consensus.SnapshotData.members:type_name -> cairn.consensus.Member
-	11, // 14: cairn.consensus.Consensus.Compact:input_type -> cairn.consensus.CompactRequest
-	13, // 15: cairn.consensus.Consensus.Status:input_type -> cairn.consensus.StatusRequest
-	26, // 16: cairn.consensus.Consensus.MemberList:input_type -> etcdserverpb.MemberListRequest
-	27, // 17: cairn.consensus.Consensus.MemberAdd:input_type -> etcdserverpb.MemberAddRequest
-	28, // 18: cairn.consensus.Consensus.MemberRemove:input_type -> etcdserverpb.MemberRemoveRequest
-	29, // 19: cairn.consensus.Consensus.MemberUpdate:input_type -> etcdserverpb.MemberUpdateRequest
-	30, // 20: cairn.consensus.Consensus.MemberPromote:input_type -> etcdserverpb.MemberPromoteRequest
-	31, // 21: cairn.consensus.Consensus.MoveLeader:input_type -> etcdserverpb.MoveLeaderRequest
-	18, // 22: cairn.consensus.Peer.Snapshot:input_type -> cairn.consensus.SnapshotMessage
-	20, // 23: cairn.consensus.PeerCluster.Members:input_type -> cairn.consensus.MembersRequest
-	30, // 24: cairn.consensus.PeerCluster.PromoteMember:input_type -> etcdserverpb.MemberPromoteRequest
-	12, // 25: cairn.consensus.Consensus.Compact:output_type -> cairn.consensus.CompactResponse
-	15, // 26: cairn.consensus.Consensus.Status:output_type -> cairn.consensus.StatusResponse
-	32, // 27: cairn.consensus.Consensus.MemberList:output_type -> etcdserverpb.MemberListResponse
-	33, // 28: cairn.consensus.Consensus.MemberAdd:output_type -> etcdserverpb.MemberAddResponse
-	34, // 29: cairn.consensus.Consensus.MemberRemove:output_type -> etcdserverpb.MemberRemoveResponse
-	35, // 30: cairn.consensus.Consensus.MemberUpdate:output_type -> etcdserverpb.MemberUpdateResponse
-	36, // 31: cairn.consensus.Consensus.MemberPromote:output_type -> etcdserverpb.MemberPromoteResponse
-	37, // 32: cairn.consensus.Consensus.MoveLeader:output_type -> etcdserverpb.MoveLeaderResponse
-	19, // 33: cairn.consensus.Peer.Snapshot:output_type -> cairn.consensus.SnapshotResult
-	21, // 34: cairn.consensus.PeerCluster.Members:output_type -> cairn.consensus.MembersResponse
-	36, // 35: cairn.consensus.PeerCluster.PromoteMember:output_type -> etcdserverpb.MemberPromoteResponse
-	25, // [25:36] is the sub-list for method output_type
-	14, // [14:25] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 0: cairn.consensus.Entry.kind:type_name -> cairn.consensus.EntryKind
+	3,  // 1: cairn.consensus.Entry.snapshot:type_name -> cairn.consensus.SnapshotRef
+	4,  // 2: cairn.consensus.CommittedResponse.entries:type_name -> cairn.consensus.Entry
+	19, // 3: cairn.consensus.CommittedResponse.error:type_name -> google.rpc.Status
+	9,  // 4: cairn.consensus.StatusResponse.members:type_name -> cairn.consensus.Member
+	19, // 5: cairn.consensus.MessagesResult.error:type_name -> google.rpc.Status
+	9,  // 6: cairn.consensus.MembersResponse.members:type_name -> cairn.consensus.Member
+	1,  // 7: cairn.consensus.MemberChange.kind:type_name -> cairn.consensus.MemberChange.Kind
+	9,  // 8: cairn.consensus.MemberChange.member:type_name -> cairn.consensus.Member
+	9,  // 9: cairn.consensus.SnapshotData.members:type_name -> cairn.consensus.Member
+	6,  // 10: cairn.consensus.Consensus.Compact:input_type -> cairn.consensus.CompactRequest
+	8,  // 11: cairn.consensus.Consensus.Status:input_type -> cairn.consensus.StatusRequest
+	20, // 12: cairn.consensus.Consensus.MemberList:input_type -> etcdserverpb.MemberListRequest
+	21, // 13: cairn.consensus.Consensus.MemberAdd:input_type -> etcdserverpb.MemberAddRequest
+	22, // 14: cairn.consensus.Consensus.MemberRemove:input_type -> etcdserverpb.MemberRemoveRequest
+	23, // 15: cairn.consensus.Consensus.MemberUpdate:input_type -> etcdserverpb.MemberUpdateRequest
+	24, // 16: cairn.consensus.Consensus.MemberPromote:input_type -> etcdserverpb.MemberPromoteRequest
+	25, // 17: cairn.consensus.Consensus.MoveLeader:input_type -> etcdserverpb.MoveLeaderRequest
+	13, // 18: cairn.consensus.Peer.Snapshot:input_type -> cairn.consensus.SnapshotMessage
+	15, // 19: cairn.consensus.PeerCluster.Members:input_type -> cairn.consensus.MembersRequest
+	24, // 20: cairn.consensus.PeerCluster.PromoteMember:input_type -> etcdserverpb.MemberPromoteRequest
+	7,  // 21: cairn.consensus.Consensus.Compact:output_type -> cairn.consensus.CompactResponse
+	10, // 22: cairn.consensus.Consensus.Status:output_type -> cairn.consensus.StatusResponse
+	26, // 23: cairn.consensus.Consensus.MemberList:output_type -> etcdserverpb.MemberListResponse
+	27, // 24: cairn.consensus.Consensus.MemberAdd:output_type -> etcdserverpb.MemberAddResponse
+	28, // 25: cairn.consensus.Consensus.MemberRemove:output_type -> etcdserverpb.MemberRemoveResponse
+	29, // 26: cairn.consensus.Consensus.MemberUpdate:output_type -> etcdserverpb.MemberUpdateResponse
+	30, // 27: cairn.consensus.Consensus.MemberPromote:output_type -> etcdserverpb.MemberPromoteResponse
+	31, // 28: cairn.consensus.Consensus.MoveLeader:output_type -> etcdserverpb.MoveLeaderResponse
+	14, // 29: cairn.consensus.Peer.Snapshot:output_type -> cairn.consensus.SnapshotResult
+	16, // 30: cairn.consensus.PeerCluster.Members:output_type -> cairn.consensus.MembersResponse
+	30, // 31: cairn.consensus.PeerCluster.PromoteMember:output_type -> etcdserverpb.MemberPromoteResponse
+	21, // [21:32] is the sub-list for method output_type
+	10, // [10:21] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_consensuspb_consensus_proto_init() }
@@ -1645,7 +1311,7 @@ func file_consensuspb_consensus_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_consensuspb_consensus_proto_rawDesc), len(file_consensuspb_consensus_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -44,12 +44,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // The storage's hot links to its consensus are not gRPC calls but connections of length-prefixed frames
-// (internal/framed) on the Consensus port, told from gRPC by their preamble (internal/consensusclient):
-//   - the propose link: ProposeRequest frames in (proposals, and read index calls), ProposeResponse frames out
-//     (each proposal acknowledged by id once consensus accepted or refused it, each read index answered by
-//     id: a commit index a quorum confirmed the leader held at the time of the call). Acceptance is not
-//     commitment: the entry shows up on the committed link once committed. The server reads proposals only as
-//     fast as raft takes them, so a fast client is slowed by TCP flow control.
+// (internal/framed) on the Consensus port, told from gRPC by their preamble (link.go):
+//   - the propose link, a link of calls (internal/link): Propose calls (each answered once consensus accepted
+//     or refused the proposal) and ReadIndex calls (answered with a commit index a quorum confirmed the leader
+//     held at the time of the call). Acceptance is not commitment: the entry shows up on the committed link
+//     once committed. The server reads proposals only as fast as raft takes them, so a fast client is slowed
+//     by TCP flow control.
 //   - the committed link: one CommittedRequest frame in, then CommittedResponse frames out with every
 //     committed entry from from_index on, in order, until the client closes; an error ends it. If from_index is
 //     below the compacted log, the first entry is a SNAPSHOT entry.
@@ -159,12 +159,12 @@ func (c *consensusClient) MoveLeader(ctx context.Context, in *etcdserverpb.MoveL
 // for forward compatibility.
 //
 // The storage's hot links to its consensus are not gRPC calls but connections of length-prefixed frames
-// (internal/framed) on the Consensus port, told from gRPC by their preamble (internal/consensusclient):
-//   - the propose link: ProposeRequest frames in (proposals, and read index calls), ProposeResponse frames out
-//     (each proposal acknowledged by id once consensus accepted or refused it, each read index answered by
-//     id: a commit index a quorum confirmed the leader held at the time of the call). Acceptance is not
-//     commitment: the entry shows up on the committed link once committed. The server reads proposals only as
-//     fast as raft takes them, so a fast client is slowed by TCP flow control.
+// (internal/framed) on the Consensus port, told from gRPC by their preamble (link.go):
+//   - the propose link, a link of calls (internal/link): Propose calls (each answered once consensus accepted
+//     or refused the proposal) and ReadIndex calls (answered with a commit index a quorum confirmed the leader
+//     held at the time of the call). Acceptance is not commitment: the entry shows up on the committed link
+//     once committed. The server reads proposals only as fast as raft takes them, so a fast client is slowed
+//     by TCP flow control.
 //   - the committed link: one CommittedRequest frame in, then CommittedResponse frames out with every
 //     committed entry from from_index on, in order, until the client closes; an error ends it. If from_index is
 //     below the compacted log, the first entry is a SNAPSHOT entry.

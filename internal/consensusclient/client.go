@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/cairn-kv/cairn/api/consensuspb"
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 )
@@ -56,9 +56,7 @@ type Client struct {
 	api      consensuspb.ConsensusClient
 	inflight chan struct{}
 
-	mu      sync.Mutex
-	propose *proposeLink
-	closed  bool
+	propose *link.Client
 }
 
 var (
@@ -91,20 +89,13 @@ func New(cfg Config) (*Client, error) {
 	}
 	return &Client{
 		cfg: cfg, target: target, conn: conn, api: consensuspb.NewConsensusClient(conn),
-		inflight: make(chan struct{}, cfg.MaxInflight),
+		inflight: make(chan struct{}, cfg.MaxInflight), propose: newProposeLink(target, cfg.Telemetry),
 	}, nil
 }
 
 // Close ends the propose link and the connection; calls in flight fail.
 func (c *Client) Close() error {
-	c.mu.Lock()
-	c.closed = true
-	p := c.propose
-	c.propose = nil
-	c.mu.Unlock()
-	if p != nil {
-		p.fail(status.Error(codes.Canceled, "consensusclient: closed"))
-	}
+	c.propose.Close()
 	return c.conn.Close()
 }
 
@@ -116,29 +107,7 @@ func (c *Client) Propose(ctx context.Context, data []byte) error {
 		return ctx.Err()
 	}
 	defer func() { <-c.inflight }()
-	l, err := c.proposeLink()
-	if err != nil {
-		return err
-	}
-	return l.propose(ctx, &consensuspb.Proposal{Data: data, Trace: c.cfg.Telemetry.Inject(ctx)})
-}
-
-// proposeLink returns the open propose link, opening one if there is none (or it broke).
-func (c *Client) proposeLink() (*proposeLink, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, errors.New("consensusclient: closed")
-	}
-	if c.propose != nil && !c.propose.isBroken() {
-		return c.propose, nil
-	}
-	l, err := openProposeLink(c.target)
-	if err != nil {
-		return nil, err
-	}
-	c.propose = l
-	return l, nil
+	return propose(ctx, c.propose, data)
 }
 
 // Committed implements commitlog.Log, resuming after broken connections.
@@ -176,7 +145,7 @@ func (e errDeliver) Error() string { return e.err.Error() }
 
 // committedOnce follows one committed link from *next until it ends.
 func (c *Client) committedOnce(ctx context.Context, next *uint64, deliver func([]commitlog.Entry) error) (bool, error) {
-	conn, err := dialLink(c.target, CommittedPreamble)
+	conn, err := dialStream(c.target, consensuspb.CommittedPreamble)
 	if err != nil {
 		return false, err
 	}
@@ -230,11 +199,7 @@ func deliverError(err error) error {
 
 // ReadIndex implements commitlog.Log, on the propose link.
 func (c *Client) ReadIndex(ctx context.Context) (uint64, error) {
-	l, err := c.proposeLink()
-	if err != nil {
-		return 0, err
-	}
-	return l.readIndex(ctx)
+	return readIndex(ctx, c.propose)
 }
 
 // Compact implements commitlog.Log.

@@ -285,6 +285,13 @@ func (c *Call) Context() context.Context {
 	return c.ctx
 }
 
+// ConnContext is the connection's context, for a call answered on the spot (which needs no deadline of its
+// own): it ends when the connection ends.
+func (c *Call) ConnContext() context.Context { return c.session.ctx }
+
+// Timeout is what remained of the caller's deadline when it sent the call; 0 when it had none.
+func (c *Call) Timeout() time.Duration { return time.Duration(c.timeoutMicros) * time.Microsecond }
+
 // Go runs f with the call's context on one of the connection's workers; f answers the call. Only the handler
 // calls Go, before it returns.
 func (c *Call) Go(f func(ctx context.Context)) {

@@ -5,7 +5,8 @@
 // if it has one, else by bootstrapping --initial-cluster or joining an existing cluster), Stop(ctx) stops
 // it. A Node implements commitlog.Log for a storage in the same process (`cairn dev`); for a remote storage,
 // whose client is internal/consensusclient, the same log is served on the Consensus port: proposals, read index
-// calls and the committed log on framed links (links.go, internal/framed), the rest as the Consensus gRPC service
+// calls on the propose link (calls of internal/link) and the committed log on a framed stream (links.go,
+// internal/framed), the rest as the Consensus gRPC service
 // (server.go), which also carries etcd's membership operations for the frontend.
 //
 // # Promises

@@ -2,8 +2,8 @@ package consensus
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/consensusclient"
 	"github.com/cairn-kv/cairn/internal/framed"
+	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
 
@@ -21,8 +22,8 @@ import (
 // by their preamble, see consensuspb) and gRPC for everything else. The listener is closed on shutdown.
 func (n *Node) serveAPI(api *grpc.Server, lis net.Listener) {
 	n.serveMuxed(lis, api, map[string]func(*framed.Conn){
-		consensusclient.ProposePreamble:   n.serveProposeLink,
-		consensusclient.CommittedPreamble: n.serveCommittedLink,
+		consensuspb.ProposePreamble:   n.serveProposeLink,
+		consensuspb.CommittedPreamble: n.serveCommittedLink,
 	})
 }
 
@@ -49,52 +50,38 @@ func (n *Node) serveMuxed(lis net.Listener, s *grpc.Server, links map[string]fun
 	n.ports = append(n.ports, framed.Serve(lis, s, untilStopped, n.log))
 }
 
-// serveProposeLink submits every proposal of the link and answers every read index call; acknowledgements
-// and answers go out as raft takes or refuses each proposal and as each read index is known.
+// serveProposeLink serves a storage's propose link (internal/link): each Propose call is submitted to raft on
+// the link's receiving goroutine (so a storage proposing faster than raft takes proposals is slowed by TCP flow
+// control) and answered when raft takes or refuses it; each ReadIndex call runs on one of the link's workers.
+// The link ends when the member stops (serveMuxed closes it).
 func (n *Node) serveProposeLink(conn *framed.Conn) {
-	answers := newAnswerQueue(n.stopping)
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		answers.sendAll(func(resp *consensuspb.ProposeResponse) error {
-			frame, err := proto.Marshal(resp)
+	srv := link.NewServer(link.ServerConfig{Telemetry: n.tel, Name: "consensus.propose",
+		MethodNames: consensuspb.ProposeMethodNames, Logger: n.log})
+	srv.Handle(consensuspb.ProposeMethod, func(call *link.Call) {
+		if err := n.submit(call.Context(), call.Body, func(err error) { answerProposal(call, err) }); err != nil {
+			answerProposal(call, err)
+		}
+	})
+	srv.Handle(consensuspb.ReadIndexMethod, func(call *link.Call) {
+		call.Go(func(ctx context.Context) {
+			index, err := n.ReadIndex(ctx)
 			if err != nil {
-				return err
+				call.Fail(toStatus(err))
+				return
 			}
-			return conn.Send(nil, frame)
+			call.Reply(nil, binary.AppendUvarint(nil, index))
 		})
-	}()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	for {
-		frame, err := conn.Receive()
-		if err != nil {
-			break
-		}
-		req := &consensuspb.ProposeRequest{}
-		if err := proto.Unmarshal(frame, req); err != nil {
-			n.log.Warn("propose link frame not decodable; closing the link", "err", err)
-			break
-		}
-		for _, p := range req.GetProposals() {
-			id := p.GetId()
-			answers.expect()
-			pctx := n.tel.Extract(ctx, p.GetTrace())
-			if err := n.submit(pctx, p.GetData(), func(err error) { answers.ack(id, err) }); err != nil {
-				answers.ack(id, err)
-			}
-		}
-		for _, id := range req.GetReadIndex() {
-			answers.expect()
-			go func() {
-				index, err := n.ReadIndex(ctx)
-				answers.readIndex(id, index, err)
-			}()
-		}
+	})
+	srv.Serve(conn, nil)
+}
+
+// answerProposal acknowledges a proposal: accepted (err nil), or refused with err.
+func answerProposal(call *link.Call, err error) {
+	if err != nil {
+		call.Fail(toStatus(err))
+		return
 	}
-	cancel() // read index calls still waiting end
-	answers.close()
-	<-sent
+	call.Reply(nil)
 }
 
 // serveCommittedLink streams the committed log from the link's CommittedRequest on, until the link or the member
@@ -129,94 +116,5 @@ func (n *Node) serveCommittedLink(conn *framed.Conn) {
 	if frame, merr := proto.Marshal(&consensuspb.CommittedResponse{Error: status.Convert(toStatus(err)).Proto()}); merr == nil {
 		_ = conn.Send(nil, frame)
 		conn.CloseWrite(time.Second)
-	}
-}
-
-// answerQueue collects a propose link's acknowledgements and read index answers for its sending goroutine.
-type answerQueue struct {
-	mu      sync.Mutex
-	resp    *consensuspb.ProposeResponse
-	pending int // calls taken but not yet answered
-	closed  bool
-	ready   chan struct{}
-	// stopping ends the wait for pending answers: a stopping member may never give them.
-	stopping <-chan struct{}
-}
-
-func newAnswerQueue(stopping <-chan struct{}) *answerQueue {
-	return &answerQueue{resp: &consensuspb.ProposeResponse{}, ready: make(chan struct{}, 1), stopping: stopping}
-}
-
-func (q *answerQueue) expect() {
-	q.mu.Lock()
-	q.pending++
-	q.mu.Unlock()
-}
-
-// ack queues the acknowledgement of proposal id: accepted, or refused with err.
-func (q *answerQueue) ack(id uint64, err error) {
-	a := &consensuspb.ProposeAck{Id: id}
-	if err != nil {
-		st := status.Convert(toStatus(err))
-		a.Code, a.Message = uint32(st.Code()), st.Message()
-	}
-	q.add(func(r *consensuspb.ProposeResponse) { r.Acks = append(r.Acks, a) })
-}
-
-// readIndex queues the answer of read index call id.
-func (q *answerQueue) readIndex(id, index uint64, err error) {
-	a := &consensuspb.ReadIndexAnswer{Id: id, Index: index}
-	if err != nil {
-		st := status.Convert(toStatus(err))
-		a.Code, a.Message = uint32(st.Code()), st.Message()
-	}
-	q.add(func(r *consensuspb.ProposeResponse) { r.ReadIndexes = append(r.ReadIndexes, a) })
-}
-
-func (q *answerQueue) add(put func(*consensuspb.ProposeResponse)) {
-	q.mu.Lock()
-	put(q.resp)
-	q.pending--
-	q.mu.Unlock()
-	q.signal()
-}
-
-// close says no more calls will come; sendAll returns once every expected answer is sent.
-func (q *answerQueue) close() {
-	q.mu.Lock()
-	q.closed = true
-	q.mu.Unlock()
-	q.signal()
-}
-
-func (q *answerQueue) signal() {
-	select {
-	case q.ready <- struct{}{}:
-	default:
-	}
-}
-
-// sendAll sends what is queued, in batches, until the queue is closed and drained (or the member stops, or
-// sending fails).
-func (q *answerQueue) sendAll(send func(*consensuspb.ProposeResponse) error) {
-	for {
-		stopping := false
-		select {
-		case <-q.ready:
-		case <-q.stopping:
-			stopping = true
-		}
-		q.mu.Lock()
-		resp, done := q.resp, stopping || (q.closed && q.pending == 0)
-		q.resp = &consensuspb.ProposeResponse{}
-		q.mu.Unlock()
-		if len(resp.Acks)+len(resp.ReadIndexes) > 0 {
-			if send(resp) != nil {
-				return
-			}
-		}
-		if done {
-			return
-		}
 	}
 }

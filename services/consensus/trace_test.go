@@ -7,6 +7,7 @@ import (
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairn-kv/cairn/internal/consensusclient"
 	"github.com/cairn-kv/cairn/internal/obs"
@@ -53,9 +54,10 @@ func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
 			}
 			parent.End()
 			var span sdktrace.ReadOnlySpan
-			c.Eventually(5*time.Second, "the proposal span to end", func() bool {
-				for _, s := range recorder.Ended() {
-					if s.Name() == "consensus.Propose" && s.Parent().SpanID() == parent.SpanContext().SpanID() {
+			c.Eventually(5*time.Second, "the proposal span to end, under the proposer's", func() bool {
+				ended := recorder.Ended()
+				for _, s := range ended {
+					if s.Name() == "consensus.Propose" && descends(ended, s, parent.SpanContext().SpanID()) {
 						span = s
 						return true
 					}
@@ -93,3 +95,24 @@ type proposer struct {
 }
 
 func (p proposer) Propose(ctx context.Context, data []byte) error { return p.log.Propose(ctx, data) }
+
+// descends reports whether span's parent is ancestor, directly or through the ended spans between them (the
+// propose link's client and server spans on a remote proposal).
+func descends(ended []sdktrace.ReadOnlySpan, span sdktrace.ReadOnlySpan, ancestor trace.SpanID) bool {
+	for range len(ended) + 1 {
+		if span.Parent().SpanID() == ancestor {
+			return true
+		}
+		var parent sdktrace.ReadOnlySpan
+		for _, s := range ended {
+			if s.SpanContext().SpanID() == span.Parent().SpanID() {
+				parent = s
+			}
+		}
+		if parent == nil {
+			return false
+		}
+		span = parent
+	}
+	return false
+}
