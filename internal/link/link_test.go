@@ -40,7 +40,7 @@ type testServer struct {
 	served   []*framed.Conn
 }
 
-func startServer(t *testing.T) *testServer {
+func startServer(t testing.TB) *testServer {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -256,3 +256,6 @@ func TestPlainDropsTheMark(t *testing.T) {
 		t.Fatalf("Plain(%v) = %v", err, plain)
 	}
 }
+
+// startBenchServer starts a test server for a benchmark and returns its address.
+func startBenchServer(b *testing.B) string { return startServer(b).addr }
