@@ -87,11 +87,6 @@ func subscribeAll(t *testing.T, srv *Embedded, collectors map[*collector]bool) *
 	return sub
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, what, cond)
-}
-
 func TestPublishSubscribeInOrderPerMember(t *testing.T) {
 	srv := startServer(t, -1)
 	var got collector
@@ -100,7 +95,7 @@ func TestPublishSubscribeInOrderPerMember(t *testing.T) {
 	for _, member := range []uint64{0x1a, 0x2b} {
 		publishQueued(t, srv.ClientURL(), member, 1, records, record)
 	}
-	waitFor(t, "all records", func() bool { return got.count(0x1a) == records && got.count(0x2b) == records })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool { return got.count(0x1a) == records && got.count(0x2b) == records })
 	for member, indexes := range got.byMember {
 		for i, index := range indexes {
 			if index != uint64(i+1) {
@@ -176,11 +171,11 @@ func TestPublisherSurvivesServerRestart(t *testing.T) {
 	if err := subConn.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "publisher reconnect", pubConn.IsConnected)
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "publisher reconnect", pubConn.IsConnected)
 	// Keep publishing until one arrives: records sent while the subscription was not yet known are lost,
 	// which the bus allows; what must hold is that the publisher works again after the restart.
 	next := uint64(1)
-	waitFor(t, "a record after the restart", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "a record after the restart", func() bool {
 		pub.Publish(record(next), nil)
 		next++
 		return got.count(7) > 0
@@ -196,11 +191,11 @@ func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 	for _, member := range members {
 		publishQueued(t, srv.ClientURL(), member, 1, records, record)
 	}
-	waitFor(t, "every copy on the plain subscription", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "every copy on the plain subscription", func() bool {
 		return all.count(0x1a)+all.count(0x2b)+all.count(0x3c) == len(members)*records
 	})
 	// Each subscription has its own goroutine: the first copies may still be on their way.
-	waitFor(t, "first copies", func() bool { return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "first copies", func() bool { return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records })
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +286,7 @@ func TestPublisherBatchesWhatIsQueued(t *testing.T) {
 				t.Fatal(err)
 			}
 			publishQueued(t, srv.ClientURL(), 0x1a, 1, tt.records, tt.rec)
-			waitFor(t, "all records", func() bool { return got.count(0x1a) == int(tt.records) })
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool { return got.count(0x1a) == int(tt.records) })
 			for i, index := range got.byMember[0x1a] {
 				if index != uint64(i+1) {
 					t.Fatalf("record %d has index %d (out of order)", i, index)
@@ -328,10 +323,10 @@ func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
 	var once collector
 	sub := subscribeAll(t, srv, map[*collector]bool{&once: true})
 	publishQueued(t, srv.ClientURL(), 0x1a, 1, 100, record)
-	waitFor(t, "member 1a's records", func() bool { return once.count(0x1a) == 100 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1a's records", func() bool { return once.count(0x1a) == 100 })
 	publishQueued(t, srv.ClientURL(), 0x2b, 50, 150, record) // overlaps 50..100
 	publishQueued(t, srv.ClientURL(), 0x3c, 1, 150, record)  // all seen: not handed on
-	waitFor(t, "member 2b's new records", func() bool { return once.count(0x2b) == 50 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2b's new records", func() bool { return once.count(0x2b) == 50 })
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +391,7 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 					return rec
 				})
 			}
-			waitFor(t, "the lease records", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(tt.want) })
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the lease records", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(tt.want) })
 			if err := sub.Flush(); err != nil {
 				t.Fatal(err)
 			}
@@ -476,9 +471,9 @@ func TestPublishersTakeTurns(t *testing.T) {
 	p1, reg1 := start(0x1)
 	p2, reg2 := start(0x2)
 	p3, reg3 := start(0x3)
-	waitFor(t, "members 2 and 3 standing by", func() bool { return active(reg1) && !active(reg2) && !active(reg3) })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "members 2 and 3 standing by", func() bool { return active(reg1) && !active(reg2) && !active(reg3) })
 	publish([]*Publisher{p1, p2, p3}, 1, 100)
-	waitFor(t, "records 1-100", func() bool { return seen(1, 100) })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records 1-100", func() bool { return seen(1, 100) })
 	if all.count(0x1) != 100 || all.count(0x2)+all.count(0x3) != 0 {
 		t.Fatalf("sent by members 1, 2, 3: %d, %d, %d; want 100, 0, 0", all.count(0x1), all.count(0x2), all.count(0x3))
 	}
@@ -487,7 +482,7 @@ func TestPublishersTakeTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish([]*Publisher{p2, p3}, 101, 200) // while member 2 still stands by
-	waitFor(t, "member 2 taking over and resending what it held", func() bool { return seen(101, 200) })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 taking over and resending what it held", func() bool { return seen(101, 200) })
 	if !active(reg2) || active(reg3) || all.count(0x3) != 0 {
 		t.Fatalf("after member 1 stopped: member 2 active %v, member 3 active %v and sent %d; want true, false, 0",
 			active(reg2), active(reg3), all.count(0x3))
@@ -495,11 +490,11 @@ func TestPublishersTakeTurns(t *testing.T) {
 
 	p1, reg1 = start(0x1) // back, but behind until it is given what the others were
 	publish([]*Publisher{p1, p2, p3}, 201, 300)
-	waitFor(t, "records 201-300", func() bool { return seen(201, 300) })
-	waitFor(t, "member 2 standing by again", func() bool { return active(reg1) && !active(reg2) })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records 201-300", func() bool { return seen(201, 300) })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 standing by again", func() bool { return active(reg1) && !active(reg2) })
 	before := all.count(0x2)
 	publish([]*Publisher{p1, p2, p3}, 301, 400)
-	waitFor(t, "records 301-400", func() bool { return seen(301, 400) })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records 301-400", func() bool { return seen(301, 400) })
 	if all.count(0x2) != before || all.count(0x3) != 0 {
 		t.Fatalf("members 2 and 3 sent %d and %d records with member 1 back; want none", all.count(0x2)-before, all.count(0x3))
 	}
@@ -535,10 +530,10 @@ func TestPublisherBehindLosesItsTurn(t *testing.T) {
 		publish(pubs)
 		time.Sleep(10 * time.Millisecond)
 	}
-	waitFor(t, "member 1's records", func() bool { return all.count(0x1) == 20 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1's records", func() bool { return all.count(0x1) == 20 })
 	start := time.Now()
-	waitFor(t, "member 2 sending", func() bool {
-		publish(pubs[1:]) // member 1 is given nothing more
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 sending", func() bool {
+		publish(pubs[1:])
 		time.Sleep(10 * time.Millisecond)
 		return all.count(0x2) > 0
 	})
@@ -591,7 +586,7 @@ func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
 		rec.Leases = []*eventpb.LeaseChange{{Type: eventpb.LeaseChange_GRANTED, Id: int64(next), Ttl: 30}}
 		pub.Publish(rec, nil)
 		lease := next
-		waitFor(t, "the lease change", func() bool {
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the lease change", func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return len(leases) > 0 && leases[len(leases)-1] == lease
@@ -612,7 +607,7 @@ func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
 	if err := AnnounceInterest(sub, "test"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "records once wanted", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records once wanted", func() bool {
 		publishUntilLease(0)
 		return applied.count(0x1a) > 0
 	})
