@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/consensusclient"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
@@ -53,7 +54,7 @@ func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
 			}
 			parent.End()
 			var span sdktrace.ReadOnlySpan
-			c.Eventually(5*time.Second, "the proposal span to end", func() bool {
+			waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the proposal span to end", func() bool {
 				for _, s := range recorder.Ended() {
 					if s.Name() == "consensus.Propose" && s.Parent().SpanID() == parent.SpanContext().SpanID() {
 						span = s
