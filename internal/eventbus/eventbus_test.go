@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
@@ -89,19 +90,7 @@ func subscribeCollectors(t *testing.T, sub *nats.Conn, collectors map[*collector
 			t.Fatal(err)
 		}
 	}
-	flush(t, sub)
-}
-
-// flush waits until the server has processed everything sent on nc. It uses FlushWithContext, not Flush: Flush
-// takes its timer from a pool nats.go shares across the process, and a timer made in one synctest bubble must not
-// be used in another.
-func flush(t *testing.T, nc *nats.Conn) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := nc.FlushWithContext(ctx); err != nil {
-		t.Fatalf("flush: %v", err)
-	}
+	eventbustest.Flush(t, sub) // not sub.Flush: some callers run in a synctest bubble
 }
 
 func TestPublishSubscribeInOrderPerMember(t *testing.T) {

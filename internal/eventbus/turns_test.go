@@ -7,57 +7,28 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // The tests of this file are about time (heartbeats, TakeoverAfter, InterestTTL), so they run in a synctest
-// bubble on a fake clock that moves only when every goroutine of the bubble waits: a loaded machine cannot make
-// a turn or an announcement expire early. The bus is a NATS server without a listener whose clients connect
-// through in-memory pipes, on which the bubble's goroutines wait durably (a socket read would stop the clock).
-
-// inProcessBus starts a NATS server for a test in a synctest bubble; it shuts down with the test.
-func inProcessBus(t *testing.T) *Embedded {
-	t.Helper()
-	srv, err := server.NewServer(&server.Options{DontListen: true, NoSigs: true, NoLog: true, MaxPayload: 8 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("in-process nats server not ready")
-	}
-	bus := &Embedded{srv: srv}
-	t.Cleanup(bus.Shutdown)
-	return bus
-}
-
-// inProcessConn connects a client to srv through an in-memory pipe; it closes with the test.
-func inProcessConn(t *testing.T, srv *Embedded, name string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect("", nats.InProcessServer(srv.srv), nats.Name(name))
-	if err != nil {
-		t.Fatalf("connect %s in-process: %v", name, err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
+// bubble on a fake clock that moves only when every goroutine of the bubble waits, on an in-process bus
+// (eventbustest): a loaded machine cannot make a turn or an announcement expire early.
 
 // TestPublishersTakeTurns: of the members' publishers taking turns, only the lowest member's sends; when it
 // stops, the next takes over within TakeoverAfter and first sends the records it held, so the subscriber misses
 // no index; when it comes back, the other steps back.
 func TestPublishersTakeTurns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := inProcessBus(t)
+		bus := eventbustest.Start(t)
 		var all collector
-		subscribeCollectors(t, inProcessConn(t, srv, "sub"), map[*collector]bool{&all: false})
+		subscribeCollectors(t, bus.Connect(t, "sub"), map[*collector]bool{&all: false})
 		start := func(member uint64) (*Publisher, *prometheus.Registry) {
-			nc := inProcessConn(t, srv, "pub")
+			nc := bus.Connect(t, "pub")
 			reg := prometheus.NewRegistry()
 			pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
 				HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond, StandbyRecords: 1000}, reg, quietLogger())
@@ -139,12 +110,12 @@ func TestPublishersTakeTurns(t *testing.T) {
 // applying) while the others go on loses its turn within about TakeoverAfter, and the next member sends.
 func TestPublisherBehindLosesItsTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := inProcessBus(t)
+		bus := eventbustest.Start(t)
 		var all collector
-		subscribeCollectors(t, inProcessConn(t, srv, "sub"), map[*collector]bool{&all: false})
+		subscribeCollectors(t, bus.Connect(t, "sub"), map[*collector]bool{&all: false})
 		var pubs []*Publisher
 		for _, member := range []uint64{0x1, 0x2} {
-			nc := inProcessConn(t, srv, "pub")
+			nc := bus.Connect(t, "pub")
 			pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
 				HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond}, nil, quietLogger())
 			pub.Start()
@@ -179,9 +150,9 @@ func TestPublisherBehindLosesItsTurn(t *testing.T) {
 // announcement of interest is fresh, and lease changes always.
 func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := inProcessBus(t)
+		bus := eventbustest.Start(t)
 		var applied collector
-		sub := inProcessConn(t, srv, "sub")
+		sub := bus.Connect(t, "sub")
 		subscribeCollectors(t, sub, map[*collector]bool{&applied: false})
 		var mu sync.Mutex
 		var leases []uint64
@@ -192,8 +163,8 @@ func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		flush(t, sub)
-		nc := inProcessConn(t, srv, "pub")
+		eventbustest.Flush(t, sub)
+		nc := bus.Connect(t, "pub")
 		reg := prometheus.NewRegistry()
 		const ttl = 300 * time.Millisecond
 		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: 0x1a, OnlyWhenWanted: true, InterestTTL: ttl},
