@@ -110,7 +110,9 @@ func (s *upStack) activePublishers(t *testing.T) []string {
 // acknowledged write's record still reaches the bus.
 func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 	bus := followBus(t, s)
-	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "one storage publishing", func() bool { return len(s.activePublishers(t)) == 1 })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "one storage publishing", func() bool {
+		return len(s.activePublishers(t)) == 1
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := s.client(t)
@@ -126,7 +128,9 @@ func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "the put's record", func() bool { return len(bus.senders(put.Header.Revision)) > 0 })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "the put's record", func() bool {
+		return len(bus.senders(put.Header.Revision)) > 0
+	})
 	time.Sleep(200 * time.Millisecond) // room for a copy that should not come
 	if got := bus.senders(put.Header.Revision); len(got) != 1 || got[0] != lowest {
 		t.Fatalf("the put's record was sent by members %x, want once by the lowest member %x", got, lowest)
@@ -135,7 +139,9 @@ func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "the lease grant on the lease subjects", func() bool { return bus.granted(int64(lease.ID)) })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "the lease grant on the lease subjects", func() bool {
+		return bus.granted(int64(lease.ID))
+	})
 
 	publisher := s.activePublishers(t)[0]
 	before := s.child(t, publisher)
@@ -165,5 +171,7 @@ func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 		now := s.child(t, publisher)
 		return now.Restarts > before.Restarts && now.Ready
 	})
-	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "one storage publishing again", func() bool { return len(s.activePublishers(t)) == 1 })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "one storage publishing again", func() bool {
+		return len(s.activePublishers(t)) == 1
+	})
 }

@@ -97,12 +97,16 @@ func testCrashesDuringWrites(t *testing.T, s *upStack, etcdctl string) {
 			stopWriters := sync.OnceFunc(func() { close(stop); writers.Wait() })
 			defer stopWriters()
 
-			waittest.Until(t, time.Minute, 100*time.Millisecond, "300 acknowledged writes before the crash", func() bool { return acked.count.Load() >= 300 })
+			waittest.Until(t, time.Minute, 100*time.Millisecond, "300 acknowledged writes before the crash", func() bool {
+				return acked.count.Load() >= 300
+			})
 			if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 				t.Fatalf("kill -9 %d: %v", before.PID, err)
 			}
 			atKill, killedAt := acked.count.Load(), time.Now()
-			waittest.Until(t, time.Minute, 100*time.Millisecond, "300 more acknowledged writes after the crash", func() bool { return acked.count.Load() >= atKill+300 })
+			waittest.Until(t, time.Minute, 100*time.Millisecond, "300 more acknowledged writes after the crash", func() bool {
+				return acked.count.Load() >= atKill+300
+			})
 			t.Logf("300 more writes acknowledged %s after the kill; %d before it, %d failed in all",
 				time.Since(killedAt).Round(time.Millisecond), atKill, acked.failed.Load())
 			stopWriters()

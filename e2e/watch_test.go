@@ -204,7 +204,9 @@ func testWatchersThroughCrashes(t *testing.T, s *upStack) {
 		})
 	}
 	write(50)
-	waittest.Until(t, 2*time.Minute, 100*time.Millisecond, "every watcher at the last revision", func() bool { return watchers.Done(last) })
+	waittest.Until(t, 2*time.Minute, 100*time.Millisecond, "every watcher at the last revision", func() bool {
+		return watchers.Done(last)
+	})
 	if err := watchers.Err(); err != nil {
 		t.Fatal(err)
 	}

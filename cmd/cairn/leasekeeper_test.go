@@ -113,7 +113,10 @@ func TestLeasekeeperProcessesKill9(t *testing.T) {
 	a := startKeeperProcess(t, "lk1", st.URL(), bus.ClientURL())
 	waittest.Until(t, 20*time.Second, 20*time.Millisecond, "the first keeper to be active", a.active)
 	b := startKeeperProcess(t, "lk2", st.URL(), bus.ClientURL())
-	waittest.Until(t, 20*time.Second, 20*time.Millisecond, "the second keeper to serve", func() bool { _, err := http.Get("http://" + b.admin + "/health"); return err == nil })
+	waittest.Until(t, 20*time.Second, 20*time.Millisecond, "the second keeper to serve", func() bool {
+		_, err := http.Get("http://" + b.admin + "/health")
+		return err == nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	clients := map[*keeperProcess]pb.LeaseClient{}

@@ -148,7 +148,9 @@ func TestRemoteErrorsAreEtcds(t *testing.T) {
 				m.Kill()
 			}
 		}
-		waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the leader to step down", func() bool { return leader.Node().Leader() == 0 })
+		waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the leader to step down", func() bool {
+			return leader.Node().Leader() == 0
+		})
 		if err := client.Propose(ctx, []byte("x")); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
 			t.Fatalf("Propose = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
 		}

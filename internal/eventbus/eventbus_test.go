@@ -101,7 +101,9 @@ func TestPublishSubscribeInOrderPerMember(t *testing.T) {
 	for _, member := range []uint64{0x1a, 0x2b} {
 		publishQueued(t, srv.ClientURL(), member, 1, records, record)
 	}
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool { return got.count(0x1a) == records && got.count(0x2b) == records })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool {
+		return got.count(0x1a) == records && got.count(0x2b) == records
+	})
 	for member, indexes := range got.byMember {
 		for i, index := range indexes {
 			if index != uint64(i+1) {
@@ -201,7 +203,9 @@ func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 		return all.count(0x1a)+all.count(0x2b)+all.count(0x3c) == len(members)*records
 	})
 	// Each subscription has its own goroutine: the first copies may still be on their way.
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "first copies", func() bool { return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "first copies", func() bool {
+		return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records
+	})
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +296,9 @@ func TestPublisherBatchesWhatIsQueued(t *testing.T) {
 				t.Fatal(err)
 			}
 			publishQueued(t, srv.ClientURL(), 0x1a, 1, tt.records, tt.rec)
-			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool { return got.count(0x1a) == int(tt.records) })
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool {
+				return got.count(0x1a) == int(tt.records)
+			})
 			for i, index := range got.byMember[0x1a] {
 				if index != uint64(i+1) {
 					t.Fatalf("record %d has index %d (out of order)", i, index)
@@ -329,10 +335,14 @@ func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
 	var once collector
 	sub := subscribeAll(t, srv, map[*collector]bool{&once: true})
 	publishQueued(t, srv.ClientURL(), 0x1a, 1, 100, record)
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1a's records", func() bool { return once.count(0x1a) == 100 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1a's records", func() bool {
+		return once.count(0x1a) == 100
+	})
 	publishQueued(t, srv.ClientURL(), 0x2b, 50, 150, record) // overlaps 50..100
 	publishQueued(t, srv.ClientURL(), 0x3c, 1, 150, record)  // all seen: not handed on
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2b's new records", func() bool { return once.count(0x2b) == 50 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2b's new records", func() bool {
+		return once.count(0x2b) == 50
+	})
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +407,11 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 					return rec
 				})
 			}
-			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the lease records", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(tt.want) })
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the lease records", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(got) >= len(tt.want)
+			})
 			if err := sub.Flush(); err != nil {
 				t.Fatal(err)
 			}

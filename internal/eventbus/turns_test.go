@@ -76,7 +76,9 @@ func TestPublishersTakeTurns(t *testing.T) {
 		p1, reg1 := start(0x1)
 		p2, reg2 := start(0x2)
 		p3, reg3 := start(0x3)
-		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "members 2 and 3 standing by", func() bool { return active(reg1) && !active(reg2) && !active(reg3) })
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "members 2 and 3 standing by", func() bool {
+			return active(reg1) && !active(reg2) && !active(reg3)
+		})
 		publish([]*Publisher{p1, p2, p3}, 1, 100)
 		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records 1-100", func() bool { return seen(1, 100) })
 		if all.count(0x1) != 100 || all.count(0x2)+all.count(0x3) != 0 {
@@ -87,7 +89,9 @@ func TestPublishersTakeTurns(t *testing.T) {
 			t.Fatal(err)
 		}
 		publish([]*Publisher{p2, p3}, 101, 200) // while member 2 still stands by
-		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 taking over and resending what it held", func() bool { return seen(101, 200) })
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 taking over and resending what it held", func() bool {
+			return seen(101, 200)
+		})
 		if !active(reg2) || active(reg3) || all.count(0x3) != 0 {
 			t.Fatalf("after member 1 stopped: member 2 active %v, member 3 active %v and sent %d; want true, false, 0",
 				active(reg2), active(reg3), all.count(0x3))
@@ -96,7 +100,9 @@ func TestPublishersTakeTurns(t *testing.T) {
 		p1, reg1 = start(0x1) // back, but behind until it is given what the others were
 		publish([]*Publisher{p1, p2, p3}, 201, 300)
 		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records 201-300", func() bool { return seen(201, 300) })
-		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 standing by again", func() bool { return active(reg1) && !active(reg2) })
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 standing by again", func() bool {
+			return active(reg1) && !active(reg2)
+		})
 		before := all.count(0x2)
 		publish([]*Publisher{p1, p2, p3}, 301, 400)
 		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records 301-400", func() bool { return seen(301, 400) })
@@ -133,7 +139,9 @@ func TestPublisherBehindLosesItsTurn(t *testing.T) {
 			publish(pubs)
 			time.Sleep(10 * time.Millisecond)
 		}
-		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1's records", func() bool { return all.count(0x1) == 20 })
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1's records", func() bool {
+			return all.count(0x1) == 20
+		})
 		start := time.Now()
 		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 sending", func() bool {
 			publish(pubs[1:])

@@ -164,7 +164,9 @@ func TestProposeWithoutLeaderFailsFast(t *testing.T) {
 	members[1].Kill()
 	members[2].Kill()
 	n := members[0].Node()
-	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the lone member to lose its leader", func() bool { return n.Leader() == 0 })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the lone member to lose its leader", func() bool {
+		return n.Leader() == 0
+	})
 	start := time.Now()
 	err := n.Propose(context.Background(), []byte("x"))
 	if !errors.Is(err, rpctypes.ErrGRPCNoLeader) {

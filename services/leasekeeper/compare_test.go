@@ -31,7 +31,9 @@ func TestOnRaftCluster(t *testing.T) {
 		t.Fatalf("keep-alive: %d, %v", ttl, err)
 	}
 	renewed := time.Now()
-	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry on the raft cluster", func() bool { return !env.keyExists(ctx, "raft/k") })
+	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry on the raft cluster", func() bool {
+		return !env.keyExists(ctx, "raft/k")
+	})
 	if since := time.Since(renewed); since < 2*time.Second {
 		t.Fatalf("expired %v after the keep-alive, before its TTL", since)
 	}

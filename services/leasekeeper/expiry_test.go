@@ -189,7 +189,9 @@ func TestStorageEndpointFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.put(ctx, "failover/k", g.ID)
-	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry through the second storage", func() bool { return !env.keyExists(ctx, "failover/k") })
+	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry through the second storage", func() bool {
+		return !env.keyExists(ctx, "failover/k")
+	})
 	state, err := env.store.KeeperStatus(ctx)
 	if err != nil || state.Holder != k.ID() {
 		t.Fatalf("claim %v, %v; want held by %s", state, err, k.ID())

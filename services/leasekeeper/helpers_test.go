@@ -141,7 +141,10 @@ func (e *testEnv) startKeeper(cfg Config) *Keeper {
 // waitActive waits until k is the active keeper.
 func waitActive(t testing.TB, k *Keeper, timeout time.Duration) {
 	t.Helper()
-	waittest.Until(t, timeout, 10*time.Millisecond, k.ID()+" active", func() bool { _, ok := k.activeEpoch(time.Now()); return ok })
+	waittest.Until(t, timeout, 10*time.Millisecond, k.ID()+" active", func() bool {
+		_, ok := k.activeEpoch(time.Now())
+		return ok
+	})
 }
 
 // leaseClient is a raw etcd Lease client of a keeper.

@@ -76,7 +76,9 @@ func fullDiskChild(t *testing.T) {
 	if refused == nil {
 		t.Fatalf("5000 puts of 32 KiB fitted under a file size limit of %d bytes", fi.Size())
 	}
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "storage to report the failure", func() bool { return m.Health(ctx) != nil })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "storage to report the failure", func() bool {
+		return m.Health(ctx) != nil
+	})
 	if err := m.Health(ctx); !strings.Contains(err.Error(), "file too large") {
 		t.Fatalf("health while full: %v, want the commit failure", err)
 	}
@@ -94,7 +96,9 @@ func fullDiskChild(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &saved); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "storage to recover", func() bool { return m.Health(ctx) == nil })
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "storage to recover", func() bool {
+		return m.Health(ctx) == nil
+	})
 	for _, key := range append(acked, "before") {
 		got, err := m.client.Range(ctx, &pb.RangeRequest{Key: []byte(key), KeysOnly: true})
 		if err != nil || len(got.Kvs) != 1 {

@@ -31,7 +31,9 @@ func TestSnapshotInstall(t *testing.T) {
 	if _, err := a.client.Compact(ctx, &pb.CompactionRequest{Revision: 200}); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1 to report its durable index", func() bool { return log.Reported() >= 301 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1 to report its durable index", func() bool {
+		return log.Reported() >= 301
+	})
 	if err := log.DiscardThrough(log.Reported()); err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,9 @@ func TestEmptyAndConfChangeEntriesAdvanceIndex(t *testing.T) {
 	if _, err := log.Append(commitlog.KindNormal, []byte("not an entry")); err != nil {
 		t.Fatal(err)
 	}
-	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "applied index 3", func() bool { return m.currentStore().Position().AppliedIndex == 3 })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "applied index 3", func() bool {
+		return m.currentStore().Position().AppliedIndex == 3
+	})
 	if _, err := m.client.Put(ctxT(t), &pb.PutRequest{Key: []byte("a")}); err != nil {
 		t.Fatal(err)
 	}

@@ -240,7 +240,9 @@ func TestEveryRevisionOnceThroughClusterFaults(t *testing.T) {
 		}
 		last = resp.Header.Revision
 	}
-	waittest.Until(t, 60*time.Second, 5*time.Millisecond, "every watcher at the last revision", func() bool { return watchers.Done(last) })
+	waittest.Until(t, 60*time.Second, 5*time.Millisecond, "every watcher at the last revision", func() bool {
+		return watchers.Done(last)
+	})
 	if err := watchers.ErrUnlessAt(last); err != nil {
 		t.Fatal(err)
 	}

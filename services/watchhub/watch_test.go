@@ -125,7 +125,9 @@ func TestClientV3ProgressAndCompaction(t *testing.T) {
 	ctx := ctxT(t)
 	openRaw(t, dialHub(t, h.Addr())) // a hub follows the store while it has a stream
 	head := env.put("a", "1")
-	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "hub at the write", func() bool { return h.headRev.Load() >= head })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "hub at the write", func() bool {
+		return h.headRev.Load() >= head
+	})
 
 	t.Run("periodic progress", func(t *testing.T) {
 		wch := cli.Watch(ctx, "quiet", clientv3.WithProgressNotify())
@@ -249,7 +251,9 @@ func TestProgressRequestWaitsForCatchUp(t *testing.T) {
 	for i := range 10 {
 		head = env.put("k", fmt.Sprint(i))
 	}
-	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "hub at the writes", func() bool { return h.headRev.Load() >= head })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "hub at the writes", func() bool {
+		return h.headRev.Load() >= head
+	})
 	env.stopStorage(0)
 	rs := openRaw(t, dialHub(t, h.Addr()))
 	rs.create(&pb.WatchCreateRequest{Key: []byte("k"), StartRevision: 2})
@@ -375,7 +379,9 @@ func TestHopelessWatcherIsCanceled(t *testing.T) {
 	for i := range 40 {
 		last = env.put("k", value+fmt.Sprint(i))
 	}
-	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the watcher fell behind", func() bool { return testutil.ToFloat64(h.metrics.fellBehind) > 0 })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the watcher fell behind", func() bool {
+		return testutil.ToFloat64(h.metrics.fellBehind) > 0
+	})
 	if _, err := env.client().Compact(ctxT(t), &pb.CompactionRequest{Revision: last}); err != nil {
 		t.Fatal(err)
 	}

@@ -99,11 +99,15 @@ func TestLeaderConsensusKilledDuringWrites(t *testing.T) {
 			done := make(chan struct{})
 			stop := make(chan struct{})
 			go func() { defer close(done); writes.run(clients, 6, 150, stop) }()
-			waittest.Until(t, 20*time.Second, 5*time.Millisecond, "some writes acknowledged", func() bool { return writes.count() >= 100 })
+			waittest.Until(t, 20*time.Second, 5*time.Millisecond, "some writes acknowledged", func() bool {
+				return writes.count() >= 100
+			})
 			leader := c.Leader(10 * time.Second)
 			leader.KillConsensus()
 			before := writes.count()
-			waittest.Until(t, 30*time.Second, 5*time.Millisecond, "writes acknowledged after the leader died", func() bool { return writes.count() >= before+100 })
+			waittest.Until(t, 30*time.Second, 5*time.Millisecond, "writes acknowledged after the leader died", func() bool {
+				return writes.count() >= before+100
+			})
 			close(stop)
 			<-done
 			if err := leader.RestartConsensus(); err != nil {
@@ -196,7 +200,9 @@ func TestStorageCatchesUpBySnapshot(t *testing.T) {
 		}
 	}
 	leader := c.Leader(10 * time.Second)
-	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the leader compacted its log", func() bool { return firstEntryIsSnapshot(leader, 0) })
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the leader compacted its log", func() bool {
+		return firstEntryIsSnapshot(leader, 0)
+	})
 	if err := lagging.RestartConsensus(); err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +253,9 @@ func TestWipedStorageOfRunningMemberCatchesUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the member compacted its own log", func() bool { return firstEntryIsSnapshot(m, 0) })
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the member compacted its own log", func() bool {
+		return firstEntryIsSnapshot(m, 0)
+	})
 	m.StopStorage()
 	if err := m.WipeStorage(); err != nil {
 		t.Fatal(err)

@@ -171,7 +171,9 @@ func TestStopLeavesNoProcesses(t *testing.T) {
 				t.Errorf("Stop took %s: the child was not given StopTimeout after SIGTERM", took)
 			}
 			for _, pid := range pids {
-				waittest.Until(t, 5*time.Second, 20*time.Millisecond, fmt.Sprintf("pid %d gone", pid), func() bool { return !alive(pid) })
+				waittest.Until(t, 5*time.Second, 20*time.Millisecond, fmt.Sprintf("pid %d gone", pid), func() bool {
+					return !alive(pid)
+				})
 			}
 			stack, _ := ReadStack(stackFile)
 			if svc, _ := stack.Child("svc"); svc.State != StateStopped || svc.PID != 0 {

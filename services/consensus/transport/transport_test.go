@@ -173,7 +173,9 @@ func TestDeliversEveryClass(t *testing.T) {
 				msgs = append(msgs, msg(tc.typ, 1, 2, 100))
 			}
 			a.tr.Send(msgs)
-			waittest.Until(t, 10*time.Second, 2*time.Millisecond, tc.typ.String(), func() bool { return b.rec.count(tc.typ) == tc.n })
+			waittest.Until(t, 10*time.Second, 2*time.Millisecond, tc.typ.String(), func() bool {
+				return b.rec.count(tc.typ) == tc.n
+			})
 		})
 	}
 	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "snapshot reported finished", func() bool {
@@ -192,7 +194,9 @@ func TestHeartbeatsDoNotWaitBehindAppends(t *testing.T) {
 	}
 	a.tr.Send(apps)
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "heartbeat while appends are stuck", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "heartbeat while appends are stuck", func() bool {
+		return b.rec.count(raftpb.MsgHeartbeat) == 1
+	})
 	if n := b.rec.count(raftpb.MsgApp); n != 0 {
 		t.Fatalf("%d appends processed though raft holds them", n)
 	}
@@ -228,22 +232,30 @@ func TestCommitOnlyAppendsWaitForTheNextAppend(t *testing.T) {
 			a, b := pair(t, func(c *Config) { c.CommitHold = tc.hold })
 			if tc.writing {
 				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgApp, 1, 2, 100)})
-				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the first append", func() bool { return b.rec.count(raftpb.MsgApp) == 1 })
+				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the first append", func() bool {
+					return b.rec.count(raftpb.MsgApp) == 1
+				})
 				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgApp, 1, 2, 100)})
-				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the second append", func() bool { return b.rec.count(raftpb.MsgApp) == 2 })
+				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the second append", func() bool {
+					return b.rec.count(raftpb.MsgApp) == 2
+				})
 			}
 			a.tr.Send([]*raftpb.Message{commitOnly(3)})
 			a.tr.Send([]*raftpb.Message{commitOnly(4)})
 			if tc.next != nil {
 				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "a heartbeat sent after them", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "a heartbeat sent after them", func() bool {
+					return b.rec.count(raftpb.MsgHeartbeat) == 1
+				})
 				time.Sleep(50 * time.Millisecond)
 				if n := b.rec.count(raftpb.MsgApp); n != 2 {
 					t.Fatalf("%d commit-only appends arrived with no append to ride with", n-2)
 				}
 				a.tr.Send([]*raftpb.Message{tc.next})
 			}
-			waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the appends", func() bool { return b.rec.count(raftpb.MsgApp) == len(tc.arrives) })
+			waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the appends", func() bool {
+				return b.rec.count(raftpb.MsgApp) == len(tc.arrives)
+			})
 			var got []int64
 			b.rec.check(func() bool {
 				for _, m := range b.rec.received {
@@ -267,7 +279,9 @@ func TestCommitOnlyAppendsWaitForTheNextAppend(t *testing.T) {
 func TestReconnectsAfterPeerRestart(t *testing.T) {
 	a, b := pair(t)
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "first heartbeat", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "first heartbeat", func() bool {
+		return b.rec.count(raftpb.MsgHeartbeat) == 1
+	})
 	if a.tr.ActiveSince(2).IsZero() {
 		t.Fatal("ActiveSince is zero on a healthy stream")
 	}
@@ -348,7 +362,9 @@ func TestFaultsDropBothDirections(t *testing.T) {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
 		b.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, 0)})
 	}
-	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "all 40 heartbeats dropped", func() bool { return faults.Dropped() == 40 })
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "all 40 heartbeats dropped", func() bool {
+		return faults.Dropped() == 40
+	})
 	if a.rec.count(raftpb.MsgHeartbeat) != 0 || b.rec.count(raftpb.MsgHeartbeat) != 0 {
 		t.Fatalf("blocked heartbeats arrived: a got %d, b got %d", a.rec.count(raftpb.MsgHeartbeat), b.rec.count(raftpb.MsgHeartbeat))
 	}
