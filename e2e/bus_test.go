@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/api/eventpb"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // busRecords follows the stack's NATS: every copy of every applied record, and the lease subjects.
@@ -68,7 +69,7 @@ func followBus(t *testing.T, s *upStack) *busRecords {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "every storage told records are wanted", func() bool {
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "every storage told records are wanted", func() bool {
 		for _, name := range []string{"storage-1", "storage-2", "storage-3"} {
 			if v, ok := s.metric(t, name, "cairn_eventbus_records_wanted"); !ok || v != 1 {
 				return false
@@ -109,7 +110,9 @@ func (s *upStack) activePublishers(t *testing.T) []string {
 // acknowledged write's record still reaches the bus.
 func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 	bus := followBus(t, s)
-	waitFor(t, 10*time.Second, "one storage publishing", func() bool { return len(s.activePublishers(t)) == 1 })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "one storage publishing", func() bool {
+		return len(s.activePublishers(t)) == 1
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	c := s.client(t)
@@ -125,7 +128,9 @@ func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the put's record", func() bool { return len(bus.senders(put.Header.Revision)) > 0 })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "the put's record", func() bool {
+		return len(bus.senders(put.Header.Revision)) > 0
+	})
 	time.Sleep(200 * time.Millisecond) // room for a copy that should not come
 	if got := bus.senders(put.Header.Revision); len(got) != 1 || got[0] != lowest {
 		t.Fatalf("the put's record was sent by members %x, want once by the lowest member %x", got, lowest)
@@ -134,7 +139,9 @@ func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the lease grant on the lease subjects", func() bool { return bus.granted(int64(lease.ID)) })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "the lease grant on the lease subjects", func() bool {
+		return bus.granted(int64(lease.ID))
+	})
 
 	publisher := s.activePublishers(t)[0]
 	before := s.child(t, publisher)
@@ -152,7 +159,7 @@ func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 			acked = append(acked, resp.Header.Revision)
 		}
 	}
-	waitFor(t, time.Minute, "every acknowledged write's record on the bus", func() bool {
+	waittest.Until(t, time.Minute, 100*time.Millisecond, "every acknowledged write's record on the bus", func() bool {
 		for _, rev := range acked {
 			if len(bus.senders(rev)) == 0 {
 				return false
@@ -160,9 +167,11 @@ func testAppliedRecordsOnNATS(t *testing.T, s *upStack) {
 		}
 		return true
 	})
-	waitFor(t, time.Minute, publisher+" restarted and ready", func() bool {
+	waittest.Until(t, time.Minute, 100*time.Millisecond, publisher+" restarted and ready", func() bool {
 		now := s.child(t, publisher)
 		return now.Restarts > before.Restarts && now.Ready
 	})
-	waitFor(t, 10*time.Second, "one storage publishing again", func() bool { return len(s.activePublishers(t)) == 1 })
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "one storage publishing again", func() bool {
+		return len(s.activePublishers(t)) == 1
+	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -52,7 +53,7 @@ func startDevWith(t *testing.T, etcdctl, dir string, ports []int, tls devTLS) (e
 			t.Errorf("cairn dev did not stop within 30s of SIGTERM")
 		}
 	}
-	waitFor(t, time.Minute, "cairn dev to answer endpoint health", func() bool {
+	waittest.Until(t, time.Minute, 100*time.Millisecond, "cairn dev to answer endpoint health", func() bool {
 		return runEtcdctl(t, etcdctl, []string{endpoint}, "", append(tls.etcdctlArgs, "endpoint", "health")...).ExitCode == 0
 	})
 	return endpoint, stop

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // ackedWrites records the writes the cluster acknowledged.
@@ -95,17 +97,21 @@ func testCrashesDuringWrites(t *testing.T, s *upStack, etcdctl string) {
 			stopWriters := sync.OnceFunc(func() { close(stop); writers.Wait() })
 			defer stopWriters()
 
-			waitFor(t, time.Minute, "300 acknowledged writes before the crash", func() bool { return acked.count.Load() >= 300 })
+			waittest.Until(t, time.Minute, 100*time.Millisecond, "300 acknowledged writes before the crash", func() bool {
+				return acked.count.Load() >= 300
+			})
 			if err := syscall.Kill(before.PID, syscall.SIGKILL); err != nil {
 				t.Fatalf("kill -9 %d: %v", before.PID, err)
 			}
 			atKill, killedAt := acked.count.Load(), time.Now()
-			waitFor(t, time.Minute, "300 more acknowledged writes after the crash", func() bool { return acked.count.Load() >= atKill+300 })
+			waittest.Until(t, time.Minute, 100*time.Millisecond, "300 more acknowledged writes after the crash", func() bool {
+				return acked.count.Load() >= atKill+300
+			})
 			t.Logf("300 more writes acknowledged %s after the kill; %d before it, %d failed in all",
 				time.Since(killedAt).Round(time.Millisecond), atKill, acked.failed.Load())
 			stopWriters()
 
-			waitFor(t, time.Minute, child+" restarted by cairn up", func() bool {
+			waittest.Until(t, time.Minute, 100*time.Millisecond, child+" restarted by cairn up", func() bool {
 				now := s.child(t, child)
 				return now.Restarts >= before.Restarts+1 && now.PID != 0 && now.PID != before.PID &&
 					strings.Contains(now.LastExit, "killed")
@@ -148,7 +154,7 @@ func checkHashesAgree(t *testing.T, ctx context.Context, s *upStack, c *clientv3
 	t.Helper()
 	rev := s.currentRevision(t, ctx, c)
 	var last []string
-	waitFor(t, time.Minute, "equal HashKV on every member at one revision", func() bool {
+	waittest.Until(t, time.Minute, 100*time.Millisecond, "equal HashKV on every member at one revision", func() bool {
 		last = last[:0]
 		hashes := map[uint32]bool{}
 		members := map[uint64]bool{}

@@ -10,6 +10,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/storageclient"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"github.com/cairn-kv/cairn/internal/testing/leasetest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -85,7 +86,7 @@ func (s *upStack) keeperActive(t *testing.T, name string) bool {
 func TestLeasekeeperKill9OnCairnUp(t *testing.T) {
 	s := startUp(t, t.TempDir())
 	var active, standby string
-	waitFor(t, 10*time.Second, "an active leasekeeper", func() bool {
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "an active leasekeeper", func() bool {
 		for _, name := range []string{"leasekeeper-1", "leasekeeper-2"} {
 			if s.keeperActive(t, name) {
 				active = name
@@ -111,7 +112,7 @@ func TestLeasekeeperKill9OnCairnUp(t *testing.T) {
 		},
 		StandbyActive: func() bool { return s.keeperActive(t, standby) },
 		Restart: func() {
-			waitFor(t, 30*time.Second, "the supervisor to restart "+active, func() bool {
+			waittest.Until(t, 30*time.Second, 100*time.Millisecond, "the supervisor to restart "+active, func() bool {
 				c := s.child(t, active)
 				return c.PID != 0 && c.PID != victim.PID && c.Ready
 			})
@@ -143,7 +144,7 @@ func TestDevLeases(t *testing.T) {
 		t.Fatalf("keep-alive --once: %+v", res)
 	}
 	renewed := time.Now()
-	waitFor(t, 5*time.Second, "the lease to expire", func() bool {
+	waittest.Until(t, 5*time.Second, 100*time.Millisecond, "the lease to expire", func() bool {
 		return runEtcdctl(t, etcdctl, ep, "", "get", "dev/leased", "--print-value-only").Stdout == ""
 	})
 	// TTL + 1s, and what one etcdctl run (the poll) takes.

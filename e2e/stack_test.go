@@ -19,7 +19,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -242,12 +241,6 @@ func runEtcdctl(t testing.TB, etcdctl string, endpoints []string, stdin string, 
 		t.Fatalf("etcdctl %v: %v", args, err)
 	}
 	return etcdctlResult{Stdout: stdout.String(), Stderr: stderr.String(), ExitCode: code}
-}
-
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, timeout, 100*time.Millisecond, what, cond)
 }
 
 // prefixWriter prefixes every line, so the stack's own log stands apart in verbose test output.

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/testing/watchtest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
@@ -74,7 +75,7 @@ func testEtcdctlWatch(t *testing.T, s *upStack, etcdctl string) {
 			t.Fatal(err)
 		}
 		// Each hub learns of the compaction from the bus; until then it may still serve the old revisions.
-		waitFor(t, 30*time.Second, "every hub to refuse the compacted revision", func() bool {
+		waittest.Until(t, 30*time.Second, 100*time.Millisecond, "every hub to refuse the compacted revision", func() bool {
 			for range 4 {
 				wctx, wcancel := context.WithCancel(ctx)
 				r := <-c.Watch(wctx, "watch/a", clientv3.WithRev(start))
@@ -140,7 +141,7 @@ func testClientV3Watches(t *testing.T, s *upStack) {
 	}
 	// The bus brings the puts to the hubs a moment after they are acknowledged: wait until both hubs have all
 	// three, so each watch below gets them in one 3 MiB catch-up response.
-	waitFor(t, 10*time.Second, "the hubs to have the big puts", func() bool {
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "the hubs to have the big puts", func() bool {
 		for _, hub := range []string{"watchhub-1", "watchhub-2"} {
 			if head, ok := s.metric(t, hub, "cairn_watchhub_head_revision"); !ok || int64(head) < from+2 {
 				return false
@@ -197,13 +198,15 @@ func testWatchersThroughCrashes(t *testing.T, s *upStack) {
 		}
 		t.Logf("killed %s pid %d at revision %d", victim, before.PID, last)
 		write(150)
-		waitFor(t, time.Minute, victim+" restarted and ready", func() bool {
+		waittest.Until(t, time.Minute, 100*time.Millisecond, victim+" restarted and ready", func() bool {
 			now := s.child(t, victim)
 			return now.Restarts > before.Restarts && now.Ready
 		})
 	}
 	write(50)
-	waitFor(t, 2*time.Minute, "every watcher at the last revision", func() bool { return watchers.Done(last) })
+	waittest.Until(t, 2*time.Minute, 100*time.Millisecond, "every watcher at the last revision", func() bool {
+		return watchers.Done(last)
+	})
 	if err := watchers.Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -65,11 +65,6 @@ func (kp *keeperProcess) active() bool {
 	return strings.Contains(string(body), "\ncairn_leasekeeper_active 1\n")
 }
 
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	return waittest.Until(t, timeout, 20*time.Millisecond, what, cond)
-}
-
 // TestLeasekeeperProcessesKill9 runs two `cairn leasekeeper` processes on one storage and NATS, kill -9s the
 // active one and checks the bounds: the standby takes over within 3s, a lease kept alive through it stays, a
 // lease abandoned at the kill expires no earlier than its TTL and within TTL + 3s, and the killed keeper's epoch
@@ -116,9 +111,12 @@ func TestLeasekeeperProcessesKill9(t *testing.T) {
 	defer store.Close()
 
 	a := startKeeperProcess(t, "lk1", st.URL(), bus.ClientURL())
-	waitUntil(t, 20*time.Second, "the first keeper to be active", a.active)
+	waittest.Until(t, 20*time.Second, 20*time.Millisecond, "the first keeper to be active", a.active)
 	b := startKeeperProcess(t, "lk2", st.URL(), bus.ClientURL())
-	waitUntil(t, 20*time.Second, "the second keeper to serve", func() bool { _, err := http.Get("http://" + b.admin + "/health"); return err == nil })
+	waittest.Until(t, 20*time.Second, 20*time.Millisecond, "the second keeper to serve", func() bool {
+		_, err := http.Get("http://" + b.admin + "/health")
+		return err == nil
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	clients := map[*keeperProcess]pb.LeaseClient{}
@@ -191,9 +189,9 @@ func TestLeasekeeperProcessesKill9(t *testing.T) {
 			}
 		}
 	}()
-	took := waitUntil(t, 3*time.Second, "the standby to take over", b.active)
+	took := waittest.Until(t, 3*time.Second, 20*time.Millisecond, "the standby to take over", b.active)
 	t.Logf("standby active %v after kill -9", took)
-	waitUntil(t, 10*time.Second, "the abandoned lease's key to go", func() bool {
+	waittest.Until(t, 10*time.Second, 20*time.Millisecond, "the abandoned lease's key to go", func() bool {
 		r, err := store.Range(ctx, &pb.RangeRequest{Key: []byte("abandoned")})
 		return err == nil && len(r.Kvs) == 0
 	})

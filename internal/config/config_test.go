@@ -8,6 +8,7 @@ import (
 )
 
 func TestHostPort(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		raw, want string
 		ok        bool
@@ -31,6 +32,7 @@ func TestHostPort(t *testing.T) {
 }
 
 func TestClientHostPort(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		raw, want  string
 		secure, ok bool
@@ -49,6 +51,7 @@ func TestClientHostPort(t *testing.T) {
 }
 
 func TestURLListFlag(t *testing.T) {
+	t.Parallel()
 	var l URLList
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	fs.Var(&l, "urls", "")
@@ -64,6 +67,7 @@ func TestURLListFlag(t *testing.T) {
 }
 
 func TestSetDefault(t *testing.T) {
+	t.Parallel()
 	d, n := time.Duration(0), 7
 	SetDefault(&d, time.Second)
 	SetDefault(&n, 9)

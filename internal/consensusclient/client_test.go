@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/consensusclient"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
@@ -147,7 +148,9 @@ func TestRemoteErrorsAreEtcds(t *testing.T) {
 				m.Kill()
 			}
 		}
-		c.Eventually(5*time.Second, "the leader to step down", func() bool { return leader.Node().Leader() == 0 })
+		waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the leader to step down", func() bool {
+			return leader.Node().Leader() == 0
+		})
 		if err := client.Propose(ctx, []byte("x")); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
 			t.Fatalf("Propose = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
 		}
@@ -197,7 +200,7 @@ func TestRemoteCommittedResumesAfterTheMemberRestarts(t *testing.T) {
 	if err := follower.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually(20*time.Second, "the remote stream to resume past the restart", func() bool {
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the remote stream to resume past the restart", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(seen) > 0 && seen[len(seen)-1].Index >= last

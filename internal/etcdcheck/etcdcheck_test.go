@@ -22,6 +22,7 @@ func txnOp(success ...*pb.RequestOp) *pb.RequestOp {
 
 // The cases below match what etcd v3.7.3 answers (see services/storage/mvcc/testdata/etcd-golden.json).
 func TestWrite(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		req  *pb.InternalRaftRequest

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/eventpb"
+	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
@@ -72,6 +73,14 @@ func subscribeAll(t *testing.T, srv *Embedded, collectors map[*collector]bool) *
 		t.Fatal(err)
 	}
 	t.Cleanup(sub.Close)
+	subscribeCollectors(t, sub, collectors)
+	return sub
+}
+
+// subscribeCollectors subscribes each collector on sub to prefix "test" (with SubscribeFirstCopies when its
+// value is true, Subscribe otherwise); the subscriptions are known to the server when it returns.
+func subscribeCollectors(t *testing.T, sub *nats.Conn, collectors map[*collector]bool) {
+	t.Helper()
 	for c, firstCopies := range collectors {
 		subscribe := Subscribe
 		if firstCopies {
@@ -81,15 +90,7 @@ func subscribeAll(t *testing.T, srv *Embedded, collectors map[*collector]bool) *
 			t.Fatal(err)
 		}
 	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	return sub
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, what, cond)
+	eventbustest.Flush(t, sub) // not sub.Flush: some callers run in a synctest bubble
 }
 
 func TestPublishSubscribeInOrderPerMember(t *testing.T) {
@@ -100,7 +101,9 @@ func TestPublishSubscribeInOrderPerMember(t *testing.T) {
 	for _, member := range []uint64{0x1a, 0x2b} {
 		publishQueued(t, srv.ClientURL(), member, 1, records, record)
 	}
-	waitFor(t, "all records", func() bool { return got.count(0x1a) == records && got.count(0x2b) == records })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool {
+		return got.count(0x1a) == records && got.count(0x2b) == records
+	})
 	for member, indexes := range got.byMember {
 		for i, index := range indexes {
 			if index != uint64(i+1) {
@@ -176,11 +179,11 @@ func TestPublisherSurvivesServerRestart(t *testing.T) {
 	if err := subConn.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "publisher reconnect", pubConn.IsConnected)
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "publisher reconnect", pubConn.IsConnected)
 	// Keep publishing until one arrives: records sent while the subscription was not yet known are lost,
 	// which the bus allows; what must hold is that the publisher works again after the restart.
 	next := uint64(1)
-	waitFor(t, "a record after the restart", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "a record after the restart", func() bool {
 		pub.Publish(record(next), nil)
 		next++
 		return got.count(7) > 0
@@ -196,11 +199,13 @@ func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 	for _, member := range members {
 		publishQueued(t, srv.ClientURL(), member, 1, records, record)
 	}
-	waitFor(t, "every copy on the plain subscription", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "every copy on the plain subscription", func() bool {
 		return all.count(0x1a)+all.count(0x2b)+all.count(0x3c) == len(members)*records
 	})
 	// Each subscription has its own goroutine: the first copies may still be on their way.
-	waitFor(t, "first copies", func() bool { return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "first copies", func() bool {
+		return once.count(0x1a)+once.count(0x2b)+once.count(0x3c) >= records
+	})
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +296,9 @@ func TestPublisherBatchesWhatIsQueued(t *testing.T) {
 				t.Fatal(err)
 			}
 			publishQueued(t, srv.ClientURL(), 0x1a, 1, tt.records, tt.rec)
-			waitFor(t, "all records", func() bool { return got.count(0x1a) == int(tt.records) })
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "all records", func() bool {
+				return got.count(0x1a) == int(tt.records)
+			})
 			for i, index := range got.byMember[0x1a] {
 				if index != uint64(i+1) {
 					t.Fatalf("record %d has index %d (out of order)", i, index)
@@ -328,10 +335,14 @@ func TestFirstCopiesAcrossBatchBoundaries(t *testing.T) {
 	var once collector
 	sub := subscribeAll(t, srv, map[*collector]bool{&once: true})
 	publishQueued(t, srv.ClientURL(), 0x1a, 1, 100, record)
-	waitFor(t, "member 1a's records", func() bool { return once.count(0x1a) == 100 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1a's records", func() bool {
+		return once.count(0x1a) == 100
+	})
 	publishQueued(t, srv.ClientURL(), 0x2b, 50, 150, record) // overlaps 50..100
 	publishQueued(t, srv.ClientURL(), 0x3c, 1, 150, record)  // all seen: not handed on
-	waitFor(t, "member 2b's new records", func() bool { return once.count(0x2b) == 50 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2b's new records", func() bool {
+		return once.count(0x2b) == 50
+	})
 	if err := sub.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +407,11 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 					return rec
 				})
 			}
-			waitFor(t, "the lease records", func() bool { mu.Lock(); defer mu.Unlock(); return len(got) >= len(tt.want) })
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the lease records", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(got) >= len(tt.want)
+			})
 			if err := sub.Flush(); err != nil {
 				t.Fatal(err)
 			}
@@ -413,222 +428,5 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestPublishersTakeTurns: of the members' publishers taking turns, only the lowest member's sends; when it
-// stops, the next takes over within TakeoverAfter and first sends the records it held, so the subscriber misses
-// no index; when it comes back, the other steps back.
-func TestPublishersTakeTurns(t *testing.T) {
-	srv := startServer(t, -1)
-	var all collector
-	subscribeAll(t, srv, map[*collector]bool{&all: false})
-	start := func(member uint64) (*Publisher, *prometheus.Registry) {
-		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		reg := prometheus.NewRegistry()
-		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
-			HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond, StandbyRecords: 1000}, reg, quietLogger())
-		pub.Start()
-		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
-		return pub, reg
-	}
-	active := func(reg *prometheus.Registry) bool {
-		families, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range families {
-			if f.GetName() == "cairn_eventbus_publisher_active" {
-				return f.GetMetric()[0].GetGauge().GetValue() == 1
-			}
-		}
-		t.Fatal("no cairn_eventbus_publisher_active gauge")
-		return false
-	}
-	publish := func(pubs []*Publisher, first, last uint64) {
-		for i := first; i <= last; i++ {
-			for _, p := range pubs {
-				p.Publish(record(i), nil)
-			}
-		}
-	}
-	seen := func(first, last uint64) bool {
-		all.mu.Lock()
-		defer all.mu.Unlock()
-		got := map[uint64]bool{}
-		for _, indexes := range all.byMember {
-			for _, i := range indexes {
-				got[i] = true
-			}
-		}
-		for i := first; i <= last; i++ {
-			if !got[i] {
-				return false
-			}
-		}
-		return true
-	}
-
-	p1, reg1 := start(0x1)
-	p2, reg2 := start(0x2)
-	p3, reg3 := start(0x3)
-	waitFor(t, "members 2 and 3 standing by", func() bool { return active(reg1) && !active(reg2) && !active(reg3) })
-	publish([]*Publisher{p1, p2, p3}, 1, 100)
-	waitFor(t, "records 1-100", func() bool { return seen(1, 100) })
-	if all.count(0x1) != 100 || all.count(0x2)+all.count(0x3) != 0 {
-		t.Fatalf("sent by members 1, 2, 3: %d, %d, %d; want 100, 0, 0", all.count(0x1), all.count(0x2), all.count(0x3))
-	}
-
-	if err := p1.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	publish([]*Publisher{p2, p3}, 101, 200) // while member 2 still stands by
-	waitFor(t, "member 2 taking over and resending what it held", func() bool { return seen(101, 200) })
-	if !active(reg2) || active(reg3) || all.count(0x3) != 0 {
-		t.Fatalf("after member 1 stopped: member 2 active %v, member 3 active %v and sent %d; want true, false, 0",
-			active(reg2), active(reg3), all.count(0x3))
-	}
-
-	p1, reg1 = start(0x1) // back, but behind until it is given what the others were
-	publish([]*Publisher{p1, p2, p3}, 201, 300)
-	waitFor(t, "records 201-300", func() bool { return seen(201, 300) })
-	waitFor(t, "member 2 standing by again", func() bool { return active(reg1) && !active(reg2) })
-	before := all.count(0x2)
-	publish([]*Publisher{p1, p2, p3}, 301, 400)
-	waitFor(t, "records 301-400", func() bool { return seen(301, 400) })
-	if all.count(0x2) != before || all.count(0x3) != 0 {
-		t.Fatalf("members 2 and 3 sent %d and %d records with member 1 back; want none", all.count(0x2)-before, all.count(0x3))
-	}
-}
-
-// TestPublisherBehindLosesItsTurn: a lower member whose publisher is given nothing more (its storage stopped
-// applying) while the others go on loses its turn within about TakeoverAfter, and the next member sends.
-func TestPublisherBehindLosesItsTurn(t *testing.T) {
-	srv := startServer(t, -1)
-	var all collector
-	subscribeAll(t, srv, map[*collector]bool{&all: false})
-	var pubs []*Publisher
-	for _, member := range []uint64{0x1, 0x2} {
-		nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: member, TakeTurns: true,
-			HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond}, nil, quietLogger())
-		pub.Start()
-		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
-		pubs = append(pubs, pub)
-	}
-	next := uint64(1)
-	publish := func(to []*Publisher) {
-		for _, p := range to {
-			p.Publish(record(next), nil)
-		}
-		next++
-	}
-	for range 20 { // both given the same records: member 1 sends them
-		publish(pubs)
-		time.Sleep(10 * time.Millisecond)
-	}
-	waitFor(t, "member 1's records", func() bool { return all.count(0x1) == 20 })
-	start := time.Now()
-	waitFor(t, "member 2 sending", func() bool {
-		publish(pubs[1:]) // member 1 is given nothing more
-		time.Sleep(10 * time.Millisecond)
-		return all.count(0x2) > 0
-	})
-	if took := time.Since(start); took > 3*time.Second {
-		t.Fatalf("member 2 took its turn after %v, want about TakeoverAfter (500ms) plus a heartbeat", took)
-	}
-}
-
-// TestPublisherSendsOnlyWhenWanted: a publisher with OnlyWhenWanted sends applied records only while a consumer's
-// announcement of interest is fresh, and lease changes always.
-func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
-	srv := startServer(t, -1)
-	var applied collector
-	sub := subscribeAll(t, srv, map[*collector]bool{&applied: false})
-	var mu sync.Mutex
-	var leases []uint64
-	if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, _ Meta) {
-		mu.Lock()
-		defer mu.Unlock()
-		leases = append(leases, rec.Index)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := sub.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	reg := prometheus.NewRegistry()
-	const ttl = 300 * time.Millisecond
-	pub := NewPublisher(nc, PublisherConfig{SubjectPrefix: "test", MemberID: 0x1a, OnlyWhenWanted: true, InterestTTL: ttl},
-		reg, quietLogger())
-	pub.Start()
-	defer pub.Stop(context.Background())
-	time.Sleep(ttl) // a new publisher sends for its first InterestTTL
-	next := uint64(0)
-	// publishUntilLease publishes n records and then one with a lease change, and waits for that one: every
-	// record before it has been sent, or not, by then.
-	publishUntilLease := func(n int) {
-		t.Helper()
-		for range n {
-			next++
-			pub.Publish(record(next), nil)
-		}
-		next++
-		rec := record(next)
-		rec.Leases = []*eventpb.LeaseChange{{Type: eventpb.LeaseChange_GRANTED, Id: int64(next), Ttl: 30}}
-		pub.Publish(rec, nil)
-		lease := next
-		waitFor(t, "the lease change", func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(leases) > 0 && leases[len(leases)-1] == lease
-		})
-	}
-
-	publishUntilLease(10)
-	if n := applied.count(0x1a); n != 0 {
-		t.Fatalf("%d applied records sent before any consumer wanted them", n)
-	}
-	if got := testutil.ToFloat64(pub.unwanted); got != 11 {
-		t.Fatalf("unwanted_records_total = %v, want 11", got)
-	}
-	if got := testutil.ToFloat64(pub.wantedNow); got != 0 {
-		t.Fatalf("records_wanted = %v before any announcement, want 0", got)
-	}
-
-	if err := AnnounceInterest(sub, "test"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "records once wanted", func() bool {
-		publishUntilLease(0)
-		return applied.count(0x1a) > 0
-	})
-	if got := testutil.ToFloat64(pub.wantedNow); got != 1 {
-		t.Fatalf("records_wanted = %v while wanted, want 1", got)
-	}
-	before := applied.count(0x1a)
-	publishUntilLease(10)
-	if got := applied.count(0x1a) - before; got != 11 {
-		t.Fatalf("%d of 11 records sent while wanted", got)
-	}
-
-	time.Sleep(2 * ttl) // the announcement goes stale
-	before = applied.count(0x1a)
-	publishUntilLease(10)
-	if got := applied.count(0x1a) - before; got != 0 {
-		t.Fatalf("%d records sent after the interest went stale", got)
 	}
 }

@@ -174,6 +174,7 @@ func TestBadInput(t *testing.T) {
 
 // TestPreambleMatcher: the matcher decides on exactly the preamble's bytes, without waiting for more.
 func TestPreambleMatcher(t *testing.T) {
+	t.Parallel()
 	match := PreambleMatcher(testPreamble)
 	tests := []struct {
 		name string
@@ -187,6 +188,7 @@ func TestPreambleMatcher(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			if got := match(strings.NewReader(tt.sent)); got != tt.want {
 				t.Fatalf("matched %v, want %v", got, tt.want)
 			}

@@ -11,6 +11,7 @@ import (
 )
 
 func TestApply(t *testing.T) {
+	t.Parallel()
 	held := &storagepb.KeeperState{Holder: "a", Epoch: 3, Renewals: 7, Index: 40}
 	free := &storagepb.KeeperState{Epoch: 3, Renewals: 8, Index: 41}
 	tests := []struct {
@@ -34,6 +35,7 @@ func TestApply(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			var before *storagepb.KeeperState
 			if tt.state != nil {
 				before = &storagepb.KeeperState{Holder: tt.state.Holder, Epoch: tt.state.Epoch, Renewals: tt.state.Renewals, Index: tt.state.Index}
@@ -56,6 +58,7 @@ func TestApply(t *testing.T) {
 }
 
 func TestFenceAndErrors(t *testing.T) {
+	t.Parallel()
 	state := &storagepb.KeeperState{Holder: "a", Epoch: 5}
 	tests := []struct {
 		epoch uint64

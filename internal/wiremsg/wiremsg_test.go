@@ -11,6 +11,7 @@ import (
 
 // TestCodec: Encoded and Raw go out as their bytes, Raw comes in undecoded, anything else is protobuf.
 func TestCodec(t *testing.T) {
+	t.Parallel()
 	c := NewCodec()
 	msg := &pb.RangeResponse{Header: &pb.ResponseHeader{Revision: 4}, Count: 2}
 	wire, err := proto.Marshal(msg)
@@ -39,6 +40,7 @@ func TestCodec(t *testing.T) {
 
 // TestPool: Get gives the length asked for in a power-of-two capacity, and what is put back is handed out again.
 func TestPool(t *testing.T) {
+	t.Parallel()
 	var p Pool
 	for _, tc := range []struct{ n, wantCap int }{{0, 1}, {1, 1}, {3, 4}, {4096, 4096}, {5000, 8192}} {
 		b := p.Get(tc.n)

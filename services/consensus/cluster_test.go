@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
@@ -102,7 +103,7 @@ func TestThreeMembersElectALeader(t *testing.T) {
 
 func TestMemberIsHealthyOnlyOnceItHasPublishedItself(t *testing.T) {
 	c := consensustest.Start(t, consensustest.Options{})
-	c.Eventually(10*time.Second, "every member healthy", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "every member healthy", func() bool {
 		healthy := 0
 		for _, m := range c.Running() {
 			n := m.Node()
@@ -163,7 +164,9 @@ func TestProposeWithoutLeaderFailsFast(t *testing.T) {
 	members[1].Kill()
 	members[2].Kill()
 	n := members[0].Node()
-	c.Eventually(5*time.Second, "the lone member to lose its leader", func() bool { return n.Leader() == 0 })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the lone member to lose its leader", func() bool {
+		return n.Leader() == 0
+	})
 	start := time.Now()
 	err := n.Propose(context.Background(), []byte("x"))
 	if !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
@@ -219,7 +222,7 @@ func TestRemovedMemberThatWasDownStopsWhenItReturns(t *testing.T) {
 	gone := others(c, leader)[0]
 	id := gone.Node().ID()
 	gone.Kill()
-	c.Eventually(5*time.Second, "the leader to see the member down", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the leader to see the member down", func() bool {
 		return leader.Node().PeerActiveSince(id).IsZero()
 	})
 	if _, err := leader.Node().MemberRemove(context.Background(), &etcdserverpb.MemberRemoveRequest{ID: id}); err != nil {

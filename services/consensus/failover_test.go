@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/consensus/wal"
@@ -40,7 +41,7 @@ func requireAll(t *testing.T, who string, have, want map[string]bool) {
 
 func waitCaughtUp(t *testing.T, c *consensustest.Cluster, m *consensustest.Member, index uint64) {
 	t.Helper()
-	c.Eventually(20*time.Second, fmt.Sprintf("%s to apply index %d", m.Name, index), func() bool {
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, fmt.Sprintf("%s to apply index %d", m.Name, index), func() bool {
 		st, err := m.Node().Status(context.Background())
 		return err == nil && st.AppliedIndex >= index
 	})
@@ -66,7 +67,7 @@ func TestKilledLeaderIsReplacedAndCatchesUpAfterRestart(t *testing.T) {
 	old.Kill()
 	survivors := others(c, old)
 	var leader *consensustest.Member
-	c.Eventually(5*time.Second, "a new leader among the survivors", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "a new leader among the survivors", func() bool {
 		lead := survivors[0].Node().Leader()
 		for _, m := range survivors {
 			if lead != 0 && m.Node().Leader() == lead && m.Node().ID() == lead {
@@ -114,13 +115,13 @@ func TestPartitionedFollowerCatchesUpBySnapshot(t *testing.T) {
 	}
 
 	c.Heal(follower)
-	c.Eventually(20*time.Second, "the follower's state machine to catch up", func() bool {
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the follower's state machine to catch up", func() bool {
 		return follower.Machine().Applied() >= highest
 	})
 	if follower.Machine().SnapshotsInstalled() == 0 {
 		t.Fatal("the follower caught up without installing a snapshot")
 	}
-	c.Eventually(20*time.Second, "every state machine to agree", func() bool {
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "every state machine to agree", func() bool {
 		applied, want := leader.Machine().State()
 		for _, m := range c.Members() {
 			a, got := m.Machine().State()
@@ -287,7 +288,7 @@ func TestCommittedFromACompactedIndexStartsWithASnapshot(t *testing.T) {
 	leader := c.WaitLeader(5 * time.Second)
 	_, highest := proposeAll(t, c.Members(), 400, 4, "compact")
 	for _, m := range c.Members() {
-		c.Eventually(10*time.Second, m.Name+" to compact", func() bool {
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, m.Name+" to compact", func() bool {
 			return readLog(t, m.Node(), 1)[0].Kind == commitlog.KindSnapshot
 		})
 		log := readLog(t, m.Node(), highest)

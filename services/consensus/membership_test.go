@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
@@ -50,7 +51,7 @@ func TestAddLearnerPromoteItRemoveAnother(t *testing.T) {
 	follower := others(c, leader)[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c.Eventually(10*time.Second, "the learner to be promoted", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the learner to be promoted", func() bool {
 		_, err := follower.Node().MemberPromote(ctx, &etcdserverpb.MemberPromoteRequest{ID: learnerID})
 		if err != nil && !errors.Is(err, rpctypes.ErrGRPCLearnerNotReady) {
 			t.Fatalf("MemberPromote: %v", err)
@@ -60,10 +61,10 @@ func TestAddLearnerPromoteItRemoveAnother(t *testing.T) {
 	if m := memberInfo(t, leader.Node(), learnerID); m.GetIsLearner() {
 		t.Fatalf("after promotion the member list has %+v", m)
 	}
-	c.Eventually(5*time.Second, "the new member to publish its name", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the new member to publish its name", func() bool {
 		return memberInfo(t, leader.Node(), learnerID).GetName() == learner.Name
 	})
-	c.Eventually(5*time.Second, "the promoted member to know", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the promoted member to know", func() bool {
 		st, _ := learner.Node().Status(context.Background())
 		return !st.IsLearner
 	})
@@ -187,7 +188,7 @@ func TestRemovingAnActiveMemberWithoutQuorumIsRefused(t *testing.T) {
 	leader := c.WaitLeader(5 * time.Second)
 	down, up := others(c, leader)[0], others(c, leader)[1]
 	down.Kill()
-	c.Eventually(5*time.Second, "the leader to see the killed member down", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the leader to see the killed member down", func() bool {
 		return leader.Node().PeerActiveSince(down.Node().ID()).IsZero()
 	})
 	// Removing the live follower would leave the leader alone with a dead member.
@@ -241,14 +242,14 @@ func TestMemberJoiningAfterCompactionStartsFromASnapshot(t *testing.T) {
 	// catch up before a slow member's publish reaches it.
 	c.WaitPublished(10 * time.Second)
 	_, highest := proposeAll(t, []*consensustest.Member{leader}, 500, 4, "before-join")
-	c.Eventually(10*time.Second, "the leader to compact", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the leader to compact", func() bool {
 		return readLog(t, leader.Node(), 1)[0].Index > 1
 	})
 	joiner, err := c.AddMember(true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually(20*time.Second, "the joiner's state machine to catch up", func() bool {
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the joiner's state machine to catch up", func() bool {
 		return joiner.Machine().Applied() >= highest
 	})
 	if joiner.Machine().SnapshotsInstalled() == 0 {

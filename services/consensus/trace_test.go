@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/consensusclient"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
@@ -54,7 +55,7 @@ func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
 			}
 			parent.End()
 			var span sdktrace.ReadOnlySpan
-			c.Eventually(5*time.Second, "the proposal span to end, under the proposer's", func() bool {
+			waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the proposal span to end, under the proposer's", func() bool {
 				ended := recorder.Ended()
 				for _, s := range ended {
 					if s.Name() == "consensus.Propose" && descends(ended, s, parent.SpanContext().SpanID()) {

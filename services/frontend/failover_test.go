@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // TestRetriesOnDeadReplica stops the leader's storage and checks, through plain gRPC (no client retries),
@@ -75,7 +76,7 @@ func TestRetriesOnDeadReplica(t *testing.T) {
 	if err := leader.StartStorage(); err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually(10*time.Second, "the restarted storage serving its frontend's serializable reads again", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the restarted storage serving its frontend's serializable reads again", func() bool {
 		resp, err := kvLeader.Range(ctx, &pb.RangeRequest{Key: []byte("failover"), Serializable: true})
 		return err == nil && resp.Header.MemberId == leader.ID() && string(resp.Kvs[0].Value) == "2"
 	})

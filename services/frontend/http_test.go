@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
 
@@ -122,7 +123,7 @@ func TestHealthEndpoints(t *testing.T) {
 	members := c.Members()
 	members[1].StopConsensus()
 	members[2].StopConsensus()
-	c.Eventually(20*time.Second, "/health to report the lost quorum", func() bool {
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "/health to report the lost quorum", func() bool {
 		code, body := httpDo(t, "GET", base+"/health", "")
 		return code == 503 && (strings.Contains(body, `"reason":"RAFT NO LEADER"`) || strings.Contains(body, `"reason":"RANGE ERROR:`))
 	})
@@ -137,7 +138,7 @@ func TestHealthEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.Eventually(20*time.Second, "/health healthy after the quorum returned", func() bool {
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "/health healthy after the quorum returned", func() bool {
 		code, _ := httpDo(t, "GET", base+"/health", "")
 		return code == 200
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/storageclient"
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 func TestClusterMembership(t *testing.T) {
@@ -116,7 +117,7 @@ func TestMaintenance(t *testing.T) {
 	t.Run("hashkv agrees on every member", func(t *testing.T) {
 		// Followers apply a moment after the leader acknowledged; etcd too answers a future revision until then.
 		for _, m := range c.Members() {
-			c.Eventually(10*time.Second, "every member applied the last write", func() bool {
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "every member applied the last write", func() bool {
 				st, err := m.Storage().Status(ctx)
 				return err == nil && st.Revision >= last.Header.Revision
 			})
@@ -305,7 +306,7 @@ func backendHashes(t *testing.T, c *clustertest.Cluster, rev int64) uint32 {
 	t.Helper()
 	ctx := ctxFor(t)
 	for _, m := range c.Members() {
-		c.Eventually(10*time.Second, "every member applied revision "+fmt.Sprint(rev), func() bool {
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "every member applied revision "+fmt.Sprint(rev), func() bool {
 			st, err := m.Storage().Status(ctx)
 			return err == nil && st.Revision >= rev
 		})

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // chunk is what one RangeStream message carried.
@@ -31,7 +32,7 @@ func TestRangeStreamAsEtcd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.Eventually(10*time.Second, "the home member's storage applied every put", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the home member's storage applied every put", func() bool {
 		resp, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("s/"), RangeEnd: []byte("s0"), CountOnly: true, Serializable: true})
 		return err == nil && resp.Count == 25
 	})

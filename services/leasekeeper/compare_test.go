@@ -10,6 +10,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 
@@ -30,12 +31,14 @@ func TestOnRaftCluster(t *testing.T) {
 		t.Fatalf("keep-alive: %d, %v", ttl, err)
 	}
 	renewed := time.Now()
-	eventually(t, 4*time.Second, "expiry on the raft cluster", func() bool { return !env.keyExists(ctx, "raft/k") })
+	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry on the raft cluster", func() bool {
+		return !env.keyExists(ctx, "raft/k")
+	})
 	if since := time.Since(renewed); since < 2*time.Second {
 		t.Fatalf("expired %v after the keep-alive, before its TTL", since)
 	}
 	for _, s := range env.storages {
-		eventually(t, 5*time.Second, "every member to apply the revoke", func() bool {
+		waittest.Until(t, 5*time.Second, 10*time.Millisecond, "every member to apply the revoke", func() bool {
 			r, err := s.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: g.ID})
 			return err == nil && r.TTL == -1
 		})

@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-kv/cairn/api/eventpb"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // busWatcher collects every DELETE event seen on the bus, by key, with its revision and the revoke record.
@@ -128,7 +129,7 @@ func TestExpiryAndKeepAlive(t *testing.T) {
 			if env.keyExists(ctx, keys[1]) {
 				t.Errorf("%s: second key survived the revoke", tt.name)
 			}
-			eventually(t, 5*time.Second, "DELETE events on the bus", func() bool {
+			waittest.Until(t, 5*time.Second, 10*time.Millisecond, "DELETE events on the bus", func() bool {
 				return bus.deleteRevision(keys[0]) != 0 && bus.deleteRevision(keys[0]) == bus.deleteRevision(keys[1])
 			})
 		}()
@@ -188,7 +189,9 @@ func TestStorageEndpointFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	env.put(ctx, "failover/k", g.ID)
-	eventually(t, 4*time.Second, "expiry through the second storage", func() bool { return !env.keyExists(ctx, "failover/k") })
+	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry through the second storage", func() bool {
+		return !env.keyExists(ctx, "failover/k")
+	})
 	state, err := env.store.KeeperStatus(ctx)
 	if err != nil || state.Holder != k.ID() {
 		t.Fatalf("claim %v, %v; want held by %s", state, err, k.ID())

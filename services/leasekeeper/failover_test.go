@@ -10,6 +10,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // router sends lease calls to whichever keeper is active, moving on when one is unreachable or not active, as
@@ -214,7 +215,7 @@ func TestStaleKeeperIsFenced(t *testing.T) {
 	now := time.Now()
 	a.table.startClock(a.table.leases[g.ID], now, now)
 	a.table.mu.Unlock()
-	eventually(t, 5*time.Second, "the stale keeper to stand by after a refused revoke", func() bool {
+	waittest.Until(t, 5*time.Second, 10*time.Millisecond, "the stale keeper to stand by after a refused revoke", func() bool {
 		_, ok := a.activeEpoch(time.Now())
 		return !ok
 	})

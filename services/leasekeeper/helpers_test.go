@@ -141,7 +141,10 @@ func (e *testEnv) startKeeper(cfg Config) *Keeper {
 // waitActive waits until k is the active keeper.
 func waitActive(t testing.TB, k *Keeper, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, k.ID()+" active", func() bool { _, ok := k.activeEpoch(time.Now()); return ok })
+	waittest.Until(t, timeout, 10*time.Millisecond, k.ID()+" active", func() bool {
+		_, ok := k.activeEpoch(time.Now())
+		return ok
+	})
 }
 
 // leaseClient is a raw etcd Lease client of a keeper.
@@ -157,12 +160,6 @@ func leaseClient(t testing.TB, k *Keeper) pb.LeaseClient {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return pb.NewLeaseClient(conn)
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, timeout, 10*time.Millisecond, what, cond)
 }
 
 func ctxT(t testing.TB, d time.Duration) context.Context {

@@ -18,6 +18,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // TestFullDisk runs a storage in a child process whose file size limit (RLIMIT_FSIZE) stops the bbolt file from
@@ -74,7 +76,9 @@ func fullDiskChild(t *testing.T) {
 	if refused == nil {
 		t.Fatalf("5000 puts of 32 KiB fitted under a file size limit of %d bytes", fi.Size())
 	}
-	eventually(t, 10*time.Second, "storage to report the failure", func() bool { return m.Health(ctx) != nil })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "storage to report the failure", func() bool {
+		return m.Health(ctx) != nil
+	})
 	if err := m.Health(ctx); !strings.Contains(err.Error(), "file too large") {
 		t.Fatalf("health while full: %v, want the commit failure", err)
 	}
@@ -92,7 +96,9 @@ func fullDiskChild(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &saved); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "storage to recover", func() bool { return m.Health(ctx) == nil })
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "storage to recover", func() bool {
+		return m.Health(ctx) == nil
+	})
 	for _, key := range append(acked, "before") {
 		got, err := m.client.Range(ctx, &pb.RangeRequest{Key: []byte(key), KeysOnly: true})
 		if err != nil || len(got.Kvs) != 1 {

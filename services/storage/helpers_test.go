@@ -10,7 +10,6 @@ import (
 	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/storageclient"
-	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // testMember is a running storage on loopback with its log and a client of its gRPC API.
@@ -55,12 +54,6 @@ func startMember(t testing.TB, cfg Config, log commitlog.Log, tel *obs.Telemetry
 		_ = s.Stop(ctx)
 	})
 	return &testMember{Storage: s, log: log, client: client, sink: sink}
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, timeout, 5*time.Millisecond, what, cond)
 }
 
 func ctxT(t *testing.T) context.Context {

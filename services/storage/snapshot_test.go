@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // TestSnapshotInstall: member 1 applies a log and reports it durable; the log drops those entries; member 2 starts
@@ -30,7 +31,9 @@ func TestSnapshotInstall(t *testing.T) {
 	if _, err := a.client.Compact(ctx, &pb.CompactionRequest{Revision: 200}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "member 1 to report its durable index", func() bool { return log.Reported() >= 301 })
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 1 to report its durable index", func() bool {
+		return log.Reported() >= 301
+	})
 	if err := log.DiscardThrough(log.Reported()); err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +42,7 @@ func TestSnapshotInstall(t *testing.T) {
 	if _, err := a.client.Put(ctx, &pb.PutRequest{Key: []byte("after"), Value: []byte("snapshot")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "member 2 to catch up", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 to catch up", func() bool {
 		st, err := b.client.Status(ctx)
 		return err == nil && st.AppliedIndex == a.currentStore().Position().AppliedIndex
 	})
@@ -55,7 +58,7 @@ func TestSnapshotInstall(t *testing.T) {
 	if _, err := a.client.Put(ctx, &pb.PutRequest{Key: []byte("later"), Value: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "member 2 to apply a later write", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 to apply a later write", func() bool {
 		recs, _ := b.sink.Records()
 		return len(recs) > 0 && string(recs[len(recs)-1].Events[0].Kv.Key) == "later"
 	})
@@ -63,7 +66,7 @@ func TestSnapshotInstall(t *testing.T) {
 	if recs[0].Index <= 301 {
 		t.Fatalf("member 2 applied entries the snapshot covers (first record %+v)", recs[0])
 	}
-	eventually(t, 10*time.Second, "member 2 to report the installed index", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 to report the installed index", func() bool {
 		return b.reported.Load() >= 301
 	})
 }
@@ -98,7 +101,7 @@ func TestApplySpanJoinsClientTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	span.End()
-	eventually(t, 5*time.Second, "the apply span", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the apply span", func() bool {
 		for _, s := range exp.GetSpans() {
 			if s.Name == "storage.apply" && s.SpanContext.TraceID() == span.SpanContext().TraceID() {
 				return true
@@ -120,7 +123,9 @@ func TestEmptyAndConfChangeEntriesAdvanceIndex(t *testing.T) {
 	if _, err := log.Append(commitlog.KindNormal, []byte("not an entry")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "applied index 3", func() bool { return m.currentStore().Position().AppliedIndex == 3 })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "applied index 3", func() bool {
+		return m.currentStore().Position().AppliedIndex == 3
+	})
 	if _, err := m.client.Put(ctxT(t), &pb.PutRequest{Key: []byte("a")}); err != nil {
 		t.Fatal(err)
 	}

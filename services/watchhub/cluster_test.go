@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/testing/watchtest"
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
@@ -87,7 +88,7 @@ func TestEtcdctlWatchThroughFrontends(t *testing.T) {
 		}
 		for _, w := range c.Watchhubs() {
 			direct := c.Client(t, w.Hub().Addr())
-			c.Eventually(10*time.Second, "hub "+w.Name+" to know the compaction", func() bool {
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "hub "+w.Name+" to know the compaction", func() bool {
 				wctx, wcancel := context.WithCancel(ctx)
 				defer wcancel()
 				r := <-direct.Watch(wctx, "foo/a", clientv3.WithRev(start))
@@ -239,7 +240,9 @@ func TestEveryRevisionOnceThroughClusterFaults(t *testing.T) {
 		}
 		last = resp.Header.Revision
 	}
-	c.Eventually(60*time.Second, "every watcher at the last revision", func() bool { return watchers.Done(last) })
+	waittest.Until(t, 60*time.Second, 5*time.Millisecond, "every watcher at the last revision", func() bool {
+		return watchers.Done(last)
+	})
 	if err := watchers.ErrUnlessAt(last); err != nil {
 		t.Fatal(err)
 	}

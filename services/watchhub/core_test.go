@@ -27,6 +27,7 @@ func revs(run []revisionEvents) []int64 {
 }
 
 func TestSequencer(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		offer      int64 // 0: noteExists instead
 		exists     int64
@@ -73,6 +74,7 @@ func TestSequencer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s := newSequencer(tc.head, tc.maxPending)
 			for i, st := range tc.steps {
 				if st.offer != 0 {
@@ -93,6 +95,7 @@ func TestSequencer(t *testing.T) {
 }
 
 func TestSequencerSkipTo(t *testing.T) {
+	t.Parallel()
 	s := newSequencer(5, 10)
 	s.offer(rev(9))
 	s.offer(rev(12))
@@ -109,6 +112,7 @@ func TestSequencerSkipTo(t *testing.T) {
 }
 
 func TestWindow(t *testing.T) {
+	t.Parallel()
 	sized := func(n int64, size int) revisionEvents { r := rev(n); r.bytes = size; return r }
 	tests := []struct {
 		name              string
@@ -123,6 +127,7 @@ func TestWindow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			w := newWindow(10, tc.maxRevs, tc.maxBytes)
 			if w.first() != 11 {
 				t.Fatalf("empty window first = %d, want 11", w.first())
@@ -154,6 +159,7 @@ func TestWindow(t *testing.T) {
 }
 
 func TestSpecFromRequest(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		req      *pb.WatchCreateRequest
@@ -172,6 +178,7 @@ func TestSpecFromRequest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s, err := specFromRequest(tc.req)
 			if err != tc.wantErr {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
@@ -208,6 +215,7 @@ func TestSpecFromRequest(t *testing.T) {
 }
 
 func TestFiltersAndProjection(t *testing.T) {
+	t.Parallel()
 	prev := &mvccpb.KeyValue{Key: []byte("k"), Value: []byte("old"), ModRevision: 4}
 	putEv := &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("k"), ModRevision: 5}, PrevKv: prev}
 	delEv := &mvccpb.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte("k"), ModRevision: 6}, PrevKv: prev}
@@ -229,6 +237,7 @@ func TestFiltersAndProjection(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			s, err := specFromRequest(tc.req)
 			if err != nil {
 				t.Fatal(err)
@@ -252,6 +261,7 @@ func TestFiltersAndProjection(t *testing.T) {
 }
 
 func TestGroupIndexSharesGroupsBySpec(t *testing.T) {
+	t.Parallel()
 	x := newGroupIndex()
 	spec := func(req *pb.WatchCreateRequest) watchSpec { s, _ := specFromRequest(req); return s }
 	a1 := &watcher{spec: spec(&pb.WatchCreateRequest{Key: []byte("a")})}
@@ -286,6 +296,7 @@ func TestGroupIndexSharesGroupsBySpec(t *testing.T) {
 }
 
 func TestSplitFragmentsAsEtcd(t *testing.T) {
+	t.Parallel()
 	ev := func(size int) *mvccpb.Event {
 		return &mvccpb.Event{Kv: &mvccpb.KeyValue{Key: []byte("k"), Value: bytes.Repeat([]byte("v"), size)}}
 	}
@@ -302,6 +313,7 @@ func TestSplitFragmentsAsEtcd(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			resp := &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: 9}, WatchId: 3}
 			for _, size := range tc.events {
 				resp.Events = append(resp.Events, ev(size))
@@ -327,6 +339,7 @@ func TestSplitFragmentsAsEtcd(t *testing.T) {
 // TestSharedEncodingDecodesAsTheResponse: a watcher's copy of a shared response (its watch ID, then the
 // shared bytes) decodes exactly as the response marshalled for it alone.
 func TestSharedEncodingDecodesAsTheResponse(t *testing.T) {
+	t.Parallel()
 	header := &pb.ResponseHeader{ClusterId: 1, MemberId: 2, Revision: 42, RaftTerm: 3}
 	events := []*mvccpb.Event{{Kv: &mvccpb.KeyValue{Key: []byte("a"), Value: []byte("1"), ModRevision: 42}},
 		{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte("b"), ModRevision: 42}}}
@@ -361,6 +374,7 @@ func TestSharedEncodingDecodesAsTheResponse(t *testing.T) {
 }
 
 func TestRevisionAssembler(t *testing.T) {
+	t.Parallel()
 	ev := func(rev int64) *mvccpb.Event { return &mvccpb.Event{Kv: &mvccpb.KeyValue{ModRevision: rev}} }
 	var a revisionAssembler
 	var done []revisionEvents
@@ -381,6 +395,7 @@ func TestRevisionAssembler(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	good := Config{}.WithDefaults()
 	if err := good.Validate(); err != nil {
 		t.Fatalf("defaults do not validate: %v", err)
@@ -404,6 +419,7 @@ func TestConfig(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			c := good
 			tc.modify(&c)
 			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {

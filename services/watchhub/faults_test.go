@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // revisionChecker is one watcher that must see every revision from next on exactly once, in order.
@@ -102,10 +104,10 @@ func TestEveryRevisionOnceThroughFaults(t *testing.T) {
 	if want := start + writes - 1; last != want {
 		t.Fatalf("last write at revision %d, want %d (only the test writes)", last, want)
 	}
-	eventually(t, 30*time.Second, "every watcher at the last revision", func() bool {
+	waittest.Until(t, 30*time.Second, 5*time.Millisecond, "every watcher at the last revision", func() bool {
 		for _, c := range checkers {
 			if next, err := c.state(); err != nil || next <= last {
-				return err != nil // stop waiting on the first error
+				return err != nil
 			}
 		}
 		return true

@@ -19,7 +19,6 @@ import (
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/storageclient"
 	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
-	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -237,12 +236,6 @@ func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, timeout, 5*time.Millisecond, what, cond)
 }
 
 // rawStream is a raw etcdserverpb Watch stream whose responses are collected by a goroutine.

@@ -20,6 +20,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // TestWatchSpanContinuesTheWrite: the hub's fan-out span of a revision belongs to the trace of the client
@@ -46,7 +47,7 @@ func TestWatchSpanContinuesTheWrite(t *testing.T) {
 	}
 	span.End()
 	recvEvents(t, wch, 1, 5*time.Second)
-	eventually(t, 5*time.Second, "the hub's span in the client's trace", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the hub's span in the client's trace", func() bool {
 		for _, s := range recorder.Ended() {
 			if s.Name() == "watchhub.deliver" && s.SpanContext().TraceID() == span.SpanContext().TraceID() {
 				return true
@@ -170,7 +171,7 @@ func TestRequireLeader(t *testing.T) {
 		t.Fatal("the stream that requires a leader did not end")
 	}
 	env.log.SetProposeError(nil)
-	eventually(t, 5*time.Second, "the leader back", func() bool { return !h.hasNoLeader() })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the leader back", func() bool { return !h.hasNoLeader() })
 	rev := env.put("a", "1")
 	if got := recvEvents(t, plain, 1, 5*time.Second); got[0].Kv.ModRevision != rev {
 		t.Fatalf("plain watch got %v", describe(got))

@@ -1,12 +1,18 @@
 package watchhub
 
 import (
+	"context"
+	"slices"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
+	"github.com/nats-io/nats.go"
 )
 
 // TestIdleHubWakesAtStoragesRevision: a hub without watch streams does not follow the store (the storages'
@@ -76,4 +82,69 @@ func testIdleHubWakes(t *testing.T, window int) {
 			got[resp.WatchId] = true
 		}
 	}
+}
+
+// TestInterestAnnouncedWhileWatched: a hub announces that it needs the applied records at once when its first
+// stream opens, then every interestInterval while it has streams, and never while it has none; so the storages'
+// publishers (InterestTTL 3s) keep sending to a watched hub and stop within an InterestTTL once every hub is idle.
+// Time is the subject, so it runs on synctest's fake clock, on an in-process bus.
+func TestInterestAnnouncedWhileWatched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bus := eventbustest.Start(t)
+		start := time.Now()
+		var mu sync.Mutex
+		var heard []time.Duration // when each announcement arrived, since start
+		publisher := bus.Connect(t, "publisher")
+		if _, err := publisher.Subscribe(eventbus.InterestSubject("test"), func(*nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			heard = append(heard, time.Since(start))
+		}); err != nil {
+			t.Fatal(err)
+		}
+		eventbustest.Flush(t, publisher)
+		h := &Hub{cfg: Config{SubjectPrefix: "test"}, logger: quietLogger(), nc: bus.Connect(t, "hub"),
+			streams: map[*stream]struct{}{}, firstStream: make(chan struct{}, 1), feed: &feed{}}
+		ctx, cancel := context.WithCancel(t.Context())
+		announcerDone := make(chan struct{})
+		go func() { defer close(announcerDone); h.announceInterest(ctx) }()
+		setStreams := func(s *stream, open bool) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if open {
+				h.streams[s] = struct{}{}
+			} else {
+				delete(h.streams, s)
+			}
+			h.streamsChanged()
+		}
+		heardSoFar := func() []time.Duration {
+			synctest.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(heard)
+		}
+
+		time.Sleep(5 * time.Second)
+		if got := heardSoFar(); len(got) != 0 {
+			t.Fatalf("a hub without streams announced at %v", got)
+		}
+		s := &stream{}
+		setStreams(s, true)
+		if got := heardSoFar(); !slices.Equal(got, []time.Duration{5 * time.Second}) {
+			t.Fatalf("announcements %v after the first stream opened at 5s, want one at once", got)
+		}
+		time.Sleep(2500 * time.Millisecond)
+		want := []time.Duration{5 * time.Second, 6 * time.Second, 7 * time.Second}
+		if got := heardSoFar(); !slices.Equal(got, want) {
+			t.Fatalf("announcements %v while watched from 5s to 7.5s, want %v (every %v)", got, want, interestInterval)
+		}
+		setStreams(s, false)
+		time.Sleep(5 * time.Second)
+		if got := heardSoFar(); !slices.Equal(got, want) {
+			t.Fatalf("announcements %v after the last stream closed at 7.5s, want none after %v", got, want)
+		}
+		cancel()
+		<-announcerDone
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tools/etcdref"
 )
 
@@ -123,7 +124,9 @@ func runCase(t *testing.T, tc semCase, target semTarget, expect func(step string
 			if err != nil {
 				t.Fatalf("%s: write: %v", step, err)
 			}
-			eventually(t, 10*time.Second, "the write's revision at the hub", func() bool { return target.caughtUp(s.write, rev) })
+			waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the write's revision at the hub", func() bool {
+				return target.caughtUp(s.write, rev)
+			})
 		} else {
 			streams[s.stream].send(s.watch)
 		}

@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 func newClient(t testing.TB, endpoints ...string) *clientv3.Client {
@@ -123,7 +125,9 @@ func TestClientV3ProgressAndCompaction(t *testing.T) {
 	ctx := ctxT(t)
 	openRaw(t, dialHub(t, h.Addr())) // a hub follows the store while it has a stream
 	head := env.put("a", "1")
-	eventually(t, 5*time.Second, "hub at the write", func() bool { return h.headRev.Load() >= head })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "hub at the write", func() bool {
+		return h.headRev.Load() >= head
+	})
 
 	t.Run("periodic progress", func(t *testing.T) {
 		wch := cli.Watch(ctx, "quiet", clientv3.WithProgressNotify())
@@ -159,7 +163,7 @@ func TestClientV3ProgressAndCompaction(t *testing.T) {
 		if _, err := env.client().Compact(ctx, &pb.CompactionRequest{Revision: 5}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, "the hub to see the compaction", func() bool {
+		waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the hub to see the compaction", func() bool {
 			h.mu.RLock()
 			defer h.mu.RUnlock()
 			return h.compactRev == 5
@@ -211,7 +215,7 @@ func TestCatchUpBatchesAsEtcd(t *testing.T) {
 	for i := range writes {
 		head = env.put(fmt.Sprintf("k%d", i%3), fmt.Sprint(i))
 	}
-	eventually(t, 10*time.Second, "the hub at the last write", func() bool {
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the hub at the last write", func() bool {
 		h.mu.RLock()
 		defer h.mu.RUnlock()
 		return h.win.head == head
@@ -247,7 +251,9 @@ func TestProgressRequestWaitsForCatchUp(t *testing.T) {
 	for i := range 10 {
 		head = env.put("k", fmt.Sprint(i))
 	}
-	eventually(t, 5*time.Second, "hub at the writes", func() bool { return h.headRev.Load() >= head })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "hub at the writes", func() bool {
+		return h.headRev.Load() >= head
+	})
 	env.stopStorage(0)
 	rs := openRaw(t, dialHub(t, h.Addr()))
 	rs.create(&pb.WatchCreateRequest{Key: []byte("k"), StartRevision: 2})
@@ -265,7 +271,7 @@ func TestProgressRequestWaitsForCatchUp(t *testing.T) {
 		}
 		events += len(resp.Events)
 	}
-	eventually(t, 5*time.Second, "the watcher synced", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the watcher synced", func() bool {
 		return testutil.ToFloat64(h.metrics.watchers[stateSynced]) == 1
 	})
 	rs.requestProgress()
@@ -290,7 +296,7 @@ func TestSlowStreamDoesNotHoldOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	fast := newClient(t, h.Addr())
-	eventually(t, 5*time.Second, "the slow watch registered", func() bool {
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the slow watch registered", func() bool {
 		return testutil.ToFloat64(h.metrics.watchers[stateSynced]) == 1
 	})
 	wch := fast.Watch(ctxT(t), "k", clientv3.WithPrefix())
@@ -373,7 +379,9 @@ func TestHopelessWatcherIsCanceled(t *testing.T) {
 	for i := range 40 {
 		last = env.put("k", value+fmt.Sprint(i))
 	}
-	eventually(t, 5*time.Second, "the watcher fell behind", func() bool { return testutil.ToFloat64(h.metrics.fellBehind) > 0 })
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the watcher fell behind", func() bool {
+		return testutil.ToFloat64(h.metrics.fellBehind) > 0
+	})
 	if _, err := env.client().Compact(ctxT(t), &pb.CompactionRequest{Revision: last}); err != nil {
 		t.Fatal(err)
 	}

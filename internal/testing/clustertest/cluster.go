@@ -19,6 +19,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/frontend"
@@ -156,7 +157,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 // publishes shortly after starting), and every frontend has discovered its home member's storage.
 func (c *Cluster) WaitPublished(timeout time.Duration) {
 	c.t.Helper()
-	c.Eventually(timeout, "every member's attributes published", func() bool {
+	waittest.Until(c.t, timeout, 5*time.Millisecond, "every member's attributes published", func() bool {
 		st, err := c.members[0].Node().Status(context.Background())
 		if err != nil {
 			return false
@@ -174,7 +175,7 @@ func (c *Cluster) WaitPublished(timeout time.Duration) {
 		}
 		cli := c.Client(c.t, fe.URL)
 		want := c.members[i].ID()
-		c.Eventually(timeout, "frontend "+fe.Name+" reads from its home member", func() bool {
+		waittest.Until(c.t, timeout, 5*time.Millisecond, "frontend "+fe.Name+" reads from its home member", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			resp, err := cli.Get(ctx, "testcluster/ready", clientv3.WithSerializable())
@@ -292,19 +293,13 @@ func (c *Cluster) WaitWritable(timeout time.Duration) {
 			continue
 		}
 		cli := c.Client(c.t, fe.URL)
-		c.Eventually(timeout, "a put through frontend "+fe.Name, func() bool {
+		waittest.Until(c.t, timeout, 5*time.Millisecond, "a put through frontend "+fe.Name, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_, err := cli.Put(ctx, "testcluster/ready", fe.Name)
 			return err == nil
 		})
 	}
-}
-
-// Eventually waits for cond with a deadline, failing the test when it passes.
-func (c *Cluster) Eventually(timeout time.Duration, what string, cond func() bool) {
-	c.t.Helper()
-	c.Consensus.Eventually(timeout, what, cond)
 }
 
 // Stop stops every frontend, leasekeeper, watchhub, storage and consensus member (also run when the test

@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 func opCtx(timeout time.Duration) (context.Context, context.CancelFunc) {
@@ -98,11 +99,15 @@ func TestLeaderConsensusKilledDuringWrites(t *testing.T) {
 			done := make(chan struct{})
 			stop := make(chan struct{})
 			go func() { defer close(done); writes.run(clients, 6, 150, stop) }()
-			c.Eventually(20*time.Second, "some writes acknowledged", func() bool { return writes.count() >= 100 })
+			waittest.Until(t, 20*time.Second, 5*time.Millisecond, "some writes acknowledged", func() bool {
+				return writes.count() >= 100
+			})
 			leader := c.Leader(10 * time.Second)
 			leader.KillConsensus()
 			before := writes.count()
-			c.Eventually(30*time.Second, "writes acknowledged after the leader died", func() bool { return writes.count() >= before+100 })
+			waittest.Until(t, 30*time.Second, 5*time.Millisecond, "writes acknowledged after the leader died", func() bool {
+				return writes.count() >= before+100
+			})
 			close(stop)
 			<-done
 			if err := leader.RestartConsensus(); err != nil {
@@ -152,7 +157,7 @@ func checkHashesAgree(t *testing.T, c *Cluster) {
 	rev := last.Header.Revision
 	var hashes []uint32
 	for i, fe := range c.Frontends() {
-		c.Eventually(20*time.Second, "member "+c.Members()[i].Name+" applied the barrier", func() bool {
+		waittest.Until(t, 20*time.Second, 5*time.Millisecond, "member "+c.Members()[i].Name+" applied the barrier", func() bool {
 			resp, err := cli.Get(ctx, "hash/barrier", clientv3.WithSerializable())
 			_ = resp
 			st, serr := cli.Status(ctx, fe.URL)
@@ -195,14 +200,16 @@ func TestStorageCatchesUpBySnapshot(t *testing.T) {
 		}
 	}
 	leader := c.Leader(10 * time.Second)
-	c.Eventually(20*time.Second, "the leader compacted its log", func() bool { return firstEntryIsSnapshot(leader, 0) })
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the leader compacted its log", func() bool {
+		return firstEntryIsSnapshot(leader, 0)
+	})
 	if err := lagging.RestartConsensus(); err != nil {
 		t.Fatal(err)
 	}
 	if err := lagging.StartStorage(); err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually(30*time.Second, "the wiped storage caught up", func() bool {
+	waittest.Until(t, 30*time.Second, 5*time.Millisecond, "the wiped storage caught up", func() bool {
 		st := lagging.Storage()
 		if st == nil {
 			return false
@@ -246,7 +253,9 @@ func TestWipedStorageOfRunningMemberCatchesUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c.Eventually(20*time.Second, "the member compacted its own log", func() bool { return firstEntryIsSnapshot(m, 0) })
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the member compacted its own log", func() bool {
+		return firstEntryIsSnapshot(m, 0)
+	})
 	m.StopStorage()
 	if err := m.WipeStorage(); err != nil {
 		t.Fatal(err)
@@ -254,7 +263,7 @@ func TestWipedStorageOfRunningMemberCatchesUp(t *testing.T) {
 	if err := m.StartStorage(); err != nil {
 		t.Fatal(err)
 	}
-	c.Eventually(30*time.Second, "the wiped storage caught up", func() bool {
+	waittest.Until(t, 30*time.Second, 5*time.Millisecond, "the wiped storage caught up", func() bool {
 		st := m.Storage()
 		if st == nil {
 			return false

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
 )
@@ -100,7 +101,7 @@ func (c *Cluster) LeasekeeperURLs() []string {
 func (c *Cluster) ActiveLeasekeeper(timeout time.Duration) *Leasekeeper {
 	c.t.Helper()
 	var active *Leasekeeper
-	c.Eventually(timeout, "an active leasekeeper", func() bool {
+	waittest.Until(c.t, timeout, 5*time.Millisecond, "an active leasekeeper", func() bool {
 		for _, k := range c.keepers {
 			if kp := k.Keeper(); kp != nil && kp.Active() {
 				active = k

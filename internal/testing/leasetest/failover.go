@@ -56,7 +56,7 @@ func Run(t *testing.T, f Failover) {
 	last := lastKeepAlive()
 	crashed := time.Now()
 	f.Crash()
-	waitFor(t, 3*time.Second, "the standby leasekeeper to take over", f.StandbyActive)
+	waittest.Until(t, 3*time.Second, 20*time.Millisecond, "the standby leasekeeper to take over", f.StandbyActive)
 	t.Logf("standby active %v after the crash", time.Since(crashed))
 	checkExpiry(ctx, t, f.Client, last)
 
@@ -143,9 +143,4 @@ func checkExpiry(ctx context.Context, t *testing.T, cli *clientv3.Client, last t
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, d, 20*time.Millisecond, what, cond)
 }

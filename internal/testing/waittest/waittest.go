@@ -8,7 +8,8 @@ import (
 )
 
 // Until polls cond every interval until it holds and returns how long that took; it fails t with what it
-// was waiting for when timeout passes first.
+// was waiting for when timeout passes first. Inside a synctest bubble, intervals and timeout are on the bubble's
+// fake clock.
 func Until(t testing.TB, timeout, interval time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -30,21 +31,23 @@ func TestUntil(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := &recorder{TB: t}
-			polls := 0
-			took := Until(r, tt.timeout, time.Millisecond, "the thing", func() bool {
-				polls++
-				return tt.holdsAt != 0 && polls >= tt.holdsAt
-			})
-			if tt.wantFail {
-				if !strings.Contains(r.failed, "the thing") || took < tt.timeout {
-					t.Fatalf("failure %q after %v, want one naming the thing after %v", r.failed, took, tt.timeout)
+			synctest.Test(t, func(t *testing.T) { // time is the subject: a fake clock
+				r := &recorder{TB: t}
+				polls := 0
+				took := Until(r, tt.timeout, time.Millisecond, "the thing", func() bool {
+					polls++
+					return tt.holdsAt != 0 && polls >= tt.holdsAt
+				})
+				if tt.wantFail {
+					if !strings.Contains(r.failed, "the thing") || took < tt.timeout {
+						t.Fatalf("failure %q after %v, want one naming the thing after %v", r.failed, took, tt.timeout)
+					}
+					return
 				}
-				return
-			}
-			if r.failed != "" || polls != tt.holdsAt || took > tt.timeout {
-				t.Fatalf("failed %q, %d polls in %v; want %d polls", r.failed, polls, took, tt.holdsAt)
-			}
+				if r.failed != "" || polls != tt.holdsAt || took > tt.timeout {
+					t.Fatalf("failed %q, %d polls in %v; want %d polls", r.failed, polls, took, tt.holdsAt)
+				}
+			})
 		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/testing/watchtest"
 )
 
@@ -36,7 +37,9 @@ func TestWatchers(t *testing.T) {
 	for _, k := range []string{"p/a", "p/b", "p/c"} {
 		last = put(k)
 	}
-	c.Eventually(30*time.Second, "watchers at the last revision", func() bool { return watchers.Done(last) })
+	waittest.Until(t, 30*time.Second, 5*time.Millisecond, "watchers at the last revision", func() bool {
+		return watchers.Done(last)
+	})
 	if err := watchers.ErrUnlessAt(last); err != nil {
 		t.Fatalf("ErrUnlessAt(%d): %v", last, err)
 	}
@@ -48,7 +51,9 @@ func TestWatchers(t *testing.T) {
 	}
 	put("q/outside")
 	last = put("p/d")
-	c.Eventually(30*time.Second, "watchers see the gap", func() bool { return watchers.Done(last) })
+	waittest.Until(t, 30*time.Second, 5*time.Millisecond, "watchers see the gap", func() bool {
+		return watchers.Done(last)
+	})
 	if err := watchers.Err(); err == nil || !strings.Contains(err.Error(), "want") {
 		t.Fatalf("Err() after a revision outside the prefix = %v, want a gap", err)
 	}

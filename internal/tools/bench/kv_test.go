@@ -12,6 +12,7 @@ import (
 )
 
 func TestOpConfigValidation(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		build   func() (Op, error)
@@ -31,6 +32,7 @@ func TestOpConfigValidation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			op, err := tt.build()
 			if tt.wantErr == "" {
 				if err != nil || op == nil {
@@ -46,6 +48,7 @@ func TestOpConfigValidation(t *testing.T) {
 }
 
 func TestKeySpaceKeys(t *testing.T) {
+	t.Parallel()
 	keys := KeySpace{KeySize: 8, KeySpaceSize: 300}
 	seen := map[string]bool{}
 	for n := range int64(600) {

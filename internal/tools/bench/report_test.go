@@ -13,6 +13,7 @@ import (
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
 
 func TestSummaryStatistics(t *testing.T) {
+	t.Parallel()
 	oneToTen := make([]time.Duration, 10)
 	for i := range oneToTen {
 		oneToTen[i] = ms(float64(10 - i)) // recorded out of order on purpose
@@ -57,6 +58,7 @@ func TestSummaryStatistics(t *testing.T) {
 	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			report := NewReport("put")
 			for _, latency := range tt.latencies {
 				report.Record(latency, nil)
@@ -103,6 +105,7 @@ func TestSummaryStatistics(t *testing.T) {
 }
 
 func TestSummaryOutputs(t *testing.T) {
+	t.Parallel()
 	report := NewReport("range")
 	for i := 1; i <= 10; i++ {
 		report.Record(ms(float64(i)), nil)

@@ -18,6 +18,7 @@ func cell(scenario, target string, perSec float64) ComparisonResult {
 }
 
 func TestSummarizeRounds(t *testing.T) {
+	t.Parallel()
 	rounds := [][]ComparisonResult{
 		{cell("put", "etcd", 1000), cell("put", "cairn", 500), cell("range", "etcd", 100), cell("range", "cairn", 200)},
 		{cell("put", "cairn", 900), cell("put", "etcd", 1000), cell("range", "etcd", 0), cell("range", "cairn", 100)},

@@ -34,6 +34,7 @@ func startRunner(t *testing.T, cfg RunnerConfig) *Runner {
 }
 
 func TestRunnerConfigValidate(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		cfg     RunnerConfig
@@ -48,6 +49,7 @@ func TestRunnerConfigValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			_, err := NewRunner(tt.cfg)
 			if (tt.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("NewRunner = %v, want error %q", err, tt.wantErr)

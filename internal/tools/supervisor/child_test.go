@@ -15,8 +15,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 // The test binary doubles as the supervised child: with childModeEnv set, TestMain runs one of the modes
@@ -136,12 +134,6 @@ func alive(pid int) bool {
 	}
 	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
 	return len(fields) > 0 && fields[0] != "Z"
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 func startSupervisor(t *testing.T, cfg Config) *Supervisor {

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -103,7 +105,7 @@ func TestKilledChildIsRestarted(t *testing.T) {
 			t.Fatal(err)
 		}
 		var now ChildStatus
-		waitFor(t, 10*time.Second, "victim relaunched", func() bool {
+		waittest.Until(t, 10*time.Second, 20*time.Millisecond, "victim relaunched", func() bool {
 			now, _ = sup.Child("victim")
 			return now.State == StateRunning && now.PID != old.PID && now.PID != 0
 		})
@@ -114,7 +116,7 @@ func TestKilledChildIsRestarted(t *testing.T) {
 		if !strings.Contains(now.LastExit, "killed") {
 			t.Errorf("last exit = %q, want a kill", now.LastExit)
 		}
-		waitFor(t, 5*time.Second, "stack file shows the new pid", func() bool {
+		waittest.Until(t, 5*time.Second, 20*time.Millisecond, "stack file shows the new pid", func() bool {
 			stack, err := ReadStack(stackFile)
 			fromFile, _ := stack.Child("victim")
 			return err == nil && fromFile.PID == now.PID && fromFile.Restarts == round
@@ -151,7 +153,7 @@ func TestStopLeavesNoProcesses(t *testing.T) {
 			status, _ := sup.Child("svc")
 			pids := []int{status.PID}
 			if tt.mode == "grandchild" {
-				waitFor(t, 5*time.Second, "grandchild pid", func() bool {
+				waittest.Until(t, 5*time.Second, 20*time.Millisecond, "grandchild pid", func() bool {
 					raw, err := os.ReadFile(marker)
 					pid, _ := strconv.Atoi(string(raw))
 					if err == nil && pid > 0 {
@@ -169,7 +171,9 @@ func TestStopLeavesNoProcesses(t *testing.T) {
 				t.Errorf("Stop took %s: the child was not given StopTimeout after SIGTERM", took)
 			}
 			for _, pid := range pids {
-				waitFor(t, 5*time.Second, fmt.Sprintf("pid %d gone", pid), func() bool { return !alive(pid) })
+				waittest.Until(t, 5*time.Second, 20*time.Millisecond, fmt.Sprintf("pid %d gone", pid), func() bool {
+					return !alive(pid)
+				})
 			}
 			stack, _ := ReadStack(stackFile)
 			if svc, _ := stack.Child("svc"); svc.State != StateStopped || svc.PID != 0 {
@@ -202,7 +206,7 @@ func TestDependentStartsAfterDependencyIsReady(t *testing.T) {
 			t.Errorf("after Start: %s state %s ready %v", status.Name, status.State, status.Ready)
 		}
 	}
-	waitFor(t, 5*time.Second, "frontend probe result", func() bool {
+	waittest.Until(t, 5*time.Second, 20*time.Millisecond, "frontend probe result", func() bool {
 		raw, _ := os.ReadFile(marker)
 		return len(raw) > 0
 	})

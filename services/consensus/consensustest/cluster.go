@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
@@ -193,7 +194,7 @@ func (c *Cluster) Running() []*Member {
 func (c *Cluster) WaitLeader(timeout time.Duration) *Member {
 	c.t.Helper()
 	var leader *Member
-	c.Eventually(timeout, "a leader all running members agree on", func() bool {
+	waittest.Until(c.t, timeout, 5*time.Millisecond, "a leader all running members agree on", func() bool {
 		leader = c.agreedLeader()
 		return leader != nil
 	})
@@ -217,20 +218,6 @@ func (c *Cluster) agreedLeader() *Member {
 		}
 	}
 	return nil
-}
-
-// Eventually waits for cond with a deadline, failing the test when it passes.
-func (c *Cluster) Eventually(timeout time.Duration, what string, cond func() bool) {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
 }
 
 // StopAll stops every running member.
@@ -272,7 +259,7 @@ func (c *Cluster) Heal(m *Member) {
 // HealthInterval, so --strict-reconfig-check lets membership changes through.
 func (c *Cluster) WaitHealthy(timeout time.Duration) {
 	c.t.Helper()
-	c.Eventually(timeout, "every member connected for its health interval", func() bool {
+	waittest.Until(c.t, timeout, 5*time.Millisecond, "every member connected for its health interval", func() bool {
 		running := c.Running()
 		for _, m := range running {
 			n := m.Node()
@@ -294,7 +281,7 @@ func (c *Cluster) WaitHealthy(timeout time.Duration) {
 // URL), that is until each member's publish has been applied everywhere.
 func (c *Cluster) WaitPublished(timeout time.Duration) {
 	c.t.Helper()
-	c.Eventually(timeout, "every member's attributes published to every member", func() bool {
+	waittest.Until(c.t, timeout, 5*time.Millisecond, "every member's attributes published to every member", func() bool {
 		for _, m := range c.Running() {
 			st, err := m.Node().Status(context.Background())
 			if err != nil {

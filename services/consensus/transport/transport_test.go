@@ -143,11 +143,6 @@ func msg(typ raftpb.MessageType, from, to uint64, payload int) *raftpb.Message {
 	return m
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waittest.Until(t, 10*time.Second, 2*time.Millisecond, what, cond)
-}
-
 func pair(t *testing.T, options ...func(*Config)) (a, b *member) {
 	a = startMember(t, 1, 7, "127.0.0.1:0", nil, options...)
 	b = startMember(t, 2, 7, "127.0.0.1:0", nil)
@@ -178,10 +173,12 @@ func TestDeliversEveryClass(t *testing.T) {
 				msgs = append(msgs, msg(tc.typ, 1, 2, 100))
 			}
 			a.tr.Send(msgs)
-			waitFor(t, tc.typ.String(), func() bool { return b.rec.count(tc.typ) == tc.n })
+			waittest.Until(t, 10*time.Second, 2*time.Millisecond, tc.typ.String(), func() bool {
+				return b.rec.count(tc.typ) == tc.n
+			})
 		})
 	}
-	waitFor(t, "snapshot reported finished", func() bool {
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "snapshot reported finished", func() bool {
 		return a.rec.check(func() bool { return a.rec.snapshots[raft.SnapshotFinish] == 1 })
 	})
 }
@@ -197,7 +194,9 @@ func TestHeartbeatsDoNotWaitBehindAppends(t *testing.T) {
 	}
 	a.tr.Send(apps)
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-	waitFor(t, "heartbeat while appends are stuck", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "heartbeat while appends are stuck", func() bool {
+		return b.rec.count(raftpb.MsgHeartbeat) == 1
+	})
 	if n := b.rec.count(raftpb.MsgApp); n != 0 {
 		t.Fatalf("%d appends processed though raft holds them", n)
 	}
@@ -233,22 +232,30 @@ func TestCommitOnlyAppendsWaitForTheNextAppend(t *testing.T) {
 			a, b := pair(t, func(c *Config) { c.CommitHold = tc.hold })
 			if tc.writing {
 				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgApp, 1, 2, 100)})
-				waitFor(t, "the first append", func() bool { return b.rec.count(raftpb.MsgApp) == 1 })
+				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the first append", func() bool {
+					return b.rec.count(raftpb.MsgApp) == 1
+				})
 				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgApp, 1, 2, 100)})
-				waitFor(t, "the second append", func() bool { return b.rec.count(raftpb.MsgApp) == 2 })
+				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the second append", func() bool {
+					return b.rec.count(raftpb.MsgApp) == 2
+				})
 			}
 			a.tr.Send([]*raftpb.Message{commitOnly(3)})
 			a.tr.Send([]*raftpb.Message{commitOnly(4)})
 			if tc.next != nil {
 				a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-				waitFor(t, "a heartbeat sent after them", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+				waittest.Until(t, 10*time.Second, 2*time.Millisecond, "a heartbeat sent after them", func() bool {
+					return b.rec.count(raftpb.MsgHeartbeat) == 1
+				})
 				time.Sleep(50 * time.Millisecond)
 				if n := b.rec.count(raftpb.MsgApp); n != 2 {
 					t.Fatalf("%d commit-only appends arrived with no append to ride with", n-2)
 				}
 				a.tr.Send([]*raftpb.Message{tc.next})
 			}
-			waitFor(t, "the appends", func() bool { return b.rec.count(raftpb.MsgApp) == len(tc.arrives) })
+			waittest.Until(t, 10*time.Second, 2*time.Millisecond, "the appends", func() bool {
+				return b.rec.count(raftpb.MsgApp) == len(tc.arrives)
+			})
 			var got []int64
 			b.rec.check(func() bool {
 				for _, m := range b.rec.received {
@@ -272,19 +279,21 @@ func TestCommitOnlyAppendsWaitForTheNextAppend(t *testing.T) {
 func TestReconnectsAfterPeerRestart(t *testing.T) {
 	a, b := pair(t)
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
-	waitFor(t, "first heartbeat", func() bool { return b.rec.count(raftpb.MsgHeartbeat) == 1 })
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "first heartbeat", func() bool {
+		return b.rec.count(raftpb.MsgHeartbeat) == 1
+	})
 	if a.tr.ActiveSince(2).IsZero() {
 		t.Fatal("ActiveSince is zero on a healthy stream")
 	}
 	addr := b.addr
 	b.stop()
-	waitFor(t, "peer reported unreachable", func() bool {
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "peer reported unreachable", func() bool {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
 		time.Sleep(5 * time.Millisecond)
 		return a.rec.check(func() bool { return a.rec.unreachable[2] > 0 }) && a.tr.ActiveSince(2).IsZero()
 	})
 	b2 := startMember(t, 2, 7, addr, nil)
-	waitFor(t, "heartbeat after restart", func() bool {
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "heartbeat after restart", func() bool {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
 		time.Sleep(5 * time.Millisecond)
 		return b2.rec.count(raftpb.MsgHeartbeat) > 0
@@ -303,7 +312,7 @@ func TestSnapshotToDownPeerIsReportedFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgSnap, 1, 2, 0)})
-	waitFor(t, "snapshot failure", func() bool {
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "snapshot failure", func() bool {
 		return a.rec.check(func() bool { return a.rec.snapshots[raft.SnapshotFailure] == 1 })
 	})
 }
@@ -312,7 +321,7 @@ func TestRefusals(t *testing.T) {
 	t.Run("removed member is told", func(t *testing.T) {
 		a, b := pair(t)
 		b.rec.check(func() bool { b.rec.removedIDs[1] = true; return true })
-		waitFor(t, "removal reported", func() bool {
+		waittest.Until(t, 10*time.Second, 2*time.Millisecond, "removal reported", func() bool {
 			a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
 			time.Sleep(5 * time.Millisecond)
 			return a.rec.check(func() bool { return a.rec.removed })
@@ -327,7 +336,7 @@ func TestRefusals(t *testing.T) {
 		if err := a.tr.AddPeer(2, []string{"http://" + b.addr}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "unreachable", func() bool {
+		waittest.Until(t, 10*time.Second, 2*time.Millisecond, "unreachable", func() bool {
 			a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
 			time.Sleep(5 * time.Millisecond)
 			return a.rec.check(func() bool { return a.rec.unreachable[2] > 0 })
@@ -353,14 +362,16 @@ func TestFaultsDropBothDirections(t *testing.T) {
 		a.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 1, 2, 0)})
 		b.tr.Send([]*raftpb.Message{msg(raftpb.MsgHeartbeat, 2, 1, 0)})
 	}
-	waitFor(t, "all 40 heartbeats dropped", func() bool { return faults.Dropped() == 40 })
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "all 40 heartbeats dropped", func() bool {
+		return faults.Dropped() == 40
+	})
 	if a.rec.count(raftpb.MsgHeartbeat) != 0 || b.rec.count(raftpb.MsgHeartbeat) != 0 {
 		t.Fatalf("blocked heartbeats arrived: a got %d, b got %d", a.rec.count(raftpb.MsgHeartbeat), b.rec.count(raftpb.MsgHeartbeat))
 	}
 	faults.Unblock(2)
 	b.tr.Send([]*raftpb.Message{msg(raftpb.MsgVote, 2, 1, 0)})
 	a.tr.Send([]*raftpb.Message{msg(raftpb.MsgVote, 1, 2, 0)})
-	waitFor(t, "votes after unblocking", func() bool {
+	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "votes after unblocking", func() bool {
 		return a.rec.count(raftpb.MsgVote) == 1 && b.rec.count(raftpb.MsgVote) == 1
 	})
 }

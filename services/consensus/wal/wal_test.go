@@ -61,6 +61,7 @@ func mustOpen(t *testing.T, dir string, opts Options) (*WAL, *State) {
 }
 
 func TestReplay(t *testing.T) {
+	t.Parallel()
 	type save struct {
 		snap    *raftpb.Snapshot // received from a leader
 		ownSnap *raftpb.Snapshot // taken locally (SaveSnapshot)
@@ -123,6 +124,7 @@ func TestReplay(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			w := mustCreate(t, dir, Options{SegmentSize: 1 << 20})
 			for _, s := range tc.saves {
@@ -192,6 +194,7 @@ func tornFixture(t *testing.T, dir string) (path string, batchStart int64, recor
 }
 
 func TestTornTailOfEveryLength(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	path, batchStart, recordEnds := tornFixture(t, filepath.Join(base, "fixture"))
 	pristine, err := os.ReadFile(path)
@@ -205,6 +208,7 @@ func TestTornTailOfEveryLength(t *testing.T) {
 	for name, damage := range damages {
 		for cut := batchStart; cut < recordEnds[len(recordEnds)-1]; cut++ {
 			t.Run(fmt.Sprintf("%s at %d", name, cut), func(t *testing.T) {
+				t.Parallel()
 				dir := filepath.Join(base, fmt.Sprintf("%s-%d", strings.ReplaceAll(name, " ", "-"), cut))
 				if err := os.MkdirAll(dir, 0o700); err != nil {
 					t.Fatal(err)
@@ -239,6 +243,7 @@ func TestTornTailOfEveryLength(t *testing.T) {
 }
 
 func TestFlippedByte(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	path, batchStart, recordEnds := tornFixture(t, filepath.Join(base, "fixture"))
 	pristine, err := os.ReadFile(path)
@@ -258,6 +263,7 @@ func TestFlippedByte(t *testing.T) {
 	lastStart := recordEnds[len(recordEnds)-2]
 	for at := batchStart; at < recordEnds[len(recordEnds)-1]; at++ {
 		t.Run(fmt.Sprintf("byte %d", at), func(t *testing.T) {
+			t.Parallel()
 			dir := filepath.Join(base, fmt.Sprintf("flip-%d", at))
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				t.Fatal(err)
@@ -289,6 +295,7 @@ func TestFlippedByte(t *testing.T) {
 }
 
 func TestRotationAndRelease(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opts := Options{SegmentSize: 4096}
 	w := mustCreate(t, dir, opts)
@@ -333,6 +340,7 @@ func TestRotationAndRelease(t *testing.T) {
 }
 
 func TestCorruptOlderSegmentIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := mustCreate(t, dir, Options{SegmentSize: 4096})
 	for i := uint64(1); i <= 300; i += 10 {
@@ -357,6 +365,7 @@ func TestCorruptOlderSegmentIsRefused(t *testing.T) {
 }
 
 func TestMissingSegmentIsRefused(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := mustCreate(t, dir, Options{SegmentSize: 4096})
 	for i := uint64(1); i <= 300; i += 10 {
@@ -375,6 +384,7 @@ func TestMissingSegmentIsRefused(t *testing.T) {
 }
 
 func TestCrashLosesOnlyUnsyncedWrites(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	w := mustCreate(t, dir, Options{})
 	if err := w.Save(nil, hardState(1, 1, 2), entries(1, 2, 1), true); err != nil {

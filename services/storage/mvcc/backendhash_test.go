@@ -23,6 +23,7 @@ func backendHash(t *testing.T, ts *testStore) *pb.HashResponse {
 // whole-backend hash moved. Commits wait an hour, so every change is still uncommitted when the hash is taken:
 // the hash must commit it first to see it.
 func TestBackendHashFollowsData(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		act        func(t *testing.T, ts *testStore)
@@ -66,6 +67,7 @@ func TestBackendHashFollowsData(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ts := openTestStore(t, Config{BatchInterval: time.Hour})
 			for i := range 10 {
 				ts.apply(put(fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i)))
@@ -91,6 +93,7 @@ func applied(req *pb.InternalRaftRequest) func(*testing.T, *testStore) {
 // TestBackendHashSameOnReplicas applies one log to replicas that differ in everything a member does on its own:
 // commit batching, compaction progress, a restart, terms and extra empty entries. All must hash alike.
 func TestBackendHashSameOnReplicas(t *testing.T) {
+	t.Parallel()
 	var log []*pb.InternalRaftRequest
 	log = append(log, grant(1, 60))
 	for i := range 40 {
@@ -162,6 +165,7 @@ func TestBackendHashSameOnReplicas(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got := backendHash(t, tc.replica(t))
 			if got.Hash != want.Hash || got.Header.Revision != want.Header.Revision {
 				t.Fatalf("hash %d at revision %d, want the reference's %d at %d", got.Hash, got.Header.Revision,

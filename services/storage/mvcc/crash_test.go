@@ -64,6 +64,7 @@ func referenceHash(t *testing.T, log []*pb.InternalRaftRequest) uint32 {
 // since the last commit), reopens, replays the same log from the store's consistent index, and must end with the
 // hash of a store that never crashed.
 func TestCrashDropHandleReplay(t *testing.T) {
+	t.Parallel()
 	log := crashLog(7, 3000)
 	want := referenceHash(t, log)
 	path := filepath.Join(t.TempDir(), "storage.db")

@@ -40,6 +40,7 @@ func checkRangeEncoded(t *testing.T, ts *testStore, r *pb.RangeRequest, want *pb
 // TestRangeEncodedAsRange: the encoded range is Range's answer for every kind of range, over committed and
 // pending (not yet committed) revisions, and refuses what Range refuses.
 func TestRangeEncodedAsRange(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{})
 	for i := range 20 {
 		ts.apply(put(fmt.Sprintf("k%02d", i), fmt.Sprintf("committed-%d", i)))

@@ -9,6 +9,7 @@ import (
 // TestRevListBehavesLikeASlice: appends, prefix drops, searches and walks agree with a plain slice, across block
 // boundaries and drops that leave one block, several, or none.
 func TestRevListBehavesLikeASlice(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name           string
 		ops            int
@@ -22,6 +23,7 @@ func TestRevListBehavesLikeASlice(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			rng := rand.New(rand.NewPCG(1, uint64(len(tt.name))))
 			var list revList
 			var model []keyVersion

@@ -28,6 +28,7 @@ func stepKey(caseName string, step int) string { return fmt.Sprintf("%s#%d", cas
 // v3.7.3 answered to the same requests (recorded in testdata/etcd-golden.json; set CAIRN_ETCD_BIN to an etcd
 // binary to record it again first).
 func TestSemanticsMatchEtcd(t *testing.T) {
+	t.Parallel()
 	if bin := os.Getenv("CAIRN_ETCD_BIN"); bin != "" {
 		recordGolden(t, bin)
 	}
@@ -41,6 +42,7 @@ func TestSemanticsMatchEtcd(t *testing.T) {
 	}
 	for _, tc := range semanticsCases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ts := openTestStore(t, Config{})
 			for i, step := range tc.steps {
 				want, ok := golden[stepKey(tc.name, i)]

@@ -16,6 +16,7 @@ import (
 )
 
 func TestApplyEvents(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		setup []*pb.InternalRaftRequest
@@ -46,6 +47,7 @@ func TestApplyEvents(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ts := openTestStore(t, Config{})
 			for _, r := range tc.setup {
 				ts.apply(r)
@@ -67,6 +69,7 @@ func TestApplyEvents(t *testing.T) {
 }
 
 func TestLeaseChangesAndTimeToLive(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{})
 	tests := []struct {
 		name string
@@ -114,6 +117,7 @@ func reopen(t *testing.T, ts *testStore) *testStore {
 }
 
 func TestReplayIsNoop(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{})
 	ts.apply(put("a", "1"))
 	ts.apply(put("a", "2"))
@@ -136,6 +140,7 @@ func TestReplayIsNoop(t *testing.T) {
 }
 
 func TestReopenRestoresState(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{})
 	for i := range 50 {
 		ts.apply(put(fmt.Sprintf("k%02d", i%10), fmt.Sprint(i)))
@@ -164,6 +169,7 @@ func TestReopenRestoresState(t *testing.T) {
 }
 
 func TestCompactionRemovesRevisionsPhysically(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{CompactionBatchLimit: 7, CompactionSleepInterval: time.Millisecond})
 	for i := range 100 {
 		ts.apply(put(fmt.Sprintf("k%d", i%10), fmt.Sprint(i)))
@@ -203,6 +209,7 @@ func TestCompactionRemovesRevisionsPhysically(t *testing.T) {
 }
 
 func TestHashIndependentOfCompactionProgress(t *testing.T) {
+	t.Parallel()
 	build := func(sleep time.Duration) *testStore {
 		ts := openTestStore(t, Config{CompactionBatchLimit: 3, CompactionSleepInterval: sleep})
 		for i := range 60 {
@@ -234,6 +241,7 @@ func TestHashIndependentOfCompactionProgress(t *testing.T) {
 }
 
 func TestHistory(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{BatchLimit: 3})
 	ts.apply(put("a", "1"))                                    // 2
 	ts.apply(put("b", "1"))                                    // 3
@@ -293,6 +301,7 @@ func TestHistory(t *testing.T) {
 }
 
 func TestAlarmsCapWrites(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{})
 	ts.apply(put("a", "1"))
 	activate := func(typ pb.AlarmType) *pb.InternalRaftRequest {
@@ -327,6 +336,7 @@ func TestAlarmsCapWrites(t *testing.T) {
 }
 
 func TestSnapshotRoundTrip(t *testing.T) {
+	t.Parallel()
 	ts := openTestStore(t, Config{})
 	for i := range 20 {
 		ts.apply(put(fmt.Sprintf("k%d", i), "v"))
