@@ -1,5 +1,6 @@
 // Package config holds the pieces every service's configuration shares: the comma-separated URL list flag,
-// host:port parsing of the http:// URLs services listen on and dial (and of https:// client URLs), and
+// host:port parsing of the http:// URLs services listen on and dial (and of https:// client URLs), binding
+// a URL unless the caller passed a listener, and
 // defaulting of unset fields.
 package config
 
@@ -67,4 +68,21 @@ func SetDefault[T comparable](field *T, value T) {
 	if *field == zero {
 		*field = value
 	}
+}
+
+// Listen returns given when the caller bound a listener beforehand (a test cluster, `cairn dev`), else a
+// listener on the host:port of the http:// URL raw.
+func Listen(given net.Listener, raw string) (net.Listener, error) {
+	if given != nil {
+		return given, nil
+	}
+	addr, err := HostPort(raw)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", raw, err)
+	}
+	return lis, nil
 }

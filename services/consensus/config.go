@@ -71,17 +71,33 @@ type Config struct {
 
 	// WALSegmentSize is the WAL's segment size; 0 means 64 MiB.
 	WALSegmentSize int64
+}
+
+// Deps are what a member takes from the process that runs it: where it reports, and the listeners the caller
+// bound (nats-server's tests bind port 0 first the same way), so no port is picked free and bound later.
+type Deps struct {
 	// Logger, Telemetry and Registry are where the member reports; nil means discard, no tracing, no
 	// metrics.
 	Logger    *slog.Logger
 	Telemetry *obs.Telemetry
 	Registry  prometheus.Registerer
-	// PeerListeners, when set, are used instead of listening on ListenPeerURLs; ConsensusListener likewise
-	// for ListenConsensusURL. Tests bind port 0 this way.
+	// PeerListeners, when set, are served instead of listening on Config.ListenPeerURLs; ConsensusListener
+	// likewise for Config.ListenConsensusURL. The member closes them when it stops.
 	PeerListeners     []net.Listener
 	ConsensusListener net.Listener
 	// Faults drops messages to and from chosen members (tests only).
 	Faults *transport.Faults
+}
+
+// withDefaults fills what is nil with what discards.
+func (d Deps) withDefaults() Deps {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	return d
 }
 
 // DefaultConfig returns etcd's defaults (and Cairn's for the settings etcd lacks).
@@ -143,9 +159,6 @@ func (c *Config) Validate() error {
 		if err := validateURLs(urls); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
 		}
-	}
-	if len(c.PeerListeners) == 0 && len(c.ListenPeerURLs) == 0 {
-		errs = append(errs, errors.New("--listen-peer-urls must not be empty"))
 	}
 	if c.HeartbeatInterval <= 0 {
 		errs = append(errs, errors.New("--heartbeat-interval must be positive"))

@@ -28,6 +28,7 @@ var ErrRemoved = errors.New("consensus: this member was removed from the cluster
 // commitlog.Log for the storage in the same process, and etcd's membership operations for the frontend.
 type Node struct {
 	cfg     Config
+	deps    Deps
 	log     *slog.Logger
 	tracer  trace.Tracer
 	tel     *obs.Telemetry
@@ -80,21 +81,20 @@ type Node struct {
 var _ commitlog.Log = (*Node)(nil)
 
 // New checks cfg and prepares a member; Start brings it up.
-func New(cfg Config) (*Node, error) {
+func New(cfg Config, deps Deps) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consensus: %w", err)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if len(deps.PeerListeners) == 0 && len(cfg.ListenPeerURLs) == 0 {
+		return nil, fmt.Errorf("consensus: %w", errors.New("--listen-peer-urls must not be empty"))
 	}
-	if cfg.Telemetry == nil {
-		cfg.Telemetry = obs.NoTelemetry()
-	}
+	deps = deps.withDefaults()
 	n := &Node{
 		cfg:      cfg,
-		log:      cfg.Logger,
-		tel:      cfg.Telemetry,
-		tracer:   cfg.Telemetry.Tracer("github.com/cairn-kv/cairn/services/consensus"),
+		deps:     deps,
+		log:      deps.Logger,
+		tel:      deps.Telemetry,
+		tracer:   deps.Telemetry.Tracer("github.com/cairn-kv/cairn/services/consensus"),
 		proposeC: make(chan *proposal, 4096),
 		recvC:    make(chan *raftpb.Message, 4096),
 		controlC: make(chan func(), 1024),
@@ -105,7 +105,7 @@ func New(cfg Config) (*Node, error) {
 		done:     make(chan struct{}),
 	}
 	n.reads = newReadIndexer(n)
-	m, err := newMetrics(cfg.Registry)
+	m, err := newMetrics(deps.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("consensus: metrics: %w", err)
 	}

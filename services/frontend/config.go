@@ -4,8 +4,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/internal/clienttls"
 	"github.com/cairn-kv/cairn/internal/config"
@@ -68,11 +71,35 @@ type Config struct {
 	LogLevel string
 	// EnablePprof serves /debug/pprof on the client and metrics URLs, as etcd's --enable-pprof does.
 	EnablePprof bool
-	// ClientListeners, when set, are served instead of listening on ListenClientURLs (one per URL, in
-	// order, TLS where the URL is https); tests bind their ports beforehand this way.
-	ClientListeners []net.Listener
 	// TLS serves the https:// client URLs (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
 	TLS clienttls.Files
+}
+
+// Deps are what a frontend takes from the process that runs it: where it reports, and the listeners the
+// caller bound (a test cluster and `cairn dev` bind 127.0.0.1:0 first and pass them).
+type Deps struct {
+	// Logger and Telemetry are where the frontend reports; nil: discard and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
+	// Registry receives the frontend's metrics and is what its /metrics serves; nil: a registry of its own.
+	// A process that runs several services passes the one registry they all report to, so /metrics shows
+	// every service's series.
+	Registry *prometheus.Registry
+	// ClientListeners, when set, are served instead of listening on Config.ListenClientURLs (one per URL, in
+	// order, TLS where the URL is https); MetricsListeners likewise for Config.ListenMetricsURLs. The
+	// frontend closes them when it stops.
+	ClientListeners  []net.Listener
+	MetricsListeners []net.Listener
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	return d
 }
 
 // DefaultConfig returns etcd's defaults (and Cairn's for settings etcd lacks).

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Defaults. Rates and the checkpoint batch are etcd's; the timings suit a Raft election timeout of 1s.
@@ -71,10 +74,31 @@ type Config struct {
 	ExpiryTick  time.Duration
 	RevokeRetry time.Duration
 	// AdminAddr is host:port for /metrics and /health of this keeper alone; empty serves none (`cairn
-	// leasekeeper` serves them on its --listen-metrics-urls, with Registry).
+	// leasekeeper` serves them on its --listen-metrics-urls, with Deps.Registry).
 	AdminAddr string
+}
+
+// Deps are what a keeper takes from the process that runs it: where it reports, and the listener the caller
+// bound.
+type Deps struct {
+	// Logger and Telemetry are where the keeper reports; nil: slog.Default and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
 	// Registry, when set, also gets the keeper's metrics (a process serving several services' metrics).
 	Registry prometheus.Registerer
+	// Listener, when set, is served instead of listening on Config.ListenURL; the keeper closes it when it
+	// stops.
+	Listener net.Listener
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
 }
 
 // DefaultConfig returns the defaults, for flags.

@@ -4,12 +4,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -35,9 +39,6 @@ type Config struct {
 	ListenURL string
 	// AdminAddr is host:port for /metrics and /health; empty serves none.
 	AdminAddr string
-	// Registry receives the storage's metrics; nil means a registry of its own (obs.NewRegistry). A process that
-	// runs several services passes one registry to all of them and serves it on one admin endpoint.
-	Registry *prometheus.Registry
 	// BatchInterval and BatchLimit bound how long and how many applied entries wait for one bbolt commit.
 	BatchInterval time.Duration
 	BatchLimit    int
@@ -57,6 +58,44 @@ type Config struct {
 	// LogCompactInterval is how often the durable applied index is reported to the log through Compact.
 	LogCompactInterval time.Duration
 }
+
+// Deps are what a storage takes from the process that runs it: where it reports, the listener the caller bound,
+// and its two boundaries, the log it applies and the sink its applied records go to.
+type Deps struct {
+	// Logger and Telemetry are where the storage reports; nil: slog.Default and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
+	// Registry receives the storage's metrics; nil means a registry of its own (obs.NewRegistry). A process
+	// that runs several services passes one registry to all of them and serves it on one admin endpoint.
+	Registry *prometheus.Registry
+	// Listener, when set, is served instead of listening on Config.ListenURL; the storage closes it when it
+	// stops.
+	Listener net.Listener
+	// Log is the member's committed log (its consensus, in-process or remote); required.
+	Log commitlog.Log
+	// Sink receives every applied record; nil drops them.
+	Sink AppliedSink
+}
+
+// ErrNoLog is returned by New when Deps.Log is nil.
+var ErrNoLog = errors.New("storage: deps: Log is required")
+
+// withDefaults fills the optional deps.
+func (d Deps) withDefaults() Deps {
+	if d.Sink == nil {
+		d.Sink = NopSink{}
+	}
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
+}
+
+// DefaultConfig returns the defaults (DataDir is left for the caller).
+func DefaultConfig() Config { return Config{}.WithDefaults() }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {

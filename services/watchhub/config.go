@@ -4,12 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -70,10 +73,33 @@ type Config struct {
 	HistoryPageSize int
 	// AdminAddr is host:port for /metrics and /health; empty serves none (--admin-addr).
 	AdminAddr string
+}
+
+// Deps are what a hub takes from the process that runs it: where it reports, and the listener the caller
+// bound.
+type Deps struct {
+	// Logger and Telemetry are where the hub reports; nil: slog.Default and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
 	// Registry receives the hub's metrics; nil: a registry of its own (with the Go runtime's), served on
 	// AdminAddr and returned by Hub.Registry.
 	Registry *prometheus.Registry
+	// Listener, when set, is served instead of listening on Config.ListenURL; the hub closes it when it stops.
+	Listener net.Listener
 }
+
+func (d Deps) withDefaults() Deps {
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
+}
+
+// DefaultConfig returns the defaults, for flags.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
