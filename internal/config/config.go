@@ -86,3 +86,53 @@ func Listen(given net.Listener, raw string) (net.Listener, error) {
 	}
 	return lis, nil
 }
+
+// FieldError is one setting that Validate refused: Field is the flag's name (or the Config field's, for a
+// setting without a flag) and Err says why. A service's Validate joins one per refused setting; errors.As
+// and Fields find them.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+// Invalid returns a FieldError for field; format and args are fmt.Errorf's (so %w wraps a cause).
+func Invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Error is "field: reason", or the reason alone when it already begins with the field's name (etcd's own
+// wording, kept where Cairn's flag is etcd's).
+func (e *FieldError) Error() string {
+	msg := e.Err.Error()
+	if strings.HasPrefix(msg, e.Field) {
+		return msg
+	}
+	return e.Field + ": " + msg
+}
+
+// Unwrap returns the reason.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Fields returns the fields of every FieldError in err (a Validate error, which joins several), in order.
+func Fields(err error) []string {
+	var fields []string
+	var walk func(error)
+	walk = func(err error) {
+		if fe, ok := err.(*FieldError); ok {
+			fields = append(fields, fe.Field)
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	if err != nil {
+		walk(err)
+	}
+	return fields
+}

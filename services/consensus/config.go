@@ -144,40 +144,43 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "Reject reconfiguration requests that would cause quorum loss.")
 }
 
-// Validate checks the configuration the way etcd checks its flags.
+// Validate checks the configuration the way etcd checks its flags: one config.FieldError per refused flag.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Name == "" {
-		errs = append(errs, errors.New("--name must not be empty"))
+		errs = append(errs, config.Invalid("--name", "must not be empty"))
 	}
 	if c.DataDir == "" {
-		errs = append(errs, errors.New("--data-dir must not be empty"))
+		errs = append(errs, config.Invalid("--data-dir", "must not be empty"))
 	}
 	for flagName, urls := range map[string][]string{
 		"--listen-peer-urls": c.ListenPeerURLs, "--initial-advertise-peer-urls": c.InitialAdvertisePeerURLs,
 	} {
 		if err := validateURLs(urls); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
+			errs = append(errs, config.Invalid(flagName, "%w", err))
 		}
 	}
 	if c.HeartbeatInterval <= 0 {
-		errs = append(errs, errors.New("--heartbeat-interval must be positive"))
+		errs = append(errs, config.Invalid("--heartbeat-interval", "must be positive"))
 	} else if c.ElectionTimeout < 5*c.HeartbeatInterval {
-		errs = append(errs, fmt.Errorf("--election-timeout[%v] should be at least as 5 times as --heartbeat-interval[%v]",
+		errs = append(errs, config.Invalid("--election-timeout", "--election-timeout[%v] should be at least as 5 times as --heartbeat-interval[%v]",
 			c.ElectionTimeout.Milliseconds(), c.HeartbeatInterval.Milliseconds()))
 	}
 	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
-		errs = append(errs, fmt.Errorf("--initial-cluster-state %q: want %q or %q", c.InitialClusterState,
+		errs = append(errs, config.Invalid("--initial-cluster-state", "%q: want %q or %q", c.InitialClusterState,
 			ClusterStateNew, ClusterStateExisting))
 	}
 	if _, err := parseInitialCluster(c.InitialCluster); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, &config.FieldError{Field: "--initial-cluster", Err: err})
 	}
-	if c.MaxRequestBytes <= 0 || c.MaxLearners < 0 {
-		errs = append(errs, errors.New("--max-request-bytes must be positive and --max-learners not negative"))
+	if c.MaxRequestBytes <= 0 {
+		errs = append(errs, config.Invalid("--max-request-bytes", "must be positive"))
+	}
+	if c.MaxLearners < 0 {
+		errs = append(errs, config.Invalid("--max-learners", "must not be negative"))
 	}
 	if c.SnapshotCount == 0 {
-		errs = append(errs, errors.New("--snapshot-count must be positive"))
+		errs = append(errs, config.Invalid("--snapshot-count", "must be positive"))
 	}
 	return errors.Join(errs...)
 }

@@ -155,8 +155,13 @@ func (n *Node) closeStartFailure() {
 
 // Stop stops the member: a leader first hands leadership to its most up-to-date connected voter (as etcd
 // does on shutdown), then the raft loop finishes its current step, the WAL is synced and closed, and every
-// call in flight returns ErrGRPCStopped.
+// call in flight returns ErrGRPCStopped. Stop is safe to call again (or after the member stopped by itself).
 func (n *Node) Stop(ctx context.Context) error {
+	select {
+	case <-n.done:
+		return nil
+	default:
+	}
 	n.handOverLeadership(ctx)
 	n.shutdown(nil, false)
 	select {

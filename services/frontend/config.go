@@ -3,7 +3,6 @@ package frontend
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -140,10 +139,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Name == "" {
-		errs = append(errs, errors.New("--name must not be empty"))
+		errs = append(errs, config.Invalid("--name", "must not be empty"))
 	}
 	if len(c.ListenClientURLs) == 0 {
-		errs = append(errs, errors.New("--listen-client-urls must not be empty"))
+		errs = append(errs, config.Invalid("--listen-client-urls", "must not be empty"))
 	}
 	for _, u := range c.ListenClientURLs {
 		_, secure, err := config.ClientHostPort(u)
@@ -151,12 +150,12 @@ func (c Config) Validate() error {
 			err = c.TLS.CheckURL(u, secure)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--listen-client-urls: %w", err))
+			errs = append(errs, config.Invalid("--listen-client-urls", "%w", err))
 		}
 	}
 	for _, u := range c.AdvertiseClientURLs {
 		if _, _, err := config.ClientHostPort(u); err != nil {
-			errs = append(errs, fmt.Errorf("--advertise-client-urls: %w", err))
+			errs = append(errs, config.Invalid("--advertise-client-urls", "%w", err))
 		}
 	}
 	for flagName, urls := range map[string][]string{
@@ -166,24 +165,30 @@ func (c Config) Validate() error {
 	} {
 		for _, u := range urls {
 			if _, err := config.HostPort(u); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
+				errs = append(errs, config.Invalid(flagName, "%w", err))
 			}
 		}
 	}
 	if len(c.ConsensusEndpoints) == 0 && len(c.StorageEndpoints) == 0 {
-		errs = append(errs, errors.New("--consensus-endpoints (or at least --storage-endpoints) must be given"))
+		errs = append(errs, config.Invalid("--consensus-endpoints", "(or at least --storage-endpoints) must be given"))
 	}
-	if c.MaxRequestBytes == 0 || c.MaxTxnOps == 0 {
-		errs = append(errs, errors.New("--max-request-bytes and --max-txn-ops must be positive"))
+	if c.MaxRequestBytes == 0 {
+		errs = append(errs, config.Invalid("--max-request-bytes", "must be positive"))
 	}
-	if c.RequestTimeout <= 0 || c.ProbeInterval <= 0 {
-		errs = append(errs, errors.New("--request-timeout and --probe-interval must be positive"))
+	if c.MaxTxnOps == 0 {
+		errs = append(errs, config.Invalid("--max-txn-ops", "must be positive"))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, config.Invalid("--request-timeout", "must be positive"))
+	}
+	if c.ProbeInterval <= 0 {
+		errs = append(errs, config.Invalid("--probe-interval", "must be positive"))
 	}
 	if c.ConnsPerStorage <= 0 {
-		errs = append(errs, errors.New("--conns-per-storage must be positive"))
+		errs = append(errs, config.Invalid("--conns-per-storage", "must be positive"))
 	}
 	if _, err := obs.ParseLevel(c.LogLevel); err != nil {
-		errs = append(errs, fmt.Errorf("--log-level: %w", err))
+		errs = append(errs, config.Invalid("--log-level", "%w", err))
 	}
 	return errors.Join(errs...)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -125,40 +124,48 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every unusable setting.
+// Validate reports every unusable setting, one config.FieldError each (named by its flag).
 func (c Config) Validate() error {
 	var errs []error
 	if _, err := config.HostPort(c.ListenURL); err != nil {
-		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
+		errs = append(errs, config.Invalid("--listen-url", "%w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
-		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
+		errs = append(errs, config.Invalid("--storage-endpoints", "must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
 		if _, err := config.HostPort(e); err != nil {
-			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
+			errs = append(errs, config.Invalid("--storage-endpoints", "%w", err))
 		}
 	}
 	if c.NATSURL == "" {
-		errs = append(errs, errors.New("--nats-url must not be empty"))
+		errs = append(errs, config.Invalid("--nats-url", "must not be empty"))
 	}
-	for name, d := range map[string]time.Duration{"--checkpoint-interval": c.CheckpointInterval,
-		"--renew-interval": c.RenewInterval, "--takeover-timeout": c.TakeoverTimeout, "--active-timeout": c.ActiveTimeout,
-		"--deadline-extension": c.DeadlineExtension, "--reconcile-interval": c.ReconcileInterval,
-		"--request-timeout": c.RequestTimeout, "--expiry-tick": c.ExpiryTick, "--revoke-retry": c.RevokeRetry} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s %v must be positive", name, d))
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{{"--checkpoint-interval", c.CheckpointInterval}, {"--renew-interval", c.RenewInterval},
+		{"--takeover-timeout", c.TakeoverTimeout}, {"--active-timeout", c.ActiveTimeout},
+		{"--deadline-extension", c.DeadlineExtension}, {"--reconcile-interval", c.ReconcileInterval},
+		{"--request-timeout", c.RequestTimeout}, {"--expiry-tick", c.ExpiryTick}, {"--revoke-retry", c.RevokeRetry}} {
+		if d.value <= 0 {
+			errs = append(errs, config.Invalid(d.flag, "%v must be positive", d.value))
 		}
 	}
-	if c.RevokeRate <= 0 || c.CheckpointRate <= 0 || c.CheckpointBatch <= 0 {
-		errs = append(errs, errors.New("--revoke-rate, --checkpoint-rate and --checkpoint-batch must be positive"))
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{{"--revoke-rate", c.RevokeRate}, {"--checkpoint-rate", c.CheckpointRate}, {"--checkpoint-batch", c.CheckpointBatch}} {
+		if n.value <= 0 {
+			errs = append(errs, config.Invalid(n.flag, "%d must be positive", n.value))
+		}
 	}
 	if c.ActiveTimeout+c.RenewInterval > c.TakeoverTimeout {
-		errs = append(errs, fmt.Errorf("--active-timeout %v plus --renew-interval %v must not exceed --takeover-timeout %v: "+
+		errs = append(errs, config.Invalid("--active-timeout", "%v plus --renew-interval %v must not exceed --takeover-timeout %v: "+
 			"the active keeper must stop serving before a standby takes over", c.ActiveTimeout, c.RenewInterval, c.TakeoverTimeout))
 	}
 	if c.RenewInterval >= c.ActiveTimeout {
-		errs = append(errs, fmt.Errorf("--renew-interval %v must be shorter than --active-timeout %v", c.RenewInterval, c.ActiveTimeout))
+		errs = append(errs, config.Invalid("--renew-interval", "%v must be shorter than --active-timeout %v", c.RenewInterval, c.ActiveTimeout))
 	}
 	return errors.Join(errs...)
 }

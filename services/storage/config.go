@@ -3,7 +3,6 @@ package storage
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -153,23 +152,33 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LogCompactInterval, "log-compact-interval", c.LogCompactInterval, "How often the durably applied index is reported to consensus, which may then compact its log.")
 }
 
-// Validate reports the first unusable setting.
+// Validate reports every unusable setting, one config.FieldError each (named by its flag).
 func (c Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
-		errs = append(errs, errors.New("data dir is required"))
+		errs = append(errs, config.Invalid("--data-dir", "must not be empty"))
 	}
 	if _, err := config.HostPort(c.ListenURL); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, config.Invalid("--listen-storage-url", "%w", err))
 	}
-	for name, d := range map[string]time.Duration{"batch interval": c.BatchInterval, "request timeout": c.RequestTimeout,
-		"compaction sleep interval": c.CompactionSleepInterval, "log compact interval": c.LogCompactInterval} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{{"--backend-batch-interval", c.BatchInterval}, {"--request-timeout", c.RequestTimeout},
+		{"--compaction-sleep-interval", c.CompactionSleepInterval}, {"--log-compact-interval", c.LogCompactInterval}} {
+		if d.value < 0 {
+			errs = append(errs, config.Invalid(d.flag, "%v is negative", d.value))
 		}
 	}
-	if c.BatchLimit < 0 || c.MaxTxnOps < 0 || c.MaxRequestBytes < 0 || c.CompactionBatchLimit < 0 || c.MinLeaseTTL < 0 {
-		errs = append(errs, errors.New("batch limit, max txn ops, max request bytes, compaction batch limit and min lease TTL must not be negative"))
+	for _, n := range []struct {
+		flag  string
+		value int64
+	}{{"--backend-batch-limit", int64(c.BatchLimit)}, {"--max-txn-ops", int64(c.MaxTxnOps)},
+		{"--max-request-bytes", int64(c.MaxRequestBytes)}, {"--compaction-batch-limit", int64(c.CompactionBatchLimit)},
+		{"--min-lease-ttl", c.MinLeaseTTL}} {
+		if n.value < 0 {
+			errs = append(errs, config.Invalid(n.flag, "%d is negative", n.value))
+		}
 	}
 	return errors.Join(errs...)
 }

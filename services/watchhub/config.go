@@ -3,7 +3,6 @@ package watchhub
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"time"
@@ -147,34 +146,40 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "host:port to serve /metrics and /health on (empty: none).")
 }
 
-// Validate reports every unusable setting.
+// Validate reports every unusable setting, one config.FieldError each (named by its flag).
 func (c Config) Validate() error {
 	var errs []error
 	if _, err := config.HostPort(c.ListenURL); err != nil {
-		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
+		errs = append(errs, config.Invalid("--listen-url", "%w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
-		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
+		errs = append(errs, config.Invalid("--storage-endpoints", "must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
 		if _, err := config.HostPort(e); err != nil {
-			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
+			errs = append(errs, config.Invalid("--storage-endpoints", "%w", err))
 		}
 	}
 	if c.NATSURL == "" {
-		errs = append(errs, errors.New("--nats-url must not be empty"))
+		errs = append(errs, config.Invalid("--nats-url", "must not be empty"))
 	}
-	for name, v := range map[string]int{"--window-revisions": c.WindowRevisions, "--window-bytes": c.WindowBytes,
-		"--max-request-bytes": c.MaxRequestBytes, "--watcher-buffer-responses": c.WatcherBufferResponses,
-		"--stream-buffer-bytes": c.StreamBufferBytes, "history page size": c.HistoryPageSize} {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("%s %d must be positive", name, v))
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{{"--window-revisions", c.WindowRevisions}, {"--window-bytes", c.WindowBytes},
+		{"--max-request-bytes", c.MaxRequestBytes}, {"--watcher-buffer-responses", c.WatcherBufferResponses},
+		{"--stream-buffer-bytes", c.StreamBufferBytes}, {"HistoryPageSize", c.HistoryPageSize}} {
+		if n.value <= 0 {
+			errs = append(errs, config.Invalid(n.flag, "%d must be positive", n.value))
 		}
 	}
-	for name, d := range map[string]time.Duration{"--watch-progress-notify-interval": c.ProgressNotifyInterval,
-		"--storage-poll-interval": c.StoragePollInterval, "--storage-timeout": c.StorageTimeout} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s %v must be positive", name, d))
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{{"--watch-progress-notify-interval", c.ProgressNotifyInterval},
+		{"--storage-poll-interval", c.StoragePollInterval}, {"--storage-timeout", c.StorageTimeout}} {
+		if d.value <= 0 {
+			errs = append(errs, config.Invalid(d.flag, "%v must be positive", d.value))
 		}
 	}
 	return errors.Join(errs...)
