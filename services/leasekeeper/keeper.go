@@ -59,7 +59,8 @@ type Keeper struct {
 	listener   net.Listener
 	admin      *obs.AdminServer
 	cancel     context.CancelFunc
-	done       sync.WaitGroup
+	done       sync.WaitGroup // the keeper's loops
+	serving    sync.WaitGroup // the gRPC server, stopped after the loops
 }
 
 // roleState is whether this keeper holds the claim, at which epoch, and until when it may serve.
@@ -137,11 +138,11 @@ func (k *Keeper) Start(ctx context.Context) error {
 	k.listener = lis
 	k.grpcServer = grpc.NewServer(append(k.tel.ServerOptions(), rpctune.ServerOptions()...)...)
 	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
-	go func() {
+	k.serving.Go(func() {
 		if err := k.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			k.logger.Error("leasekeeper gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
-	}()
+	})
 	if k.cfg.AdminAddr != "" {
 		if k.admin, err = obs.ListenAdmin(k.cfg.AdminAddr, obs.AdminMux(k.metrics.registry, k.Health), k.logger); err != nil {
 			k.Crash()
@@ -202,6 +203,7 @@ func (k *Keeper) stop(ctx context.Context) error {
 	}
 	if k.grpcServer != nil {
 		k.grpcServer.Stop()
+		k.serving.Wait()
 	}
 	k.closeConnections(ctx)
 	k.logger.Info("leasekeeper stopped", "released_epoch", epoch, "err", err)
@@ -215,6 +217,7 @@ func (k *Keeper) Crash() { k.endOnce.Do(k.crash) }
 func (k *Keeper) crash() {
 	if k.grpcServer != nil {
 		k.grpcServer.Stop()
+		k.serving.Wait()
 	}
 	k.stepDown()
 	k.stopOnce.Do(func() { close(k.stopping) })

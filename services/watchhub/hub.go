@@ -71,7 +71,7 @@ type Hub struct {
 	listener   net.Listener
 	admin      *obs.AdminServer
 	cancel     context.CancelFunc
-	done       sync.WaitGroup // the feed, freshness and the interest announcer
+	done       sync.WaitGroup // the gRPC server, the feed, freshness and the interest announcer
 	senders    sync.WaitGroup // every stream's sender
 	stopping   chan struct{}
 	stopOnce   sync.Once
@@ -129,11 +129,11 @@ func (h *Hub) Start(ctx context.Context) error {
 	h.health = health.NewServer()
 	h.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(h.grpcServer, h.health)
-	go func() {
+	h.done.Go(func() { // Stop stops the server before it waits for done
 		if err := h.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			h.logger.Error("watchhub gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
-	}()
+	})
 	if h.cfg.AdminAddr != "" {
 		admin, err := obs.ListenAdmin(h.cfg.AdminAddr, obs.AdminMux(h.metrics.registry, h.Health), h.logger)
 		if err != nil {
