@@ -2,9 +2,11 @@ package consensus_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
@@ -32,5 +34,31 @@ func TestNewRefusesNoPeerListener(t *testing.T) {
 	cfg.ListenPeerURLs = nil
 	if _, err := consensus.New(cfg, consensus.Deps{}); err == nil {
 		t.Fatal("New with neither peer URLs nor peer listeners succeeded")
+	}
+}
+
+// TestValidateNamesTheFlag: each refused setting is a config.FieldError naming its flag.
+func TestValidateNamesTheFlag(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*consensus.Config)
+		want   []string
+	}{
+		{"no name", func(c *consensus.Config) { c.Name = "" }, []string{"--name"}},
+		{"short election timeout", func(c *consensus.Config) { c.ElectionTimeout = 400 * time.Millisecond }, []string{"--election-timeout"}},
+		{"bad initial cluster", func(c *consensus.Config) { c.InitialCluster = "default" }, []string{"--initial-cluster"}},
+		{"two at once", func(c *consensus.Config) { c.MaxRequestBytes, c.MaxLearners = 0, -1 },
+			[]string{"--max-learners", "--max-request-bytes"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := consensus.DefaultConfig()
+			tt.change(&cfg)
+			fields := config.Fields(cfg.Validate())
+			slices.Sort(fields)
+			if !slices.Equal(fields, tt.want) {
+				t.Fatalf("Validate() refused %v, want %v", fields, tt.want)
+			}
+		})
 	}
 }

@@ -5,12 +5,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
 )
 
@@ -68,5 +70,32 @@ func TestFrontendServesGivenListenersAndRegistry(t *testing.T) {
 	if conn, err := net.DialTimeout("tcp", client.Addr().String(), time.Second); err == nil {
 		conn.Close()
 		t.Fatal("the client listener still accepts after Stop")
+	}
+}
+
+// TestValidateNamesTheFlag: each refused setting is a config.FieldError naming its flag.
+func TestValidateNamesTheFlag(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Config)
+		want   []string
+	}{
+		{"valid", func(*Config) {}, nil},
+		{"no name", func(c *Config) { c.Name = "" }, []string{"--name"}},
+		{"no backends", func(c *Config) { c.ConsensusEndpoints = nil }, []string{"--consensus-endpoints"}},
+		{"bad watch endpoint", func(c *Config) { c.WatchEndpoints = []string{"http://127.0.0.1"} }, []string{"--watch-endpoints"}},
+		{"two at once", func(c *Config) { c.MaxTxnOps, c.ProbeInterval = 0, 0 }, []string{"--max-txn-ops", "--probe-interval"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.ConsensusEndpoints = []string{"http://127.0.0.1:2390"}
+			tt.change(&cfg)
+			fields := config.Fields(cfg.Validate())
+			slices.Sort(fields)
+			if !slices.Equal(fields, tt.want) {
+				t.Fatalf("Validate() refused %v, want %v", fields, tt.want)
+			}
+		})
 	}
 }

@@ -112,9 +112,6 @@ func (k *Keeper) ID() string { return k.id }
 // Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
 // claim: the keeper becomes active when it wins it.
 func (k *Keeper) Start(ctx context.Context) error {
-	if _, err := config.HostPort(k.cfg.ListenURL); err != nil && k.deps.Listener == nil {
-		return err
-	}
 	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger)
 	if err != nil {
 		return err

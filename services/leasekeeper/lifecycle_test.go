@@ -3,9 +3,11 @@ package leasekeeper
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
@@ -41,5 +43,30 @@ func TestKeeperServesGivenListenerAndStopsOnce(t *testing.T) {
 	k.Crash()
 	if k.Active() {
 		t.Fatal("a stopped keeper is still active")
+	}
+}
+
+// TestValidateNamesTheFlag: each refused setting is a config.FieldError naming its flag.
+func TestValidateNamesTheFlag(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Config)
+		want   []string
+	}{
+		{"valid", func(*Config) {}, nil},
+		{"no storage", func(c *Config) { c.StorageEndpoints = nil }, []string{"--storage-endpoints"}},
+		{"no revoke rate", func(c *Config) { c.RevokeRate = -1 }, []string{"--revoke-rate"}},
+		{"active timeout reaching the takeover", func(c *Config) { c.ActiveTimeout = c.TakeoverTimeout }, []string{"--active-timeout"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := Config{StorageEndpoints: []string{"http://127.0.0.1:23790"}}.WithDefaults()
+			tt.change(&cfg)
+			fields := config.Fields(cfg.Validate())
+			slices.Sort(fields)
+			if !slices.Equal(fields, tt.want) {
+				t.Fatalf("Validate() refused %v, want %v", fields, tt.want)
+			}
+		})
 	}
 }
