@@ -95,13 +95,14 @@ type FieldError struct {
 	Err   error
 }
 
-// Invalid returns a FieldError for field; format and args are fmt.Errorf's (so %w wraps a cause).
+// Invalid returns a FieldError for field; format and args are fmt.Errorf's (so %w wraps a cause). The message
+// reads as etcd's do, beginning with the flag ("--name must not be empty"); one that does not (a wrapped cause
+// alone) is prefixed with it.
 func Invalid(field, format string, args ...any) error {
 	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-// Error is "field: reason", or the reason alone when it already begins with the field's name (etcd's own
-// wording, kept where Cairn's flag is etcd's).
+// Error is the message when it begins with the field's name, else "field: message".
 func (e *FieldError) Error() string {
 	msg := e.Err.Error()
 	if strings.HasPrefix(msg, e.Field) {

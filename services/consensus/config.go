@@ -148,10 +148,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Name == "" {
-		errs = append(errs, config.Invalid("--name", "must not be empty"))
+		errs = append(errs, config.Invalid("--name", "--name must not be empty"))
 	}
 	if c.DataDir == "" {
-		errs = append(errs, config.Invalid("--data-dir", "must not be empty"))
+		errs = append(errs, config.Invalid("--data-dir", "--data-dir must not be empty"))
 	}
 	for flagName, urls := range map[string][]string{
 		"--listen-peer-urls": c.ListenPeerURLs, "--initial-advertise-peer-urls": c.InitialAdvertisePeerURLs,
@@ -161,26 +161,26 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.HeartbeatInterval <= 0 {
-		errs = append(errs, config.Invalid("--heartbeat-interval", "must be positive"))
+		errs = append(errs, config.Invalid("--heartbeat-interval", "--heartbeat-interval must be positive"))
 	} else if c.ElectionTimeout < 5*c.HeartbeatInterval {
 		errs = append(errs, config.Invalid("--election-timeout", "--election-timeout[%v] should be at least as 5 times as --heartbeat-interval[%v]",
 			c.ElectionTimeout.Milliseconds(), c.HeartbeatInterval.Milliseconds()))
 	}
 	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
-		errs = append(errs, config.Invalid("--initial-cluster-state", "%q: want %q or %q", c.InitialClusterState,
+		errs = append(errs, config.Invalid("--initial-cluster-state", "--initial-cluster-state %q: want %q or %q", c.InitialClusterState,
 			ClusterStateNew, ClusterStateExisting))
 	}
 	if _, err := parseInitialCluster(c.InitialCluster); err != nil {
 		errs = append(errs, &config.FieldError{Field: "--initial-cluster", Err: err})
 	}
 	if c.MaxRequestBytes <= 0 {
-		errs = append(errs, config.Invalid("--max-request-bytes", "must be positive"))
+		errs = append(errs, config.Invalid("--max-request-bytes", "--max-request-bytes must be positive"))
 	}
 	if c.MaxLearners < 0 {
-		errs = append(errs, config.Invalid("--max-learners", "must not be negative"))
+		errs = append(errs, config.Invalid("--max-learners", "--max-learners must not be negative"))
 	}
 	if c.SnapshotCount == 0 {
-		errs = append(errs, config.Invalid("--snapshot-count", "must be positive"))
+		errs = append(errs, config.Invalid("--snapshot-count", "--snapshot-count must be positive"))
 	}
 	return errors.Join(errs...)
 }

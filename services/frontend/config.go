@@ -139,10 +139,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Name == "" {
-		errs = append(errs, config.Invalid("--name", "must not be empty"))
+		errs = append(errs, config.Invalid("--name", "--name must not be empty"))
 	}
 	if len(c.ListenClientURLs) == 0 {
-		errs = append(errs, config.Invalid("--listen-client-urls", "must not be empty"))
+		errs = append(errs, config.Invalid("--listen-client-urls", "--listen-client-urls must not be empty"))
 	}
 	for _, u := range c.ListenClientURLs {
 		_, secure, err := config.ClientHostPort(u)
@@ -170,22 +170,22 @@ func (c Config) Validate() error {
 		}
 	}
 	if len(c.ConsensusEndpoints) == 0 && len(c.StorageEndpoints) == 0 {
-		errs = append(errs, config.Invalid("--consensus-endpoints", "(or at least --storage-endpoints) must be given"))
+		errs = append(errs, config.Invalid("--consensus-endpoints", "--consensus-endpoints (or at least --storage-endpoints) must be given"))
 	}
 	if c.MaxRequestBytes == 0 {
-		errs = append(errs, config.Invalid("--max-request-bytes", "must be positive"))
+		errs = append(errs, config.Invalid("--max-request-bytes", "--max-request-bytes must be positive"))
 	}
 	if c.MaxTxnOps == 0 {
-		errs = append(errs, config.Invalid("--max-txn-ops", "must be positive"))
+		errs = append(errs, config.Invalid("--max-txn-ops", "--max-txn-ops must be positive"))
 	}
 	if c.RequestTimeout <= 0 {
-		errs = append(errs, config.Invalid("--request-timeout", "must be positive"))
+		errs = append(errs, config.Invalid("--request-timeout", "--request-timeout must be positive"))
 	}
 	if c.ProbeInterval <= 0 {
-		errs = append(errs, config.Invalid("--probe-interval", "must be positive"))
+		errs = append(errs, config.Invalid("--probe-interval", "--probe-interval must be positive"))
 	}
 	if c.ConnsPerStorage <= 0 {
-		errs = append(errs, config.Invalid("--conns-per-storage", "must be positive"))
+		errs = append(errs, config.Invalid("--conns-per-storage", "--conns-per-storage must be positive"))
 	}
 	if _, err := obs.ParseLevel(c.LogLevel); err != nil {
 		errs = append(errs, config.Invalid("--log-level", "%w", err))

@@ -131,7 +131,7 @@ func (c Config) Validate() error {
 		errs = append(errs, config.Invalid("--listen-url", "%w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
-		errs = append(errs, config.Invalid("--storage-endpoints", "must name at least one storage"))
+		errs = append(errs, config.Invalid("--storage-endpoints", "--storage-endpoints must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
 		if _, err := config.HostPort(e); err != nil {
@@ -139,7 +139,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.NATSURL == "" {
-		errs = append(errs, config.Invalid("--nats-url", "must not be empty"))
+		errs = append(errs, config.Invalid("--nats-url", "--nats-url must not be empty"))
 	}
 	for _, d := range []struct {
 		flag  string
@@ -149,7 +149,7 @@ func (c Config) Validate() error {
 		{"--deadline-extension", c.DeadlineExtension}, {"--reconcile-interval", c.ReconcileInterval},
 		{"--request-timeout", c.RequestTimeout}, {"--expiry-tick", c.ExpiryTick}, {"--revoke-retry", c.RevokeRetry}} {
 		if d.value <= 0 {
-			errs = append(errs, config.Invalid(d.flag, "%v must be positive", d.value))
+			errs = append(errs, config.Invalid(d.flag, "%s %v must be positive", d.flag, d.value))
 		}
 	}
 	for _, n := range []struct {
@@ -157,15 +157,15 @@ func (c Config) Validate() error {
 		value int
 	}{{"--revoke-rate", c.RevokeRate}, {"--checkpoint-rate", c.CheckpointRate}, {"--checkpoint-batch", c.CheckpointBatch}} {
 		if n.value <= 0 {
-			errs = append(errs, config.Invalid(n.flag, "%d must be positive", n.value))
+			errs = append(errs, config.Invalid(n.flag, "%s %d must be positive", n.flag, n.value))
 		}
 	}
 	if c.ActiveTimeout+c.RenewInterval > c.TakeoverTimeout {
-		errs = append(errs, config.Invalid("--active-timeout", "%v plus --renew-interval %v must not exceed --takeover-timeout %v: "+
+		errs = append(errs, config.Invalid("--active-timeout", "--active-timeout %v plus --renew-interval %v must not exceed --takeover-timeout %v: "+
 			"the active keeper must stop serving before a standby takes over", c.ActiveTimeout, c.RenewInterval, c.TakeoverTimeout))
 	}
 	if c.RenewInterval >= c.ActiveTimeout {
-		errs = append(errs, config.Invalid("--renew-interval", "%v must be shorter than --active-timeout %v", c.RenewInterval, c.ActiveTimeout))
+		errs = append(errs, config.Invalid("--renew-interval", "--renew-interval %v must be shorter than --active-timeout %v", c.RenewInterval, c.ActiveTimeout))
 	}
 	return errors.Join(errs...)
 }

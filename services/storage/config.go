@@ -156,7 +156,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
-		errs = append(errs, config.Invalid("--data-dir", "must not be empty"))
+		errs = append(errs, config.Invalid("--data-dir", "--data-dir must not be empty"))
 	}
 	if _, err := config.HostPort(c.ListenURL); err != nil {
 		errs = append(errs, config.Invalid("--listen-storage-url", "%w", err))
@@ -167,7 +167,7 @@ func (c Config) Validate() error {
 	}{{"--backend-batch-interval", c.BatchInterval}, {"--request-timeout", c.RequestTimeout},
 		{"--compaction-sleep-interval", c.CompactionSleepInterval}, {"--log-compact-interval", c.LogCompactInterval}} {
 		if d.value < 0 {
-			errs = append(errs, config.Invalid(d.flag, "%v is negative", d.value))
+			errs = append(errs, config.Invalid(d.flag, "%s %v is negative", d.flag, d.value))
 		}
 	}
 	for _, n := range []struct {
@@ -177,7 +177,7 @@ func (c Config) Validate() error {
 		{"--max-request-bytes", int64(c.MaxRequestBytes)}, {"--compaction-batch-limit", int64(c.CompactionBatchLimit)},
 		{"--min-lease-ttl", c.MinLeaseTTL}} {
 		if n.value < 0 {
-			errs = append(errs, config.Invalid(n.flag, "%d is negative", n.value))
+			errs = append(errs, config.Invalid(n.flag, "%s %d is negative", n.flag, n.value))
 		}
 	}
 	return errors.Join(errs...)

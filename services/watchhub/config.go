@@ -153,7 +153,7 @@ func (c Config) Validate() error {
 		errs = append(errs, config.Invalid("--listen-url", "%w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
-		errs = append(errs, config.Invalid("--storage-endpoints", "must name at least one storage"))
+		errs = append(errs, config.Invalid("--storage-endpoints", "--storage-endpoints must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
 		if _, err := config.HostPort(e); err != nil {
@@ -161,7 +161,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.NATSURL == "" {
-		errs = append(errs, config.Invalid("--nats-url", "must not be empty"))
+		errs = append(errs, config.Invalid("--nats-url", "--nats-url must not be empty"))
 	}
 	for _, n := range []struct {
 		flag  string
@@ -170,7 +170,7 @@ func (c Config) Validate() error {
 		{"--max-request-bytes", c.MaxRequestBytes}, {"--watcher-buffer-responses", c.WatcherBufferResponses},
 		{"--stream-buffer-bytes", c.StreamBufferBytes}, {"HistoryPageSize", c.HistoryPageSize}} {
 		if n.value <= 0 {
-			errs = append(errs, config.Invalid(n.flag, "%d must be positive", n.value))
+			errs = append(errs, config.Invalid(n.flag, "%s %d must be positive", n.flag, n.value))
 		}
 	}
 	for _, d := range []struct {
@@ -179,7 +179,7 @@ func (c Config) Validate() error {
 	}{{"--watch-progress-notify-interval", c.ProgressNotifyInterval},
 		{"--storage-poll-interval", c.StoragePollInterval}, {"--storage-timeout", c.StorageTimeout}} {
 		if d.value <= 0 {
-			errs = append(errs, config.Invalid(d.flag, "%v must be positive", d.value))
+			errs = append(errs, config.Invalid(d.flag, "%s %v must be positive", d.flag, d.value))
 		}
 	}
 	return errors.Join(errs...)
