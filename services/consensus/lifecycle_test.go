@@ -32,8 +32,9 @@ func TestStopTwice(t *testing.T) {
 func TestNewRefusesNoPeerListener(t *testing.T) {
 	cfg := consensus.DefaultConfig()
 	cfg.ListenPeerURLs = nil
-	if _, err := consensus.New(cfg, consensus.Deps{}); err == nil {
-		t.Fatal("New with neither peer URLs nor peer listeners succeeded")
+	_, err := consensus.New(cfg, consensus.Deps{})
+	if fields := config.Fields(err); !slices.Equal(fields, []string{"--listen-peer-urls"}) {
+		t.Fatalf("New with neither peer URLs nor peer listeners = %v, want a FieldError for --listen-peer-urls", err)
 	}
 }
 

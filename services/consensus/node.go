@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/framed"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
@@ -86,7 +87,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		return nil, fmt.Errorf("consensus: %w", err)
 	}
 	if len(deps.PeerListeners) == 0 && len(cfg.ListenPeerURLs) == 0 {
-		return nil, fmt.Errorf("consensus: %w", errors.New("--listen-peer-urls must not be empty"))
+		return nil, fmt.Errorf("consensus: %w", config.Invalid("--listen-peer-urls", "--listen-peer-urls must not be empty"))
 	}
 	deps = deps.withDefaults()
 	n := &Node{
