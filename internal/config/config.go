@@ -1,7 +1,7 @@
 // Package config holds the pieces every service's configuration shares: the comma-separated URL list flag,
-// host:port parsing of the http:// URLs services listen on and dial (and of https:// client URLs), binding
-// a URL unless the caller passed a listener, and
-// defaulting of unset fields.
+// host:port parsing of the http:// URLs services listen on and dial (and of https:// client URLs), binding a
+// URL unless the caller passed a listener, defaulting of unset fields, and the FieldError each Validate
+// reports a refused setting with.
 package config
 
 import (
