@@ -31,8 +31,7 @@ func runConsensus(ctx context.Context, cfg consensus.Config, opts processOptions
 	if err != nil {
 		return err
 	}
-	cfg.Logger, cfg.Telemetry, cfg.Registry = proc.logger, proc.telemetry, proc.registry
-	node, err := consensus.New(cfg)
+	node, err := consensus.New(cfg, consensus.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
 	if err != nil {
 		return err
 	}

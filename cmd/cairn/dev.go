@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-kv/cairn/internal/clienttls"
+	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
-	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/frontend"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
@@ -65,17 +65,19 @@ func newDevCommand() *cobra.Command {
 }
 
 // devStack is what `cairn dev` runs: the components start in order, each seeing what the earlier ones serve,
-// and stop in reverse order.
+// and stop in reverse order. Every loopback port is bound before the component that serves it is built, so
+// no port is picked free and bound later; every service reports to the process's one registry, which the
+// frontend serves on the client URLs and on --listen-metrics-urls.
 type devStack struct {
 	do           devOptions
 	proc         *process
 	natsURL      string
-	storageURL   string // chosen before consensus starts: consensus names it as its snapshots' source
+	storageLis   net.Listener // bound before consensus starts: consensus names it as its snapshots' source
+	storageURL   string
 	node         *consensus.Node
 	consensusURL string
 	leaseURL     string
 	watchURL     string
-	health       []obs.HealthFunc
 	stops        []func(context.Context) error
 }
 
@@ -108,17 +110,6 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 			return err
 		}
 	}
-	health := func(ctx context.Context) error {
-		var errs []error
-		for _, h := range d.health {
-			errs = append(errs, h(ctx))
-		}
-		return errors.Join(errs...)
-	}
-	if err := proc.serveAdmin(health); err != nil {
-		_ = d.stop(context.WithoutCancel(ctx))
-		return err
-	}
 	proc.logger.Info("cairn dev is ready", "client-urls", do.advertiseURLs, "data-dir", do.dataDir,
 		"nats-url", d.natsURL, "consensus-url", d.consensusURL, "storage-url", d.storageURL)
 	return proc.waitForStop(ctx, d.node.Done(), d.node.Err, d.stop)
@@ -133,13 +124,28 @@ func (d *devStack) stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// listen binds a listener for a component before it is built; it is closed with the stack unless a
+// component took it (a service closes its listeners when it stops; closing twice is harmless).
+func (d *devStack) listen(what, addr string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s listener on %s: %w", what, addr, err)
+	}
+	d.stops = append(d.stops, func(context.Context) error {
+		if err := lis.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
+		}
+		return nil
+	})
+	return lis, nil
+}
+
 func startDevNATS(_ context.Context, d *devStack) error {
 	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
 	if err != nil {
 		return err
 	}
 	d.natsURL = bus.ClientURL()
-	d.health = append(d.health, bus.Health)
 	d.stops = append(d.stops, func(context.Context) error { bus.Shutdown(); return nil })
 	return nil
 }
@@ -147,11 +153,15 @@ func startDevNATS(_ context.Context, d *devStack) error {
 // startDevConsensus starts the single consensus member, serving its Consensus API on a loopback port of its
 // own (the frontend uses it as it would a remote member's).
 func startDevConsensus(ctx context.Context, d *devStack) error {
-	ports, err := supervisor.FreePorts(1)
+	storageLis, err := d.listen("storage", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
-	d.storageURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	d.storageLis, d.storageURL = storageLis, "http://"+storageLis.Addr().String()
+	apiLis, err := d.listen("consensus API", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
 	proc := d.proc.component("consensus")
 	cfg := consensus.DefaultConfig()
 	cfg.Name, cfg.DataDir = d.do.name, filepath.Join(d.do.dataDir, "consensus")
@@ -159,22 +169,16 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 	cfg.InitialCluster = initialCluster(d.do.name, d.do.peerURLs)
 	cfg.AdvertiseClientURLs, cfg.AdvertiseStorageURL = d.do.advertiseURLs, d.storageURL
 	cfg.MaxRequestBytes = d.do.maxRequestBytes
-	cfg.Logger, cfg.Telemetry, cfg.Registry = proc.logger, proc.telemetry, proc.registry
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return fmt.Errorf("consensus API listener: %w", err)
-	}
-	cfg.ConsensusListener, cfg.ListenConsensusURL = lis, ""
-	node, err := consensus.New(cfg)
+	cfg.ListenConsensusURL = ""
+	node, err := consensus.New(cfg, consensus.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
+		Registry: proc.registry, ConsensusListener: apiLis})
 	if err == nil {
 		err = node.Start(ctx)
 	}
 	if err != nil {
-		lis.Close()
 		return err
 	}
-	d.node, d.consensusURL = node, "http://"+lis.Addr().String()
-	d.health = append(d.health, node.Health)
+	d.node, d.consensusURL = node, "http://"+apiLis.Addr().String()
 	d.stops = append(d.stops, node.Stop)
 	// As `cairn up` orders its children, the storage and the frontend start once the member leads and has
 	// published itself, so the frontend's first view of the cluster is the current one.
@@ -196,30 +200,36 @@ func waitHealthy(ctx context.Context, what string, health obs.HealthFunc) error 
 	}
 }
 
-// startDevStorage starts the member's storage on the in-process consensus node as its log.
+// startDevStorage starts the member's storage on the in-process consensus node as its log, publishing its
+// applied records on the embedded NATS.
 func startDevStorage(ctx context.Context, d *devStack) error {
+	proc := d.proc.component("storage")
 	cfg := storage.Config{DataDir: filepath.Join(d.do.dataDir, "storage"), ListenURL: d.storageURL,
 		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
-	member, err := startMemberStorage(ctx, d.proc.component("storage"), cfg, d.node, d.natsURL)
+	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
+		Registry: proc.registry, Listener: d.storageLis, Log: d.node}, storage.Bus{NATSURL: d.natsURL})
+	if err == nil {
+		err = member.Start(ctx)
+	}
 	if err != nil {
 		return err
 	}
-	d.health = append(d.health, member.storage.Health)
-	d.stops = append(d.stops, member.stop)
+	d.stops = append(d.stops, member.Stop)
 	return nil
 }
 
 // startDevLeasekeeper runs the one leasekeeper on the member's storage and the embedded NATS, and waits until it
 // is active (at once on a fresh data dir or after a clean stop; after a crash, once the old claim times out).
 func startDevLeasekeeper(ctx context.Context, d *devStack) error {
-	ports, err := supervisor.FreePorts(1)
+	lis, err := d.listen("leasekeeper", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	proc := d.proc.component("leasekeeper")
-	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: fmt.Sprintf("http://127.0.0.1:%d", ports[0]),
-		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, Registry: proc.registry}
-	k, err := leasekeeper.New(cfg, proc.telemetry, proc.logger)
+	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: "http://" + lis.Addr().String(),
+		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL}
+	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
+		Registry: proc.registry, Listener: lis})
 	if err != nil {
 		return err
 	}
@@ -227,7 +237,6 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 		return err
 	}
 	d.leaseURL = k.URL()
-	d.health = append(d.health, k.Health)
 	d.stops = append(d.stops, k.Stop)
 	return waitHealthy(ctx, "leasekeeper", func(context.Context) error {
 		if !k.Active() {
@@ -240,10 +249,15 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 // startDevWatchhub runs the watchhub on the member's storage and the embedded NATS, on a loopback port of its
 // own; the frontend relays Watch streams to it.
 func startDevWatchhub(ctx context.Context, d *devStack) error {
+	lis, err := d.listen("watchhub", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
 	proc := d.proc.component("watchhub")
-	cfg := watchhub.Config{ListenURL: "http://127.0.0.1:0", StorageEndpoints: []string{d.storageURL},
-		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes, Registry: proc.registry}
-	hub, err := watchhub.New(cfg, proc.telemetry, proc.logger)
+	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
+		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes}
+	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
+		Registry: proc.registry, Listener: lis})
 	if err != nil {
 		return err
 	}
@@ -251,24 +265,49 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 		return err
 	}
 	d.watchURL = hub.URL()
-	d.health = append(d.health, hub.Health)
 	d.stops = append(d.stops, hub.Stop)
 	return waitHealthy(ctx, "watchhub", hub.Health)
 }
 
-// startDevFrontend serves etcd's API on the client URLs, in front of the member's consensus and storage.
+// startDevFrontend serves etcd's API on the client URLs, in front of the member's consensus and storage. It is
+// the one place that serves /metrics (the process's registry: every service's series), /health, /readyz and
+// /livez, on the client URLs and on --listen-metrics-urls, as an etcd member serves them.
 func startDevFrontend(ctx context.Context, d *devStack) error {
 	proc := d.proc.component("frontend")
 	cfg := frontend.DefaultConfig()
 	cfg.Name = d.do.name // the member of this name is the frontend's home member
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
+	cfg.ListenMetricsURLs, cfg.EnablePprof = d.proc.opts.metricsURLs, d.proc.opts.enablePprof
 	cfg.TLS = d.do.tls
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.WatchEndpoints = []string{d.watchURL}
 	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
 	cfg.LogLevel = d.proc.opts.logLevel
-	fe, err := frontend.New(cfg, proc.telemetry, proc.logger)
+	deps := frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry}
+	for _, u := range cfg.ListenClientURLs {
+		addr, _, err := config.ClientHostPort(u)
+		if err != nil {
+			return fmt.Errorf("--listen-client-urls: %w", err)
+		}
+		lis, err := d.listen("client", addr)
+		if err != nil {
+			return err
+		}
+		deps.ClientListeners = append(deps.ClientListeners, lis)
+	}
+	for _, u := range cfg.ListenMetricsURLs {
+		addr, err := config.HostPort(u)
+		if err != nil {
+			return fmt.Errorf("--listen-metrics-urls: %w", err)
+		}
+		lis, err := d.listen("metrics", addr)
+		if err != nil {
+			return err
+		}
+		deps.MetricsListeners = append(deps.MetricsListeners, lis)
+	}
+	fe, err := frontend.New(cfg, deps)
 	if err != nil {
 		return err
 	}

@@ -4,17 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
-
-// frontendStopTimeout bounds the graceful stop after SIGINT/SIGTERM; streams still open then are cut.
-const frontendStopTimeout = 10 * time.Second
 
 func newFrontendCommand() *cobra.Command {
 	cfg := frontend.DefaultConfig()
@@ -32,30 +26,21 @@ func newFrontendCommand() *cobra.Command {
 	return cmd
 }
 
-// runFrontend serves until ctx ends (SIGINT or SIGTERM), then stops gracefully.
+// runFrontend serves until ctx ends (SIGINT or SIGTERM), then stops gracefully, as every service
+// subcommand does. The frontend serves its own --listen-metrics-urls (etcd's flags are its own).
 func runFrontend(ctx context.Context, cfg frontend.Config) error {
-	level, err := obs.ParseLevel(cfg.LogLevel)
+	proc, err := newProcess(ctx, "frontend", cfg.Name, processOptions{logLevel: cfg.LogLevel})
 	if err != nil {
 		return err
 	}
-	logger := obs.NewLogger(os.Stderr, "frontend", cfg.Name, level)
-	tel, err := obs.NewTelemetry(ctx, "frontend")
+	fe, err := frontend.New(cfg, frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
 	if err != nil {
-		return err
-	}
-	fe, err := frontend.New(cfg, tel, logger)
-	if err != nil {
+		proc.close(context.WithoutCancel(ctx))
 		return err
 	}
 	if err := fe.Start(ctx); err != nil {
+		proc.close(context.WithoutCancel(ctx))
 		return fmt.Errorf("start frontend: %w", err)
 	}
-	<-ctx.Done()
-	stopCtx, cancel := context.WithTimeout(context.Background(), frontendStopTimeout)
-	defer cancel()
-	err = fe.Stop(stopCtx)
-	if terr := tel.Shutdown(stopCtx); err == nil {
-		err = terr
-	}
-	return err
+	return proc.waitForStop(ctx, nil, nil, fe.Stop)
 }

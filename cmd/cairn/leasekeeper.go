@@ -37,8 +37,7 @@ func runLeasekeeper(ctx context.Context, cfg leasekeeper.Config, opts processOpt
 	if err != nil {
 		return err
 	}
-	cfg.Registry = proc.registry
-	k, err := leasekeeper.New(cfg, proc.telemetry, proc.logger)
+	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
 	if err != nil {
 		return err
 	}

@@ -84,19 +84,12 @@ func TestLeasekeeperProcessesKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bus.Shutdown()
-	nc, err := eventbus.Connect(bus.ClientURL(), "storage", logger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: "cmdtest", MemberID: 1}, nil, logger)
-	pub.Start()
 	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := storage.New(storage.Config{MemberID: 1, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0"}, log,
-		storage.BusSink{Publisher: pub, MemberID: 1}, nil, logger)
+	st, err := storage.Assemble(context.Background(), storage.Config{MemberID: 1, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0"},
+		storage.Deps{Log: log, Logger: logger}, storage.Bus{NATSURL: bus.ClientURL(), SubjectPrefix: "cmdtest"})
 	if err != nil {
 		t.Fatal(err)
 	}

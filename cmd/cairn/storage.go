@@ -53,13 +53,17 @@ func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts
 		return err
 	}
 	defer log.Close()
-	member, err := startMemberStorage(ctx, proc, cfg, log, so.natsURL)
+	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
+		Registry: proc.registry, Log: log}, storage.Bus{NATSURL: so.natsURL})
+	if err == nil {
+		err = member.Start(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("storage of %s: %w", so.name, err)
 	}
-	if err := proc.serveAdmin(member.storage.Health); err != nil {
-		_ = member.stop(context.WithoutCancel(ctx))
+	if err := proc.serveAdmin(member.Health); err != nil {
+		_ = member.Stop(context.WithoutCancel(ctx))
 		return err
 	}
-	return proc.waitForStop(ctx, nil, nil, member.stop)
+	return proc.waitForStop(ctx, nil, nil, member.Stop)
 }

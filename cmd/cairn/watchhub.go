@@ -11,7 +11,7 @@ import (
 )
 
 func newWatchhubCommand() *cobra.Command {
-	cfg := watchhub.Config{}.WithDefaults()
+	cfg := watchhub.DefaultConfig()
 	var opts processOptions
 	var name string
 	cmd := &cobra.Command{
@@ -34,8 +34,7 @@ func runWatchhub(ctx context.Context, cfg watchhub.Config, name string, opts pro
 	if err != nil {
 		return err
 	}
-	cfg.Registry = proc.registry
-	hub, err := watchhub.New(cfg, proc.telemetry, proc.logger)
+	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
 	if err != nil {
 		return err
 	}

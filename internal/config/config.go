@@ -1,6 +1,7 @@
 // Package config holds the pieces every service's configuration shares: the comma-separated URL list flag,
-// host:port parsing of the http:// URLs services listen on and dial (and of https:// client URLs), and
-// defaulting of unset fields.
+// host:port parsing of the http:// URLs services listen on and dial (and of https:// client URLs), binding a
+// URL unless the caller passed a listener, defaulting of unset fields, and the FieldError each Validate
+// reports a refused setting with.
 package config
 
 import (
@@ -67,4 +68,72 @@ func SetDefault[T comparable](field *T, value T) {
 	if *field == zero {
 		*field = value
 	}
+}
+
+// Listen returns given when the caller bound a listener beforehand (a test cluster, `cairn dev`), else a
+// listener on the host:port of the http:// URL raw.
+func Listen(given net.Listener, raw string) (net.Listener, error) {
+	if given != nil {
+		return given, nil
+	}
+	addr, err := HostPort(raw)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", raw, err)
+	}
+	return lis, nil
+}
+
+// FieldError is one setting that Validate refused: Field is the flag's name (or the Config field's, for a
+// setting without a flag) and Err says why. A service's Validate joins one per refused setting; errors.As
+// and Fields find them.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+// Invalid returns a FieldError for field; format and args are fmt.Errorf's (so %w wraps a cause). The message
+// reads as etcd's do, beginning with the flag ("--name must not be empty"); one that does not (a wrapped cause
+// alone) is prefixed with it.
+func Invalid(field, format string, args ...any) error {
+	return &FieldError{Field: field, Err: fmt.Errorf(format, args...)}
+}
+
+// Error is the message when it begins with the field's name, else "field: message".
+func (e *FieldError) Error() string {
+	msg := e.Err.Error()
+	if strings.HasPrefix(msg, e.Field) {
+		return msg
+	}
+	return e.Field + ": " + msg
+}
+
+// Unwrap returns the reason.
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Fields returns the fields of every FieldError in err (a Validate error, which joins several), in order.
+func Fields(err error) []string {
+	var fields []string
+	var walk func(error)
+	walk = func(err error) {
+		if fe, ok := err.(*FieldError); ok {
+			fields = append(fields, fe.Field)
+			return
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				walk(e)
+			}
+		case interface{ Unwrap() error }:
+			walk(u.Unwrap())
+		}
+	}
+	if err != nil {
+		walk(err)
+	}
+	return fields
 }

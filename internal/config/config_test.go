@@ -1,7 +1,10 @@
 package config
 
 import (
+	"errors"
 	"flag"
+	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -73,5 +76,77 @@ func TestSetDefault(t *testing.T) {
 	SetDefault(&n, 9)
 	if d != time.Second || n != 7 {
 		t.Fatalf("got %v, %d; want 1s, 7", d, n)
+	}
+}
+
+func TestListen(t *testing.T) {
+	given, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer given.Close()
+	tests := []struct {
+		name    string
+		given   net.Listener
+		url     string
+		wantErr bool
+		want    func(net.Listener) bool
+	}{
+		{"a given listener is used as it is", given, "http://127.0.0.1:1", false, func(l net.Listener) bool { return l == given }},
+		{"a URL is bound", nil, "http://127.0.0.1:0", false, func(l net.Listener) bool { return l != given }},
+		{"a bad URL", nil, "ftp://x", true, nil},
+		{"a URL already bound", nil, "http://" + given.Addr().String(), true, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lis, err := Listen(tt.given, tt.url)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Listen(%q) = %v, want error %v", tt.url, err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if lis != given {
+				defer lis.Close()
+			}
+			if !tt.want(lis) {
+				t.Fatalf("Listen(%q) = %v", tt.url, lis.Addr())
+			}
+		})
+	}
+}
+
+func TestFieldError(t *testing.T) {
+	cause := errors.New("no port")
+	tests := []struct {
+		name     string
+		err      error
+		wantText string
+		wantIs   error
+		wantAll  []string
+	}{
+		{"reason after the field", Invalid("--name", "must not be empty"), "--name: must not be empty", nil, []string{"--name"}},
+		{"etcd's wording kept", Invalid("--election-timeout", "--election-timeout[400] should be at least"),
+			"--election-timeout[400] should be at least", nil, []string{"--election-timeout"}},
+		{"a wrapped cause", Invalid("--listen-url", "%w", cause), "--listen-url: no port", cause, []string{"--listen-url"}},
+		{"joined, as Validate returns them", errors.Join(Invalid("--a", "bad"), fmt.Errorf("ctx: %w", Invalid("--b", "bad"))),
+			"--a: bad\nctx: --b: bad", nil, []string{"--a", "--b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.err.Error(); got != tt.wantText {
+				t.Errorf("Error() = %q, want %q", got, tt.wantText)
+			}
+			if tt.wantIs != nil && !errors.Is(tt.err, tt.wantIs) {
+				t.Errorf("errors.Is(%v, %v) = false", tt.err, tt.wantIs)
+			}
+			if got := Fields(tt.err); !slices.Equal(got, tt.wantAll) {
+				t.Errorf("Fields() = %v, want %v", got, tt.wantAll)
+			}
+			var fe *FieldError
+			if !errors.As(tt.err, &fe) || fe.Field != tt.wantAll[0] {
+				t.Errorf("errors.As found %v, want field %s", fe, tt.wantAll[0])
+			}
+		})
 	}
 }

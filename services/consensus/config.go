@@ -71,17 +71,33 @@ type Config struct {
 
 	// WALSegmentSize is the WAL's segment size; 0 means 64 MiB.
 	WALSegmentSize int64
+}
+
+// Deps are what a member takes from the process that runs it: where it reports, and the listeners the caller
+// bound (nats-server's tests bind port 0 first the same way), so no port is picked free and bound later.
+type Deps struct {
 	// Logger, Telemetry and Registry are where the member reports; nil means discard, no tracing, no
 	// metrics.
 	Logger    *slog.Logger
 	Telemetry *obs.Telemetry
 	Registry  prometheus.Registerer
-	// PeerListeners, when set, are used instead of listening on ListenPeerURLs; ConsensusListener likewise
-	// for ListenConsensusURL. Tests bind port 0 this way.
+	// PeerListeners, when set, are served instead of listening on Config.ListenPeerURLs; ConsensusListener
+	// likewise for Config.ListenConsensusURL. The member closes them when it stops.
 	PeerListeners     []net.Listener
 	ConsensusListener net.Listener
 	// Faults drops messages to and from chosen members (tests only).
 	Faults *transport.Faults
+}
+
+// withDefaults fills what is nil with what discards.
+func (d Deps) withDefaults() Deps {
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	return d
 }
 
 // DefaultConfig returns etcd's defaults (and Cairn's for the settings etcd lacks).
@@ -128,43 +144,43 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "Reject reconfiguration requests that would cause quorum loss.")
 }
 
-// Validate checks the configuration the way etcd checks its flags.
+// Validate checks the configuration the way etcd checks its flags: one config.FieldError per refused flag.
 func (c *Config) Validate() error {
 	var errs []error
 	if c.Name == "" {
-		errs = append(errs, errors.New("--name must not be empty"))
+		errs = append(errs, config.Invalid("--name", "--name must not be empty"))
 	}
 	if c.DataDir == "" {
-		errs = append(errs, errors.New("--data-dir must not be empty"))
+		errs = append(errs, config.Invalid("--data-dir", "--data-dir must not be empty"))
 	}
 	for flagName, urls := range map[string][]string{
 		"--listen-peer-urls": c.ListenPeerURLs, "--initial-advertise-peer-urls": c.InitialAdvertisePeerURLs,
 	} {
 		if err := validateURLs(urls); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
+			errs = append(errs, config.Invalid(flagName, "%w", err))
 		}
 	}
-	if len(c.PeerListeners) == 0 && len(c.ListenPeerURLs) == 0 {
-		errs = append(errs, errors.New("--listen-peer-urls must not be empty"))
-	}
 	if c.HeartbeatInterval <= 0 {
-		errs = append(errs, errors.New("--heartbeat-interval must be positive"))
+		errs = append(errs, config.Invalid("--heartbeat-interval", "--heartbeat-interval must be positive"))
 	} else if c.ElectionTimeout < 5*c.HeartbeatInterval {
-		errs = append(errs, fmt.Errorf("--election-timeout[%v] should be at least as 5 times as --heartbeat-interval[%v]",
+		errs = append(errs, config.Invalid("--election-timeout", "--election-timeout[%v] should be at least as 5 times as --heartbeat-interval[%v]",
 			c.ElectionTimeout.Milliseconds(), c.HeartbeatInterval.Milliseconds()))
 	}
 	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
-		errs = append(errs, fmt.Errorf("--initial-cluster-state %q: want %q or %q", c.InitialClusterState,
+		errs = append(errs, config.Invalid("--initial-cluster-state", "--initial-cluster-state %q: want %q or %q", c.InitialClusterState,
 			ClusterStateNew, ClusterStateExisting))
 	}
 	if _, err := parseInitialCluster(c.InitialCluster); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, &config.FieldError{Field: "--initial-cluster", Err: err})
 	}
-	if c.MaxRequestBytes <= 0 || c.MaxLearners < 0 {
-		errs = append(errs, errors.New("--max-request-bytes must be positive and --max-learners not negative"))
+	if c.MaxRequestBytes <= 0 {
+		errs = append(errs, config.Invalid("--max-request-bytes", "--max-request-bytes must be positive"))
+	}
+	if c.MaxLearners < 0 {
+		errs = append(errs, config.Invalid("--max-learners", "--max-learners must not be negative"))
 	}
 	if c.SnapshotCount == 0 {
-		errs = append(errs, errors.New("--snapshot-count must be positive"))
+		errs = append(errs, config.Invalid("--snapshot-count", "--snapshot-count must be positive"))
 	}
 	return errors.Join(errs...)
 }

@@ -1,7 +1,8 @@
 // Package consensus is Cairn's consensus service: one member of a Raft group (go.etcd.io/raft/v3) that
 // turns proposals into a committed, totally ordered, durable log of opaque entries for the member's storage.
 //
-// A Node is one member. New(cfg) checks the configuration, Start(ctx) brings the member up (from its WAL
+// A Node is one member. New(cfg, deps) checks the configuration (deps: logger, telemetry, registry, the peer and
+// Consensus listeners when the caller bound them), Start(ctx) brings the member up (from its WAL
 // if it has one, else by bootstrapping --initial-cluster or joining an existing cluster), Stop(ctx) stops
 // it. A Node implements commitlog.Log for a storage in the same process (`cairn dev`); for a remote storage,
 // whose client is internal/consensusclient, the same log is served on the Consensus port: proposals, read index

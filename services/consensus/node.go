@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/framed"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
@@ -28,6 +29,7 @@ var ErrRemoved = errors.New("consensus: this member was removed from the cluster
 // commitlog.Log for the storage in the same process, and etcd's membership operations for the frontend.
 type Node struct {
 	cfg     Config
+	deps    Deps
 	log     *slog.Logger
 	tracer  trace.Tracer
 	tel     *obs.Telemetry
@@ -80,21 +82,20 @@ type Node struct {
 var _ commitlog.Log = (*Node)(nil)
 
 // New checks cfg and prepares a member; Start brings it up.
-func New(cfg Config) (*Node, error) {
+func New(cfg Config, deps Deps) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consensus: %w", err)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if len(deps.PeerListeners) == 0 && len(cfg.ListenPeerURLs) == 0 {
+		return nil, fmt.Errorf("consensus: %w", config.Invalid("--listen-peer-urls", "--listen-peer-urls must not be empty"))
 	}
-	if cfg.Telemetry == nil {
-		cfg.Telemetry = obs.NoTelemetry()
-	}
+	deps = deps.withDefaults()
 	n := &Node{
 		cfg:      cfg,
-		log:      cfg.Logger,
-		tel:      cfg.Telemetry,
-		tracer:   cfg.Telemetry.Tracer("github.com/cairn-kv/cairn/services/consensus"),
+		deps:     deps,
+		log:      deps.Logger,
+		tel:      deps.Telemetry,
+		tracer:   deps.Telemetry.Tracer("github.com/cairn-kv/cairn/services/consensus"),
 		proposeC: make(chan *proposal, 4096),
 		recvC:    make(chan *raftpb.Message, 4096),
 		controlC: make(chan func(), 1024),
@@ -105,7 +106,7 @@ func New(cfg Config) (*Node, error) {
 		done:     make(chan struct{}),
 	}
 	n.reads = newReadIndexer(n)
-	m, err := newMetrics(cfg.Registry)
+	m, err := newMetrics(deps.Registry)
 	if err != nil {
 		return nil, fmt.Errorf("consensus: metrics: %w", err)
 	}
@@ -155,8 +156,13 @@ func (n *Node) closeStartFailure() {
 
 // Stop stops the member: a leader first hands leadership to its most up-to-date connected voter (as etcd
 // does on shutdown), then the raft loop finishes its current step, the WAL is synced and closed, and every
-// call in flight returns ErrGRPCStopped.
+// call in flight returns ErrGRPCStopped. Stop is safe to call again (or after the member stopped by itself).
 func (n *Node) Stop(ctx context.Context) error {
+	select {
+	case <-n.done:
+		return nil
+	default:
+	}
 	n.handOverLeadership(ctx)
 	n.shutdown(nil, false)
 	select {

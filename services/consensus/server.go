@@ -21,7 +21,7 @@ import (
 // serve starts the peer gRPC server (Peer and PeerCluster services) and, when configured, the Consensus
 // API server.
 func (n *Node) serve() error {
-	peerListeners, err := listenAll(n.cfg.PeerListeners, n.cfg.ListenPeerURLs)
+	peerListeners, err := listenAll(n.deps.PeerListeners, n.cfg.ListenPeerURLs)
 	if err != nil {
 		return err
 	}
@@ -37,8 +37,8 @@ func (n *Node) serve() error {
 		apiURLs = []string{n.cfg.ListenConsensusURL}
 	}
 	var given []net.Listener
-	if n.cfg.ConsensusListener != nil {
-		given = []net.Listener{n.cfg.ConsensusListener}
+	if n.deps.ConsensusListener != nil {
+		given = []net.Listener{n.deps.ConsensusListener}
 	}
 	apiListeners, err := listenAll(given, apiURLs)
 	if err != nil {

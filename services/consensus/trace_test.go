@@ -22,9 +22,7 @@ func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
 		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)),
 		Propagator: obs.NoTelemetry().Propagator,
 	}
-	c := consensustest.Start(t, consensustest.Options{ConsensusAPI: true, Configure: func(cfg *consensus.Config) {
-		cfg.Telemetry = tel
-	}})
+	c := consensustest.Start(t, consensustest.Options{ConsensusAPI: true, Telemetry: tel})
 	leader := c.WaitLeader(5 * time.Second)
 	follower := others(c, leader)[0]
 	client, err := consensusclient.New(consensusclient.Config{Target: follower.APIAddr, Telemetry: tel})

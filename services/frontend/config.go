@@ -3,9 +3,11 @@ package frontend
 import (
 	"errors"
 	"flag"
-	"fmt"
+	"log/slog"
 	"net"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/internal/clienttls"
 	"github.com/cairn-kv/cairn/internal/config"
@@ -68,11 +70,35 @@ type Config struct {
 	LogLevel string
 	// EnablePprof serves /debug/pprof on the client and metrics URLs, as etcd's --enable-pprof does.
 	EnablePprof bool
-	// ClientListeners, when set, are served instead of listening on ListenClientURLs (one per URL, in
-	// order, TLS where the URL is https); tests bind their ports beforehand this way.
-	ClientListeners []net.Listener
 	// TLS serves the https:// client URLs (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
 	TLS clienttls.Files
+}
+
+// Deps are what a frontend takes from the process that runs it: where it reports, and the listeners the
+// caller bound (a test cluster and `cairn dev` bind 127.0.0.1:0 first and pass them).
+type Deps struct {
+	// Logger and Telemetry are where the frontend reports; nil: discard and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
+	// Registry receives the frontend's metrics and is what its /metrics serves; nil: a registry of its own.
+	// A process that runs several services passes the one registry they all report to, so /metrics shows
+	// every service's series.
+	Registry *prometheus.Registry
+	// ClientListeners, when set, are served instead of listening on Config.ListenClientURLs (one per URL, in
+	// order, TLS where the URL is https); MetricsListeners likewise for Config.ListenMetricsURLs. The
+	// frontend closes them when it stops.
+	ClientListeners  []net.Listener
+	MetricsListeners []net.Listener
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	return d
 }
 
 // DefaultConfig returns etcd's defaults (and Cairn's for settings etcd lacks).
@@ -113,10 +139,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c Config) Validate() error {
 	var errs []error
 	if c.Name == "" {
-		errs = append(errs, errors.New("--name must not be empty"))
+		errs = append(errs, config.Invalid("--name", "--name must not be empty"))
 	}
 	if len(c.ListenClientURLs) == 0 {
-		errs = append(errs, errors.New("--listen-client-urls must not be empty"))
+		errs = append(errs, config.Invalid("--listen-client-urls", "--listen-client-urls must not be empty"))
 	}
 	for _, u := range c.ListenClientURLs {
 		_, secure, err := config.ClientHostPort(u)
@@ -124,12 +150,12 @@ func (c Config) Validate() error {
 			err = c.TLS.CheckURL(u, secure)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("--listen-client-urls: %w", err))
+			errs = append(errs, config.Invalid("--listen-client-urls", "%w", err))
 		}
 	}
 	for _, u := range c.AdvertiseClientURLs {
 		if _, _, err := config.ClientHostPort(u); err != nil {
-			errs = append(errs, fmt.Errorf("--advertise-client-urls: %w", err))
+			errs = append(errs, config.Invalid("--advertise-client-urls", "%w", err))
 		}
 	}
 	for flagName, urls := range map[string][]string{
@@ -139,24 +165,30 @@ func (c Config) Validate() error {
 	} {
 		for _, u := range urls {
 			if _, err := config.HostPort(u); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", flagName, err))
+				errs = append(errs, config.Invalid(flagName, "%w", err))
 			}
 		}
 	}
 	if len(c.ConsensusEndpoints) == 0 && len(c.StorageEndpoints) == 0 {
-		errs = append(errs, errors.New("--consensus-endpoints (or at least --storage-endpoints) must be given"))
+		errs = append(errs, config.Invalid("--consensus-endpoints", "--consensus-endpoints (or at least --storage-endpoints) must be given"))
 	}
-	if c.MaxRequestBytes == 0 || c.MaxTxnOps == 0 {
-		errs = append(errs, errors.New("--max-request-bytes and --max-txn-ops must be positive"))
+	if c.MaxRequestBytes == 0 {
+		errs = append(errs, config.Invalid("--max-request-bytes", "--max-request-bytes must be positive"))
 	}
-	if c.RequestTimeout <= 0 || c.ProbeInterval <= 0 {
-		errs = append(errs, errors.New("--request-timeout and --probe-interval must be positive"))
+	if c.MaxTxnOps == 0 {
+		errs = append(errs, config.Invalid("--max-txn-ops", "--max-txn-ops must be positive"))
+	}
+	if c.RequestTimeout <= 0 {
+		errs = append(errs, config.Invalid("--request-timeout", "--request-timeout must be positive"))
+	}
+	if c.ProbeInterval <= 0 {
+		errs = append(errs, config.Invalid("--probe-interval", "--probe-interval must be positive"))
 	}
 	if c.ConnsPerStorage <= 0 {
-		errs = append(errs, errors.New("--conns-per-storage must be positive"))
+		errs = append(errs, config.Invalid("--conns-per-storage", "--conns-per-storage must be positive"))
 	}
 	if _, err := obs.ParseLevel(c.LogLevel); err != nil {
-		errs = append(errs, fmt.Errorf("--log-level: %w", err))
+		errs = append(errs, config.Invalid("--log-level", "%w", err))
 	}
 	return errors.Join(errs...)
 }

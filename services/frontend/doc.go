@@ -3,7 +3,9 @@
 // front of the members' storage and consensus services, the watchhubs and the leasekeepers. It keeps no state
 // of its own: several frontends may run side by side, and a restarted one loses nothing.
 //
-// New(cfg, tel, logger) → Start(ctx) → Stop(ctx). ClientURLs reports the bound URLs.
+// New(cfg, deps) → Start(ctx) → Stop(ctx) (safe twice). Deps carries the logger, telemetry, the registry /metrics
+// serves (a process running several services passes the one they all report to) and client and metrics
+// listeners bound by the caller. ClientURLs reports the bound URLs.
 //
 // # Routing
 //

@@ -29,6 +29,7 @@ import (
 // URLs, routing to a pool of storage, consensus, watchhub and leasekeeper replicas.
 type Frontend struct {
 	cfg     Config
+	deps    Deps
 	tel     *obs.Telemetry
 	logger  *slog.Logger
 	pool    *pool
@@ -52,17 +53,13 @@ type Frontend struct {
 
 // New checks cfg and prepares the frontend (connections are opened in the background); nothing is served
 // until Start.
-func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Frontend, error) {
+func New(cfg Config, deps Deps) (*Frontend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("frontend config: %w", err)
 	}
-	if tel == nil {
-		tel = obs.NoTelemetry()
-	}
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	f := &Frontend{cfg: cfg, tel: tel, logger: logger, stopping: make(chan struct{})}
+	deps = deps.withDefaults()
+	tel, logger := deps.Telemetry, deps.Logger
+	f := &Frontend{cfg: cfg, deps: deps, tel: tel, logger: logger, stopping: make(chan struct{})}
 	var err error
 	if f.pool, err = newPool(cfg, tel, logger); err != nil {
 		return nil, err
@@ -146,13 +143,12 @@ func (f *Frontend) Start(ctx context.Context) error {
 		f.serve("http", lis, func() error { return srv.Serve(httpL) })
 		f.serve("cmux", lis, m.Serve)
 	}
-	for _, u := range f.cfg.ListenMetricsURLs {
-		addr, _ := config.HostPort(u)
-		lis, err := net.Listen("tcp", addr)
-		if err != nil {
-			_ = f.Stop(ctx)
-			return fmt.Errorf("metrics listener on %s: %w", u, err)
-		}
+	metricsListeners, err := f.listenMetrics()
+	if err != nil {
+		_ = f.Stop(ctx)
+		return err
+	}
+	for _, lis := range metricsListeners {
 		srv := &http.Server{Handler: f.adminMux(), ReadHeaderTimeout: 10 * time.Second}
 		f.httpServers = append(f.httpServers, srv)
 		f.serve("metrics", lis, func() error { return srv.Serve(lis) })
@@ -180,13 +176,32 @@ func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Ha
 	f.serve("https", lis, func() error { return srv.Serve(tls.NewListener(lis, tlsConfig)) })
 }
 
+// listenMetrics returns the metrics listeners the caller bound, or binds ListenMetricsURLs.
+func (f *Frontend) listenMetrics() ([]net.Listener, error) {
+	if len(f.deps.MetricsListeners) > 0 {
+		return f.deps.MetricsListeners, nil
+	}
+	var listeners []net.Listener
+	for _, u := range f.cfg.ListenMetricsURLs {
+		lis, err := config.Listen(nil, u)
+		if err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("metrics listener: %w", err)
+		}
+		listeners = append(listeners, lis)
+	}
+	return listeners, nil
+}
+
 func (f *Frontend) listen() error {
 	secure := func(i int) bool {
 		_, https, _ := config.ClientHostPort(f.cfg.ListenClientURLs[min(i, len(f.cfg.ListenClientURLs)-1)])
 		return https
 	}
-	if len(f.cfg.ClientListeners) > 0 {
-		for i, lis := range f.cfg.ClientListeners {
+	if len(f.deps.ClientListeners) > 0 {
+		for i, lis := range f.deps.ClientListeners {
 			f.listeners, f.secure = append(f.listeners, lis), append(f.secure, secure(i))
 		}
 		return nil
@@ -231,8 +246,14 @@ func (f *Frontend) ClientURLs() []string {
 }
 
 // Stop stops serving: in-flight requests finish (until ctx ends), streams are then cut, connections closed.
+// It is safe to call more than once: later calls wait for the first.
 func (f *Frontend) Stop(ctx context.Context) error {
-	f.stoppingOnce.Do(func() { close(f.stopping) })
+	f.stoppingOnce.Do(func() { f.stop(ctx) })
+	return nil
+}
+
+func (f *Frontend) stop(ctx context.Context) {
+	close(f.stopping)
 	stopped := make(chan struct{})
 	go func() { f.grpcServer.GracefulStop(); close(stopped) }()
 	select {
@@ -265,5 +286,4 @@ func (f *Frontend) Stop(ctx context.Context) error {
 	closeBackends(f.watch.backends)
 	closeBackends(f.lease.backends)
 	f.logger.Info("frontend stopped", "name", f.cfg.Name)
-	return nil
 }

@@ -20,12 +20,15 @@ type metrics struct {
 
 func newMetrics(f *Frontend) *metrics {
 	m := &metrics{
-		registry: obs.NewRegistry(),
+		registry: f.deps.Registry,
 		handled: obs.NewObservers(prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "request_duration_seconds", Help: "Time to answer one unary etcd API request, by method and gRPC code.",
 			Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}, []string{"method", "code"})),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "replica_retries_total", Help: "Requests tried again on another replica after one was unavailable."}),
+	}
+	if m.registry == nil {
+		m.registry = obs.NewRegistry()
 	}
 	gauge := func(name, help string, value func(*view) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "frontend", Name: name, Help: help},

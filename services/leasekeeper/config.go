@@ -5,13 +5,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
-	"fmt"
+	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Defaults. Rates and the checkpoint batch are etcd's; the timings suit a Raft election timeout of 1s.
@@ -71,10 +73,31 @@ type Config struct {
 	ExpiryTick  time.Duration
 	RevokeRetry time.Duration
 	// AdminAddr is host:port for /metrics and /health of this keeper alone; empty serves none (`cairn
-	// leasekeeper` serves them on its --listen-metrics-urls, with Registry).
+	// leasekeeper` serves them on its --listen-metrics-urls, with Deps.Registry).
 	AdminAddr string
+}
+
+// Deps are what a keeper takes from the process that runs it: where it reports, and the listener the caller
+// bound.
+type Deps struct {
+	// Logger and Telemetry are where the keeper reports; nil: slog.Default and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
 	// Registry, when set, also gets the keeper's metrics (a process serving several services' metrics).
 	Registry prometheus.Registerer
+	// Listener, when set, is served instead of listening on Config.ListenURL; the keeper closes it when it
+	// stops.
+	Listener net.Listener
+}
+
+func (d Deps) withDefaults() Deps {
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
 }
 
 // DefaultConfig returns the defaults, for flags.
@@ -101,40 +124,48 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Validate reports every unusable setting.
+// Validate reports every unusable setting, one config.FieldError each (named by its flag).
 func (c Config) Validate() error {
 	var errs []error
 	if _, err := config.HostPort(c.ListenURL); err != nil {
-		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
+		errs = append(errs, config.Invalid("--listen-url", "%w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
-		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
+		errs = append(errs, config.Invalid("--storage-endpoints", "--storage-endpoints must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
 		if _, err := config.HostPort(e); err != nil {
-			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
+			errs = append(errs, config.Invalid("--storage-endpoints", "%w", err))
 		}
 	}
 	if c.NATSURL == "" {
-		errs = append(errs, errors.New("--nats-url must not be empty"))
+		errs = append(errs, config.Invalid("--nats-url", "--nats-url must not be empty"))
 	}
-	for name, d := range map[string]time.Duration{"--checkpoint-interval": c.CheckpointInterval,
-		"--renew-interval": c.RenewInterval, "--takeover-timeout": c.TakeoverTimeout, "--active-timeout": c.ActiveTimeout,
-		"--deadline-extension": c.DeadlineExtension, "--reconcile-interval": c.ReconcileInterval,
-		"--request-timeout": c.RequestTimeout, "--expiry-tick": c.ExpiryTick, "--revoke-retry": c.RevokeRetry} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s %v must be positive", name, d))
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{{"--checkpoint-interval", c.CheckpointInterval}, {"--renew-interval", c.RenewInterval},
+		{"--takeover-timeout", c.TakeoverTimeout}, {"--active-timeout", c.ActiveTimeout},
+		{"--deadline-extension", c.DeadlineExtension}, {"--reconcile-interval", c.ReconcileInterval},
+		{"--request-timeout", c.RequestTimeout}, {"--expiry-tick", c.ExpiryTick}, {"--revoke-retry", c.RevokeRetry}} {
+		if d.value <= 0 {
+			errs = append(errs, config.Invalid(d.flag, "%s %v must be positive", d.flag, d.value))
 		}
 	}
-	if c.RevokeRate <= 0 || c.CheckpointRate <= 0 || c.CheckpointBatch <= 0 {
-		errs = append(errs, errors.New("--revoke-rate, --checkpoint-rate and --checkpoint-batch must be positive"))
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{{"--revoke-rate", c.RevokeRate}, {"--checkpoint-rate", c.CheckpointRate}, {"--checkpoint-batch", c.CheckpointBatch}} {
+		if n.value <= 0 {
+			errs = append(errs, config.Invalid(n.flag, "%s %d must be positive", n.flag, n.value))
+		}
 	}
 	if c.ActiveTimeout+c.RenewInterval > c.TakeoverTimeout {
-		errs = append(errs, fmt.Errorf("--active-timeout %v plus --renew-interval %v must not exceed --takeover-timeout %v: "+
+		errs = append(errs, config.Invalid("--active-timeout", "--active-timeout %v plus --renew-interval %v must not exceed --takeover-timeout %v: "+
 			"the active keeper must stop serving before a standby takes over", c.ActiveTimeout, c.RenewInterval, c.TakeoverTimeout))
 	}
 	if c.RenewInterval >= c.ActiveTimeout {
-		errs = append(errs, fmt.Errorf("--renew-interval %v must be shorter than --active-timeout %v", c.RenewInterval, c.ActiveTimeout))
+		errs = append(errs, config.Invalid("--renew-interval", "--renew-interval %v must be shorter than --active-timeout %v", c.RenewInterval, c.ActiveTimeout))
 	}
 	return errors.Join(errs...)
 }

@@ -33,7 +33,8 @@
 // Expiry storms: expired leases are revoked at most RevokeRate per second (etcd's leaseRevokeRate, 1000), one
 // entry per lease from a pool of workers, so other writes keep their share of the log.
 //
-// Lifecycle: New(cfg, tel, logger) → Start(ctx) → Stop(ctx); Stop releases the claim so a standby takes over at
-// once. Config (with RegisterFlags) holds the listen URL, storage endpoints (failed over in order), NATS URL and
+// Lifecycle: New(cfg, deps) → Start(ctx) → Stop(ctx); Stop (safe twice) releases the claim so a standby takes
+// over at once. Deps carries the logger, telemetry, the process's registry and a listener bound by the caller;
+// the storages are reached through a storageclient.Pool that fails over only on Unavailable. Config (with RegisterFlags) holds the listen URL, storage endpoints (failed over in order), NATS URL and
 // subject prefix, checkpoint and revoke rates, election timings and the admin (metrics, health) address.
 package leasekeeper

@@ -163,5 +163,5 @@ func (k *Keeper) release(ctx context.Context, epoch uint64) error {
 func (k *Keeper) storage(ctx context.Context, timeout time.Duration, f func(context.Context, *storageclient.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return k.pool.do(ctx, func(c *storageclient.Client) error { return f(ctx, c) })
+	return k.pool.Do(ctx, f)
 }

@@ -88,7 +88,7 @@ func (e *testEnv) addStorage(member uint64, log commitlog.Log) {
 	pub.Start()
 	s, err := storage.New(storage.Config{MemberID: member, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0",
 		BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, QuotaBackendBytes: -1},
-		log, storage.BusSink{Publisher: pub, MemberID: member}, nil, testLogger(t))
+		storage.Deps{Log: log, Sink: storage.BusSink{Publisher: pub, MemberID: member}, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func (e *testEnv) keeperConfig(name string) Config {
 // startKeeper starts a keeper; it is killed (not stopped) when the test ends, unless the test stopped it.
 func (e *testEnv) startKeeper(cfg Config) *Keeper {
 	e.t.Helper()
-	k, err := New(cfg, nil, testLogger(e.t))
+	k, err := New(cfg, Deps{Logger: testLogger(e.t)})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // revokeWorkers is how many revokes of expired leases are in flight at once.
@@ -30,12 +31,13 @@ const revokeWorkers = 16
 // end it with Stop.
 type Keeper struct {
 	cfg     Config
+	deps    Deps
 	id      string
 	tel     *obs.Telemetry
 	logger  *slog.Logger
 	metrics *metrics
 	table   *table
-	pool    *storagePool
+	pool    *storageclient.Pool
 
 	role roleState
 	// pauseElection stops renewing and watching the claim (tests: a keeper cut off from storage's claim).
@@ -49,13 +51,16 @@ type Keeper struct {
 	// stopping is closed when the keeper stops; nothing in flight waits on its loops after that.
 	stopping   chan struct{}
 	stopOnce   sync.Once
+	endOnce    sync.Once // Stop or Crash: whichever comes first ends the keeper
+	endErr     error
 	nc         *nats.Conn
 	sub        *nats.Subscription
 	grpcServer *grpc.Server
 	listener   net.Listener
 	admin      *obs.AdminServer
 	cancel     context.CancelFunc
-	done       sync.WaitGroup
+	done       sync.WaitGroup // the keeper's loops
+	serving    sync.WaitGroup // the gRPC server, stopped after the loops
 }
 
 // roleState is whether this keeper holds the claim, at which epoch, and until when it may serve.
@@ -67,20 +72,16 @@ type roleState struct {
 }
 
 // New prepares a keeper; nothing runs until Start.
-func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Keeper, error) {
+func New(cfg Config, deps Deps) (*Keeper, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasekeeper config: %w", err)
 	}
-	if tel == nil {
-		tel = obs.NoTelemetry()
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
+	deps = deps.withDefaults()
+	tel, logger := deps.Telemetry, deps.Logger
 	id := keeperID(cfg.Name)
 	k := &Keeper{
-		cfg: cfg, id: id, tel: tel, logger: logger.With("keeper", id),
+		cfg: cfg, deps: deps, id: id, tel: tel, logger: logger.With("keeper", id),
 		table:   newTable(cfg.CheckpointInterval),
 		revokeC: make(chan int64, cfg.RevokeRate),
 		resetC:  make(chan *resetRequest, cfg.CheckpointBatch),
@@ -89,9 +90,11 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Keeper, error) {
 		stopping:    make(chan struct{}),
 	}
 	k.metrics = newMetrics(k)
-	pool, err := newStoragePool(cfg.StorageEndpoints, tel.DialOptions(), k.logger)
+	// Calls go to the storage that last answered and fail over only when one cannot serve at all.
+	pool, err := storageclient.NewPool(storageclient.PoolConfig{Endpoints: cfg.StorageEndpoints,
+		DialOptions: tel.DialOptions(), FailsOver: storageclient.FailsOverUnavailable, Logger: k.logger})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("leasekeeper: %w", err)
 	}
 	k.pool = pool
 	return k, nil
@@ -109,10 +112,6 @@ func (k *Keeper) ID() string { return k.id }
 // Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
 // claim: the keeper becomes active when it wins it.
 func (k *Keeper) Start(ctx context.Context) error {
-	addr, err := config.HostPort(k.cfg.ListenURL)
-	if err != nil {
-		return err
-	}
 	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger)
 	if err != nil {
 		return err
@@ -127,20 +126,20 @@ func (k *Keeper) Start(ctx context.Context) error {
 	if err := k.reconcile(ctx); err != nil {
 		k.logger.Warn("initial lease load failed; reconciliation will retry", "err", err)
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := config.Listen(k.deps.Listener, k.cfg.ListenURL)
 	if err != nil {
 		cancel()
 		nc.Close()
-		return fmt.Errorf("leasekeeper listener on %s: %w", addr, err)
+		return fmt.Errorf("leasekeeper: %w", err)
 	}
 	k.listener = lis
 	k.grpcServer = grpc.NewServer(append(k.tel.ServerOptions(), rpctune.ServerOptions()...)...)
 	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
-	go func() {
+	k.serving.Go(func() {
 		if err := k.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			k.logger.Error("leasekeeper gRPC server stopped", "addr", addr, "err", err)
+			k.logger.Error("leasekeeper gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
-	}()
+	})
 	if k.cfg.AdminAddr != "" {
 		if k.admin, err = obs.ListenAdmin(k.cfg.AdminAddr, obs.AdminMux(k.metrics.registry, k.Health), k.logger); err != nil {
 			k.Crash()
@@ -181,8 +180,14 @@ func (k *Keeper) AdminAddr() string {
 }
 
 // Stop stops serving and, if this keeper is active, releases the claim so a standby takes over at once. Lease
-// calls in flight and open keep-alive streams are answered with keeperclaim.ErrNotActive or cut.
+// calls in flight and open keep-alive streams are answered with keeperclaim.ErrNotActive or cut. Stop (and
+// Crash) may be called more than once: only the first call stops the keeper, later ones return its result.
 func (k *Keeper) Stop(ctx context.Context) error {
+	k.endOnce.Do(func() { k.endErr = k.stop(ctx) })
+	return k.endErr
+}
+
+func (k *Keeper) stop(ctx context.Context) error {
 	epoch, holder := k.stepDown()
 	k.stopOnce.Do(func() { close(k.stopping) })
 	if k.cancel != nil {
@@ -195,6 +200,7 @@ func (k *Keeper) Stop(ctx context.Context) error {
 	}
 	if k.grpcServer != nil {
 		k.grpcServer.Stop()
+		k.serving.Wait()
 	}
 	k.closeConnections(ctx)
 	k.logger.Info("leasekeeper stopped", "released_epoch", epoch, "err", err)
@@ -203,9 +209,12 @@ func (k *Keeper) Stop(ctx context.Context) error {
 
 // Crash stops everything at once without releasing the claim, as a crash would: a standby takes over only after
 // its takeover timeout. For fault tests.
-func (k *Keeper) Crash() {
+func (k *Keeper) Crash() { k.endOnce.Do(k.crash) }
+
+func (k *Keeper) crash() {
 	if k.grpcServer != nil {
 		k.grpcServer.Stop()
+		k.serving.Wait()
 	}
 	k.stepDown()
 	k.stopOnce.Do(func() { close(k.stopping) })
@@ -223,7 +232,7 @@ func (k *Keeper) closeConnections(ctx context.Context) {
 	if k.nc != nil {
 		k.nc.Close()
 	}
-	k.pool.close()
+	_ = k.pool.Close()
 }
 
 // onRecord applies one applied record from the bus.

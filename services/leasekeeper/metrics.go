@@ -20,7 +20,7 @@ type metrics struct {
 }
 
 // newMetrics registers the series on the keeper's own registry (served on AdminAddr) and, when set, on
-// Config.Registry too (the process's, in `cairn dev` and `cairn up`).
+// Deps.Registry too (the process's, in `cairn dev` and `cairn up`).
 func newMetrics(k *Keeper) *metrics {
 	opts := func(name, help string) prometheus.Opts {
 		return prometheus.Opts{Namespace: "cairn", Subsystem: "leasekeeper", Name: name, Help: help}
@@ -41,9 +41,9 @@ func newMetrics(k *Keeper) *metrics {
 	all := []prometheus.Collector{m.active, m.epoch, m.takeovers, m.keepAlives, m.expired, m.revokeErrors,
 		m.checkpoints, m.reconciles, leases}
 	m.registry.MustRegister(all...)
-	if k.cfg.Registry != nil {
+	if k.deps.Registry != nil {
 		for _, c := range all {
-			if err := k.cfg.Registry.Register(c); err != nil {
+			if err := k.deps.Registry.Register(c); err != nil {
 				k.logger.Warn("registering leasekeeper metrics", "err", err)
 			}
 		}

@@ -57,7 +57,7 @@ func TestBusSinkPublishesAppliedRecords(t *testing.T) {
 
 	tp := sdktrace.NewTracerProvider()
 	tel := &obs.Telemetry{Tracers: tp, Propagator: propagation.TraceContext{}}
-	s, err := New(testConfig(t, 1), newMemlog(t, 1), BusSink{Publisher: pub, MemberID: 1}, tel, logger)
+	s, err := New(testConfig(t, 1), Deps{Log: newMemlog(t, 1), Sink: BusSink{Publisher: pub, MemberID: 1}, Telemetry: tel, Logger: logger})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,13 +3,16 @@ package storage
 import (
 	"errors"
 	"flag"
-	"fmt"
+	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -35,9 +38,6 @@ type Config struct {
 	ListenURL string
 	// AdminAddr is host:port for /metrics and /health; empty serves none.
 	AdminAddr string
-	// Registry receives the storage's metrics; nil means a registry of its own (obs.NewRegistry). A process that
-	// runs several services passes one registry to all of them and serves it on one admin endpoint.
-	Registry *prometheus.Registry
 	// BatchInterval and BatchLimit bound how long and how many applied entries wait for one bbolt commit.
 	BatchInterval time.Duration
 	BatchLimit    int
@@ -57,6 +57,44 @@ type Config struct {
 	// LogCompactInterval is how often the durable applied index is reported to the log through Compact.
 	LogCompactInterval time.Duration
 }
+
+// Deps are what a storage takes from the process that runs it: where it reports, the listener the caller bound,
+// and its two boundaries, the log it applies and the sink its applied records go to.
+type Deps struct {
+	// Logger and Telemetry are where the storage reports; nil: slog.Default and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
+	// Registry receives the storage's metrics; nil means a registry of its own (obs.NewRegistry). A process
+	// that runs several services passes one registry to all of them and serves it on one admin endpoint.
+	Registry *prometheus.Registry
+	// Listener, when set, is served instead of listening on Config.ListenURL; the storage closes it when it
+	// stops.
+	Listener net.Listener
+	// Log is the member's committed log (its consensus, in-process or remote); required.
+	Log commitlog.Log
+	// Sink receives every applied record; nil drops them.
+	Sink AppliedSink
+}
+
+// ErrNoLog is returned by New when Deps.Log is nil.
+var ErrNoLog = errors.New("storage: deps: Log is required")
+
+// withDefaults fills the optional deps.
+func (d Deps) withDefaults() Deps {
+	if d.Sink == nil {
+		d.Sink = NopSink{}
+	}
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
+}
+
+// DefaultConfig returns the defaults (DataDir is left for the caller).
+func DefaultConfig() Config { return Config{}.WithDefaults() }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
@@ -114,23 +152,33 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.LogCompactInterval, "log-compact-interval", c.LogCompactInterval, "How often the durably applied index is reported to consensus, which may then compact its log.")
 }
 
-// Validate reports the first unusable setting.
+// Validate reports every unusable setting, one config.FieldError each (named by its flag).
 func (c Config) Validate() error {
 	var errs []error
 	if c.DataDir == "" {
-		errs = append(errs, errors.New("data dir is required"))
+		errs = append(errs, config.Invalid("--data-dir", "--data-dir must not be empty"))
 	}
 	if _, err := config.HostPort(c.ListenURL); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, config.Invalid("--listen-storage-url", "%w", err))
 	}
-	for name, d := range map[string]time.Duration{"batch interval": c.BatchInterval, "request timeout": c.RequestTimeout,
-		"compaction sleep interval": c.CompactionSleepInterval, "log compact interval": c.LogCompactInterval} {
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s %v is negative", name, d))
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{{"--backend-batch-interval", c.BatchInterval}, {"--request-timeout", c.RequestTimeout},
+		{"--compaction-sleep-interval", c.CompactionSleepInterval}, {"--log-compact-interval", c.LogCompactInterval}} {
+		if d.value < 0 {
+			errs = append(errs, config.Invalid(d.flag, "%s %v is negative", d.flag, d.value))
 		}
 	}
-	if c.BatchLimit < 0 || c.MaxTxnOps < 0 || c.MaxRequestBytes < 0 || c.CompactionBatchLimit < 0 || c.MinLeaseTTL < 0 {
-		errs = append(errs, errors.New("batch limit, max txn ops, max request bytes, compaction batch limit and min lease TTL must not be negative"))
+	for _, n := range []struct {
+		flag  string
+		value int64
+	}{{"--backend-batch-limit", int64(c.BatchLimit)}, {"--max-txn-ops", int64(c.MaxTxnOps)},
+		{"--max-request-bytes", int64(c.MaxRequestBytes)}, {"--compaction-batch-limit", int64(c.CompactionBatchLimit)},
+		{"--min-lease-ttl", c.MinLeaseTTL}} {
+		if n.value < 0 {
+			errs = append(errs, config.Invalid(n.flag, "%s %d is negative", n.flag, n.value))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -38,4 +38,9 @@
 // refuses requests with codes.Unavailable, reopens the database at its last commit and replays the log from there,
 // retrying until commits succeed again. Acknowledged writes are in the log, so none is lost. Writes past the
 // quota raise etcd's NOSPACE alarm and are then refused with rpctypes.ErrGRPCNoSpace until it is disarmed.
+//
+// Lifecycle: New(cfg, deps) → Start(ctx) → Stop(ctx) (safe twice). Deps carries the logger, telemetry, registry,
+// a listener bound by the caller, the Log to apply and the AppliedSink. Assemble builds a member's storage the one
+// way the binary, `cairn dev` and the test clusters do: its member ID asked of the log, its records published on
+// the NATS bus (Member.Stop flushes the publisher after the storage stops).
 package storage

@@ -36,7 +36,7 @@ func newMemlog(t testing.TB, memberID uint64) *commitlogtest.Log {
 func startMember(t testing.TB, cfg Config, log commitlog.Log, tel *obs.Telemetry) *testMember {
 	t.Helper()
 	sink := NewMemorySink()
-	s, err := New(cfg, log, sink, tel, slog.New(slog.DiscardHandler))
+	s, err := New(cfg, Deps{Log: log, Sink: sink, Telemetry: tel, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

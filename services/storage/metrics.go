@@ -19,7 +19,7 @@ type metrics struct {
 }
 
 func newMetrics(s *Storage) *metrics {
-	registry := s.cfg.Registry
+	registry := s.deps.Registry
 	if registry == nil {
 		registry = obs.NewRegistry()
 	}

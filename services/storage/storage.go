@@ -37,6 +37,7 @@ const dbFileName = "storage.db"
 // (Submit, Range, ...) are the Storage API, callable in-process as well as over gRPC.
 type Storage struct {
 	cfg     Config
+	deps    Deps
 	log     commitlog.Log
 	sink    AppliedSink
 	tel     *obs.Telemetry
@@ -76,28 +77,25 @@ type Storage struct {
 	cancel     context.CancelFunc
 	done       sync.WaitGroup
 	stopOnce   sync.Once
+	stopErr    error
 }
 
 // New opens the storage's database in cfg.DataDir and prepares the service; nothing runs until Start.
-func New(cfg Config, log commitlog.Log, sink AppliedSink, tel *obs.Telemetry, logger *slog.Logger) (*Storage, error) {
+func New(cfg Config, deps Deps) (*Storage, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("storage config: %w", err)
 	}
-	if sink == nil {
-		sink = NopSink{}
+	if deps.Log == nil {
+		return nil, ErrNoLog
 	}
-	if tel == nil {
-		tel = obs.NoTelemetry()
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
+	deps = deps.withDefaults()
+	log, sink, tel, logger := deps.Log, deps.Sink, deps.Telemetry, deps.Logger
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir %s: %w", cfg.DataDir, err)
 	}
 	s := &Storage{
-		cfg: cfg, log: log, sink: sink, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/storage"),
+		cfg: cfg, deps: deps, log: log, sink: sink, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/storage"),
 		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
 		stopping: make(chan struct{}), waiters: newWaiters(), appliedCh: make(chan struct{}), failedCh: make(chan struct{}, 1),
 	}
@@ -131,13 +129,9 @@ func (s *Storage) openStore() (*mvcc.Store, error) {
 
 // Start serves the gRPC API (and the admin endpoint, if configured) and starts applying the log.
 func (s *Storage) Start(ctx context.Context) error {
-	addr, err := config.HostPort(s.cfg.ListenURL)
+	lis, err := config.Listen(s.deps.Listener, s.cfg.ListenURL)
 	if err != nil {
-		return err
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("storage listener on %s: %w", addr, err)
+		return fmt.Errorf("storage: %w", err)
 	}
 	s.listener = lis
 	opts := append(append(s.tel.ServerOptions(), rpctune.ServerOptions()...), grpc.MaxRecvMsgSize(s.cfg.MaxRequestBytes+grpcOverheadBytes),
@@ -188,9 +182,15 @@ func (s *Storage) AdminAddr() string {
 	return s.admin.Addr()
 }
 
-// Stop stops serving and applying, then commits and closes the database.
+// Stop stops serving and applying, then commits and closes the database. It is safe to call more than once
+// (later calls wait for the first and return its result).
 func (s *Storage) Stop(ctx context.Context) error {
-	s.stopOnce.Do(func() { close(s.stopping) })
+	s.stopOnce.Do(func() { s.stopErr = s.stop(ctx) })
+	return s.stopErr
+}
+
+func (s *Storage) stop(ctx context.Context) error {
+	close(s.stopping)
 	if s.port != nil {
 		_ = s.port.Close() // new connections are refused at once
 		s.port.Wait()      // each pipeline answers what it started, then ends

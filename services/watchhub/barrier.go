@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // freshness makes "now" mean now: before a watch is created, the hub learns storage's current revision and
@@ -56,17 +58,17 @@ func (f *freshness) run(ctx context.Context) {
 	}
 }
 
+// storageRevision is the revision of the first storage that answers Status, or 0 when none does.
 func (f *freshness) storageRevision(ctx context.Context) int64 {
-	p := f.hub.pool
-	for _, i := range p.order() {
-		callCtx, cancel := context.WithTimeout(ctx, p.timeout)
-		st, err := p.clients[i].Status(callCtx)
-		cancel()
+	var rev int64
+	_ = f.hub.pool.Do(ctx, func(ctx context.Context, c *storageclient.Client) error {
+		st, err := c.Status(ctx)
 		if err == nil {
-			return st.Revision
+			rev = st.Revision
 		}
-	}
-	return 0
+		return err
+	})
+	return rev
 }
 
 // await waits until the hub's head has reached storage's revision at a time after received (when the create

@@ -26,7 +26,7 @@ func (s *stream) catchUpFromStorage(c *cohort, through int64) error {
 	b := catchUpBatch{s: s, c: c}
 	var asm revisionAssembler
 	read := 0
-	compactRev, err := h.pool.history(s.ctx, req, func(page *storagepb.HistoryResponse) error {
+	compactRev, err := h.history(s.ctx, req, func(page *storagepb.HistoryResponse) error {
 		read += len(page.Events)
 		if err := b.add(asm.add(page.Events)); err != nil {
 			return err

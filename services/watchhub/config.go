@@ -3,13 +3,15 @@ package watchhub
 import (
 	"errors"
 	"flag"
-	"fmt"
+	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -70,10 +72,33 @@ type Config struct {
 	HistoryPageSize int
 	// AdminAddr is host:port for /metrics and /health; empty serves none (--admin-addr).
 	AdminAddr string
+}
+
+// Deps are what a hub takes from the process that runs it: where it reports, and the listener the caller
+// bound.
+type Deps struct {
+	// Logger and Telemetry are where the hub reports; nil: slog.Default and no tracing.
+	Logger    *slog.Logger
+	Telemetry *obs.Telemetry
 	// Registry receives the hub's metrics; nil: a registry of its own (with the Go runtime's), served on
 	// AdminAddr and returned by Hub.Registry.
 	Registry *prometheus.Registry
+	// Listener, when set, is served instead of listening on Config.ListenURL; the hub closes it when it stops.
+	Listener net.Listener
 }
+
+func (d Deps) withDefaults() Deps {
+	if d.Telemetry == nil {
+		d.Telemetry = obs.NoTelemetry()
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	return d
+}
+
+// DefaultConfig returns the defaults, for flags.
+func DefaultConfig() Config { return Config{}.WithDefaults() }
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
@@ -121,34 +146,40 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "host:port to serve /metrics and /health on (empty: none).")
 }
 
-// Validate reports every unusable setting.
+// Validate reports every unusable setting, one config.FieldError each (named by its flag).
 func (c Config) Validate() error {
 	var errs []error
 	if _, err := config.HostPort(c.ListenURL); err != nil {
-		errs = append(errs, fmt.Errorf("--listen-url: %w", err))
+		errs = append(errs, config.Invalid("--listen-url", "%w", err))
 	}
 	if len(c.StorageEndpoints) == 0 {
-		errs = append(errs, errors.New("--storage-endpoints must name at least one storage"))
+		errs = append(errs, config.Invalid("--storage-endpoints", "--storage-endpoints must name at least one storage"))
 	}
 	for _, e := range c.StorageEndpoints {
 		if _, err := config.HostPort(e); err != nil {
-			errs = append(errs, fmt.Errorf("--storage-endpoints: %w", err))
+			errs = append(errs, config.Invalid("--storage-endpoints", "%w", err))
 		}
 	}
 	if c.NATSURL == "" {
-		errs = append(errs, errors.New("--nats-url must not be empty"))
+		errs = append(errs, config.Invalid("--nats-url", "--nats-url must not be empty"))
 	}
-	for name, v := range map[string]int{"--window-revisions": c.WindowRevisions, "--window-bytes": c.WindowBytes,
-		"--max-request-bytes": c.MaxRequestBytes, "--watcher-buffer-responses": c.WatcherBufferResponses,
-		"--stream-buffer-bytes": c.StreamBufferBytes, "history page size": c.HistoryPageSize} {
-		if v <= 0 {
-			errs = append(errs, fmt.Errorf("%s %d must be positive", name, v))
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{{"--window-revisions", c.WindowRevisions}, {"--window-bytes", c.WindowBytes},
+		{"--max-request-bytes", c.MaxRequestBytes}, {"--watcher-buffer-responses", c.WatcherBufferResponses},
+		{"--stream-buffer-bytes", c.StreamBufferBytes}, {"HistoryPageSize", c.HistoryPageSize}} {
+		if n.value <= 0 {
+			errs = append(errs, config.Invalid(n.flag, "%s %d must be positive", n.flag, n.value))
 		}
 	}
-	for name, d := range map[string]time.Duration{"--watch-progress-notify-interval": c.ProgressNotifyInterval,
-		"--storage-poll-interval": c.StoragePollInterval, "--storage-timeout": c.StorageTimeout} {
-		if d <= 0 {
-			errs = append(errs, fmt.Errorf("%s %v must be positive", name, d))
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{{"--watch-progress-notify-interval", c.ProgressNotifyInterval},
+		{"--storage-poll-interval", c.StoragePollInterval}, {"--storage-timeout", c.StorageTimeout}} {
+		if d.value <= 0 {
+			errs = append(errs, config.Invalid(d.flag, "%s %v must be positive", d.flag, d.value))
 		}
 	}
 	return errors.Join(errs...)

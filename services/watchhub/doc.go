@@ -57,5 +57,10 @@
 //
 // # Needs
 //
-// One or more storages (StorageEndpoints) serving History and Status, and the NATS bus they publish on.
+// One or more storages (StorageEndpoints) serving History and Status, read through a storageclient.Pool that
+// fails over to the next storage unless the answer holds for all (compaction, a bad request), and the NATS bus
+// they publish on.
+//
+// Lifecycle: New(cfg, deps) → Start(ctx) → Stop(ctx) (safe twice). Deps carries the logger, telemetry, registry
+// and a listener bound by the caller.
 package watchhub

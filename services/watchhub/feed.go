@@ -135,32 +135,32 @@ func (f *feed) poll(ctx context.Context) {
 // pollStatus returns the highest revision and compact revision the storages report, and notes the cluster
 // header of the most advanced one; it prefers that storage for history.
 func (f *feed) pollStatus(ctx context.Context) (rev, compactRev int64, ok bool) {
-	answered, err := f.hub.pool.statuses(ctx)
+	answered, err := f.hub.pool.Statuses(ctx)
 	if len(answered) == 0 {
 		f.warn("no storage answered Status", "err", err)
 		return 0, 0, false
 	}
 	best := answered[0]
 	for _, a := range answered {
-		compactRev = max(compactRev, a.status.CompactRevision)
-		if a.status.Revision > best.status.Revision {
+		compactRev = max(compactRev, a.Status.CompactRevision)
+		if a.Status.Revision > best.Status.Revision {
 			best = a
 		}
 	}
 	f.lastStatus.Store(time.Now().UnixNano())
-	f.hub.noteStorage(best.status, compactRev)
-	if preferred := f.hub.pool.order()[0]; preferred != best.index {
-		if !statusAtLeast(answered, preferred, best.status.Revision) {
-			f.hub.pool.prefer(best.index)
+	f.hub.noteStorage(best.Status, compactRev)
+	if preferred := f.hub.pool.Preferred(); preferred != best.Index {
+		if !statusAtLeast(answered, preferred, best.Status.Revision) {
+			f.hub.pool.Prefer(best.Index)
 		}
 	}
-	return best.status.Revision, compactRev, true
+	return best.Status.Revision, compactRev, true
 }
 
-func statusAtLeast(answered []storageStatus, index int, rev int64) bool {
+func statusAtLeast(answered []storageclient.EndpointStatus, index int, rev int64) bool {
 	for _, a := range answered {
-		if a.index == index {
-			return a.status.Revision >= rev
+		if a.Index == index {
+			return a.Status.Revision >= rev
 		}
 	}
 	return false
@@ -221,7 +221,7 @@ func (f *feed) fillRange(ctx context.Context, from, to int64) error {
 			f.hub.deliver(run)
 		}
 	}
-	compactRev, err := f.hub.pool.history(ctx, req, func(page *storagepb.HistoryResponse) error {
+	compactRev, err := f.hub.history(ctx, req, func(page *storagepb.HistoryResponse) error {
 		offer(asm.add(page.Events), 0)
 		return nil
 	})

@@ -106,7 +106,7 @@ func (env *testEnv) startStorage(i int) {
 	s.nc = nc
 	s.pub = eventbus.NewPublisher(nc, eventbus.PublisherConfig{MemberID: s.cfg.MemberID, OnlyWhenWanted: !env.publishAlways}, nil, quietLogger())
 	s.pub.Start()
-	svc, err := storage.New(s.cfg, env.log, s, env.tel, quietLogger())
+	svc, err := storage.New(s.cfg, storage.Deps{Log: env.log, Sink: s, Telemetry: env.tel, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func (env *testEnv) startHub(cfg Config) *Hub {
 	if cfg.StoragePollInterval == 0 {
 		cfg.StoragePollInterval = 50 * time.Millisecond
 	}
-	h, err := New(cfg, env.tel, quietLogger())
+	h, err := New(cfg, Deps{Telemetry: env.tel, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

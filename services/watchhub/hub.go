@@ -25,16 +25,18 @@ import (
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
+	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // Hub is one watchhub. Build it with New, run it with Start, end it with Stop.
 type Hub struct {
 	cfg     Config
+	deps    Deps
 	tel     *obs.Telemetry
 	tracer  trace.Tracer
 	logger  *slog.Logger
 	metrics *metrics
-	pool    *storagePool
+	pool    *storageclient.Pool
 	feed    *feed
 	fresh   *freshness
 
@@ -69,31 +71,29 @@ type Hub struct {
 	listener   net.Listener
 	admin      *obs.AdminServer
 	cancel     context.CancelFunc
-	done       sync.WaitGroup // the feed, freshness and the interest announcer
+	done       sync.WaitGroup // the gRPC server, the feed, freshness and the interest announcer
 	senders    sync.WaitGroup // every stream's sender
 	stopping   chan struct{}
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // New checks cfg and prepares the hub; nothing runs until Start.
-func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
+func New(cfg Config, deps Deps) (*Hub, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("watchhub config: %w", err)
 	}
-	if tel == nil {
-		tel = obs.NoTelemetry()
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
+	deps = deps.withDefaults()
+	tel, logger := deps.Telemetry, deps.Logger
 	h := &Hub{
-		cfg: cfg, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/watchhub"), logger: logger,
+		cfg: cfg, deps: deps, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/watchhub"), logger: logger,
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
 		leaderLostAfter: defaultLeaderLostAfter,
 	}
-	h.metrics = newMetrics(cfg.Registry)
-	pool, err := newStoragePool(cfg.StorageEndpoints, cfg.StorageTimeout, tel, logger)
+	h.metrics = newMetrics(deps.Registry)
+	pool, err := newStoragePool(cfg, tel, deps)
 	if err != nil {
 		return nil, err
 	}
@@ -106,13 +106,9 @@ func New(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*Hub, error) {
 // Start serves the Watch API (and the admin endpoint, if configured), subscribes to the bus and starts
 // following the store. Watch requests wait until the hub knows the store's revision.
 func (h *Hub) Start(ctx context.Context) error {
-	addr, err := config.HostPort(h.cfg.ListenURL)
+	lis, err := config.Listen(h.deps.Listener, h.cfg.ListenURL)
 	if err != nil {
-		return err
-	}
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("watchhub listener on %s: %w", addr, err)
+		return fmt.Errorf("watchhub: %w", err)
 	}
 	h.listener = lis
 	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger)
@@ -133,11 +129,11 @@ func (h *Hub) Start(ctx context.Context) error {
 	h.health = health.NewServer()
 	h.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(h.grpcServer, h.health)
-	go func() {
+	h.done.Go(func() { // Stop stops the server before it waits for done
 		if err := h.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			h.logger.Error("watchhub gRPC server stopped", "addr", addr, "err", err)
+			h.logger.Error("watchhub gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
-	}()
+	})
 	if h.cfg.AdminAddr != "" {
 		admin, err := obs.ListenAdmin(h.cfg.AdminAddr, obs.AdminMux(h.metrics.registry, h.Health), h.logger)
 		if err != nil {
@@ -201,7 +197,13 @@ func (h *Hub) Registry() *prometheus.Registry { return h.metrics.registry }
 // Stop ends every Watch stream (clients resume on another hub), leaves the bus and stops following the store.
 // Stopping the gRPC server cancels every stream, so the streams' senders end at once; Stop waits for them a
 // few seconds at most, whatever ctx allows (a caller that spent its budget elsewhere still gets a clean stop).
+// Stop is safe to call more than once: later calls wait for the first and return its result.
 func (h *Hub) Stop(ctx context.Context) error {
+	h.stopOnce.Do(func() { h.stopErr = h.stop(ctx) })
+	return h.stopErr
+}
+
+func (h *Hub) stop(ctx context.Context) error {
 	close(h.stopping)
 	if h.grpcServer != nil {
 		h.grpcServer.Stop() // streams never end by themselves: do not wait for them
@@ -223,7 +225,7 @@ func (h *Hub) Stop(ctx context.Context) error {
 	case <-time.After(senderStopGrace):
 		h.logger.Error("watchhub stop: stream senders still running", "after", senderStopGrace)
 	}
-	err := h.pool.close()
+	err := h.pool.Close()
 	h.logger.Info("watchhub stopped", "head", h.headRev.Load())
 	return err
 }

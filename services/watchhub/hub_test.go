@@ -64,7 +64,7 @@ func TestHubWaitsForStorage(t *testing.T) {
 	env.stopStorage(0)
 	cfg := Config{ListenURL: "http://127.0.0.1:0", AdminAddr: "127.0.0.1:0", NATSURL: env.natsURL(),
 		StorageEndpoints: []string{env.storages[0].cfg.ListenURL}, StoragePollInterval: 50 * time.Millisecond}
-	h, err := New(cfg, nil, quietLogger())
+	h, err := New(cfg, Deps{Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

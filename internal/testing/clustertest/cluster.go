@@ -18,7 +18,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cairn-kv/cairn/internal/obs"
-	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
@@ -107,27 +106,29 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c := &Cluster{t: t, opts: opts, dir: t.TempDir()}
 	for i := range opts.Members {
 		name := fmt.Sprintf("m%d", i+1) // consensustest's member names
-		c.members = append(c.members, &Member{Name: name, cluster: c, StorageURL: "http://" + loopbacktest.Addr(t),
-			dataDir: filepath.Join(c.dir, name+".storage")})
+		lis := listenLoopback(t)
+		c.members = append(c.members, &Member{Name: name, cluster: c, StorageURL: "http://" + lis.Addr().String(),
+			dataDir: filepath.Join(c.dir, name+".storage"), reserved: lis})
 	}
 	if opts.Leasekeepers > 0 || opts.Watchhubs > 0 {
 		c.startBus(t)
 	}
 	for i := range opts.Leasekeepers {
-		c.keepers = append(c.keepers, &Leasekeeper{Name: fmt.Sprintf("lk%d", i+1), URL: "http://" + loopbacktest.Addr(t), cluster: c})
+		lis := listenLoopback(t)
+		c.keepers = append(c.keepers, &Leasekeeper{Name: fmt.Sprintf("lk%d", i+1), URL: "http://" + lis.Addr().String(),
+			cluster: c, reserved: lis})
 	}
 	for i := range opts.Watchhubs {
-		c.watchhubs = append(c.watchhubs, &Watchhub{Name: fmt.Sprintf("wh%d", i+1), URL: "http://" + loopbacktest.Addr(t), cluster: c})
+		lis := listenLoopback(t)
+		c.watchhubs = append(c.watchhubs, &Watchhub{Name: fmt.Sprintf("wh%d", i+1), URL: "http://" + lis.Addr().String(),
+			cluster: c, reserved: lis})
 	}
 	for i := range opts.Frontends {
 		name := fmt.Sprintf("fe%d", i+1)
 		if i < len(c.members) {
 			name = c.members[i].Name
 		}
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lis := listenLoopback(t)
 		fe := &Frontend{Name: name, URL: "http://" + lis.Addr().String(), cluster: c, reserved: lis}
 		c.frontends = append(c.frontends, fe)
 		if i < len(c.members) {
@@ -141,7 +142,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		Members: opts.Members, ConsensusAPI: true,
 		HeartbeatInterval: opts.HeartbeatInterval, ElectionTimeout: opts.ElectionTimeout,
 		SnapshotCount: opts.SnapshotCount, SnapshotCatchUpEntries: opts.SnapshotCatchUpEntries,
-		Configure: c.configureConsensus,
+		Configure: c.configureConsensus, Telemetry: opts.Telemetry,
 	})
 	t.Cleanup(c.Stop)
 	for i, cm := range c.Consensus.Members() {
@@ -151,6 +152,18 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c.WaitPublished(30 * time.Second)
 	c.WaitWritable(30 * time.Second)
 	return c
+}
+
+// listenLoopback binds 127.0.0.1:0 for a service's first start, so its URL is its own before anything starts;
+// a listener no start took is closed when the test ends.
+func listenLoopback(t testing.TB) net.Listener {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lis.Close() })
+	return lis
 }
 
 // WaitPublished waits until consensus membership lists every member with its storage URL (which consensus
@@ -188,7 +201,6 @@ func (c *Cluster) configureConsensus(cfg *consensus.Config) {
 	for _, m := range c.members {
 		if m.Name == cfg.Name {
 			cfg.AdvertiseStorageURL = m.StorageURL
-			cfg.Telemetry = c.opts.Telemetry
 			if m.ClientURL != "" {
 				cfg.AdvertiseClientURLs = []string{m.ClientURL}
 			}

@@ -3,14 +3,11 @@ package clustertest
 import (
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/cairn-kv/cairn/internal/eventbus"
-	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
@@ -22,7 +19,7 @@ const busPrefix = "testcluster"
 // startBus starts the embedded NATS that carries the storages' applied records, on a loopback address it
 // keeps across StopNATS and StartNATS; it stops after everything else when the test ends.
 func (c *Cluster) startBus(t testing.TB) {
-	c.bus = &bus{addr: loopbacktest.Addr(t)}
+	c.bus = &bus{}
 	if err := c.bus.start(); err != nil {
 		t.Fatal(err)
 	}
@@ -37,42 +34,12 @@ func (c *Cluster) BusURL() string {
 	return c.bus.url()
 }
 
-// busSink publishes one storage's applied records on the cluster's bus.
-type busSink struct {
-	nc        *nats.Conn
-	publisher *eventbus.Publisher
-	memberID  uint64
-}
-
-// newBusSink returns the sink for a member's storage, or nil when the cluster has no bus.
-func (c *Cluster) newBusSink(memberID uint64, name string) (*busSink, error) {
+// storageBus is where the members' storages publish: the cluster's bus, or none without one.
+func (c *Cluster) storageBus() storage.Bus {
 	if c.bus == nil {
-		return nil, nil
+		return storage.Bus{}
 	}
-	nc, err := eventbus.Connect(c.bus.url(), "storage-"+name, logger("eventbus", name))
-	if err != nil {
-		return nil, fmt.Errorf("member %s: %w", name, err)
-	}
-	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: busPrefix, MemberID: memberID, TakeTurns: true, OnlyWhenWanted: true}, nil, logger("eventbus", name))
-	pub.Start()
-	return &busSink{nc: nc, publisher: pub, memberID: memberID}, nil
-}
-
-func (b *busSink) appliedSink() storage.AppliedSink {
-	if b == nil {
-		return nil
-	}
-	return storage.BusSink{Publisher: b.publisher, MemberID: b.memberID}
-}
-
-func (b *busSink) stop() {
-	if b == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-	defer cancel()
-	_ = b.publisher.Stop(ctx)
-	b.nc.Close()
+	return storage.Bus{NATSURL: c.bus.url(), SubjectPrefix: busPrefix}
 }
 
 // Leasekeeper is one leasekeeper of the cluster, on the same URL across restarts.
@@ -81,8 +48,9 @@ type Leasekeeper struct {
 	URL     string
 	cluster *Cluster
 
-	mu     sync.Mutex
-	keeper *leasekeeper.Keeper
+	mu       sync.Mutex
+	keeper   *leasekeeper.Keeper
+	reserved net.Listener // URL, bound before the cluster starts; served by the first start
 }
 
 // Leasekeepers returns every leasekeeper.
@@ -141,11 +109,16 @@ func (l *Leasekeeper) Start() error {
 	if l.keeper != nil {
 		return fmt.Errorf("leasekeeper %s already running", l.Name)
 	}
-	k, err := leasekeeper.New(l.Config(), l.cluster.opts.Telemetry, logger("leasekeeper", l.Name))
-	if err != nil {
-		return fmt.Errorf("leasekeeper %s: %w", l.Name, err)
+	deps := leasekeeper.Deps{Telemetry: l.cluster.opts.Telemetry, Logger: logger("leasekeeper", l.Name), Listener: l.reserved}
+	l.reserved = nil // a restart binds URL again
+	k, err := leasekeeper.New(l.Config(), deps)
+	if err == nil {
+		err = k.Start(context.Background())
 	}
-	if err := k.Start(context.Background()); err != nil {
+	if err != nil {
+		if deps.Listener != nil {
+			_ = deps.Listener.Close()
+		}
 		return fmt.Errorf("leasekeeper %s: %w", l.Name, err)
 	}
 	l.keeper = k

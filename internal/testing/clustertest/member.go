@@ -35,10 +35,10 @@ type Member struct {
 	consensus *consensustest.Member
 	dataDir   string
 
-	mu      sync.Mutex
-	storage *storage.Storage
-	remote  *consensusclient.Client // the storage's log when it is remote
-	sink    *busSink                // the storage's publisher on the cluster's bus, if any
+	mu       sync.Mutex
+	storage  *storage.Member
+	remote   *consensusclient.Client // the storage's log when it is remote
+	reserved net.Listener            // StorageURL, bound before the cluster starts; served by the first start
 }
 
 // ID is the member's ID.
@@ -54,7 +54,10 @@ func (m *Member) ConsensusURL() string { return "http://" + m.consensus.APIAddr 
 func (m *Member) Storage() *storage.Storage {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.storage
+	if m.storage == nil {
+		return nil
+	}
+	return m.storage.Storage
 }
 
 // StorageDataDir is the storage's data directory.
@@ -85,23 +88,20 @@ func (m *Member) StartStorage() error {
 	if m.cluster.opts.ConfigureStorage != nil {
 		m.cluster.opts.ConfigureStorage(&cfg)
 	}
-	sink, err := m.cluster.newBusSink(m.ID(), m.Name)
+	deps := storage.Deps{Log: log, Telemetry: m.cluster.opts.Telemetry, Logger: logger("storage", m.Name),
+		Listener: m.reserved}
+	m.reserved = nil // a restart binds StorageURL again
+	st, err := storage.Assemble(context.Background(), cfg, deps, m.cluster.storageBus())
+	if err == nil {
+		err = st.Start(context.Background())
+	}
 	if err != nil {
 		m.closeRemote()
-		return err
-	}
-	st, err := storage.New(cfg, log, sink.appliedSink(), m.cluster.opts.Telemetry, logger("storage", m.Name))
-	if err != nil {
-		m.closeRemote()
-		sink.stop()
+		if deps.Listener != nil {
+			_ = deps.Listener.Close()
+		}
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
-	if err := st.Start(context.Background()); err != nil {
-		m.closeRemote()
-		sink.stop()
-		return fmt.Errorf("member %s: %w", m.Name, err)
-	}
-	m.sink = sink
 	m.storage = st
 	return nil
 }
@@ -138,8 +138,6 @@ func (m *Member) StopStorage() {
 	_ = m.storage.Stop(ctx)
 	m.storage = nil
 	m.closeRemote()
-	m.sink.stop()
-	m.sink = nil
 }
 
 // WipeStorage deletes the stopped storage's data directory, so the next start begins empty and must catch up
@@ -260,8 +258,8 @@ func (f *Frontend) Start() error {
 			return fmt.Errorf("frontend %s: %w", f.Name, err)
 		}
 	}
-	cfg.ClientListeners = []net.Listener{lis}
-	fe, err := frontend.New(cfg, f.cluster.opts.Telemetry, logger("frontend", f.Name))
+	fe, err := frontend.New(cfg, frontend.Deps{Telemetry: f.cluster.opts.Telemetry, Logger: logger("frontend", f.Name),
+		ClientListeners: []net.Listener{lis}})
 	if err != nil {
 		_ = lis.Close()
 		return fmt.Errorf("frontend %s: %w", f.Name, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,15 +13,19 @@ import (
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
-// bus is the cluster's event bus: an embedded NATS server on a fixed loopback port, so it can be stopped and
-// started again at the same address.
+// bus is the cluster's event bus: an embedded NATS server on loopback. Its first start takes a port of its
+// own choosing (no free port is picked and bound later); it keeps that address across StopNATS and StartNATS.
 type bus struct {
 	mu   sync.Mutex
-	addr string
+	addr string // "" until the first start
 	srv  *eventbus.Embedded
 }
 
-func (b *bus) url() string { return "nats://" + b.addr }
+func (b *bus) url() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return "nats://" + b.addr
+}
 
 func (b *bus) start() error {
 	b.mu.Lock()
@@ -27,19 +33,22 @@ func (b *bus) start() error {
 	if b.srv != nil {
 		return nil
 	}
-	_, port, err := net.SplitHostPort(b.addr)
-	if err != nil {
-		return err
+	port := -1 // a port of the server's choosing
+	if b.addr != "" {
+		_, p, err := net.SplitHostPort(b.addr)
+		if err != nil {
+			return err
+		}
+		if port, err = strconv.Atoi(p); err != nil {
+			return fmt.Errorf("nats address %s: %w", b.addr, err)
+		}
 	}
-	var p int
-	if _, err := fmt.Sscan(port, &p); err != nil {
-		return err
-	}
-	srv, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Port: p})
+	srv, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: port})
 	if err != nil {
-		return fmt.Errorf("nats on %s: %w", b.addr, err)
+		return fmt.Errorf("nats on 127.0.0.1:%d: %w", port, err)
 	}
 	b.srv = srv
+	b.addr = strings.TrimPrefix(srv.ClientURL(), "nats://")
 	return nil
 }
 
@@ -64,8 +73,9 @@ type Watchhub struct {
 	URL     string
 	cluster *Cluster
 
-	mu  sync.Mutex
-	hub *watchhub.Hub
+	mu       sync.Mutex
+	hub      *watchhub.Hub
+	reserved net.Listener // URL, bound before the cluster starts; served by the first start
 }
 
 // Hub is the running hub, or nil while it is stopped.
@@ -95,11 +105,16 @@ func (w *Watchhub) Start() error {
 	if w.hub != nil {
 		return fmt.Errorf("watchhub %s already running", w.Name)
 	}
-	hub, err := watchhub.New(w.Config(), w.cluster.opts.Telemetry, logger("watchhub", w.Name))
-	if err != nil {
-		return fmt.Errorf("watchhub %s: %w", w.Name, err)
+	deps := watchhub.Deps{Telemetry: w.cluster.opts.Telemetry, Logger: logger("watchhub", w.Name), Listener: w.reserved}
+	w.reserved = nil // a restart binds URL again
+	hub, err := watchhub.New(w.Config(), deps)
+	if err == nil {
+		err = hub.Start(context.Background())
 	}
-	if err := hub.Start(context.Background()); err != nil {
+	if err != nil {
+		if deps.Listener != nil {
+			_ = deps.Listener.Close()
+		}
 		return fmt.Errorf("watchhub %s: %w", w.Name, err)
 	}
 	w.hub = hub

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"time"
 
 	"github.com/cairn-kv/cairn/internal/obs"
-	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
@@ -33,6 +33,8 @@ type Options struct {
 	StateMachines bool
 	// Configure, if set, adjusts each member's configuration before it starts.
 	Configure func(*consensus.Config)
+	// Telemetry, if set, is every member's telemetry (default: none).
+	Telemetry *obs.Telemetry
 }
 
 func (o Options) withDefaults() Options {
@@ -70,12 +72,15 @@ type Cluster struct {
 
 // Member is one member of a test cluster.
 type Member struct {
-	Name     string
-	PeerURL  string
-	APIAddr  string
-	DataDir  string
-	Faults   *transport.Faults
-	cluster  *Cluster
+	Name    string
+	PeerURL string
+	APIAddr string
+	DataDir string
+	Faults  *transport.Faults
+	cluster *Cluster
+	// reserved are the peer and API listeners bound when the member was created, served by its first start;
+	// a restart binds the same addresses again.
+	reserved []net.Listener
 	initial  string
 	state    string
 	mu       sync.Mutex
@@ -116,14 +121,43 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// newMember reserves a loopback peer address (and API address) for a member.
+// newMember binds a loopback peer listener (and API listener) for a member, so its addresses are its own
+// before anything starts.
 func (c *Cluster) newMember(name string) *Member {
 	m := &Member{Name: name, cluster: c, DataDir: filepath.Join(c.dir, name), Faults: transport.NewFaults()}
-	m.PeerURL = "http://" + loopbacktest.Addr(c.t)
+	m.PeerURL = "http://" + m.reserve(c.t)
 	if c.opts.ConsensusAPI {
-		m.APIAddr = loopbacktest.Addr(c.t)
+		m.APIAddr = m.reserve(c.t)
 	}
 	return m
+}
+
+// reserve binds 127.0.0.1:0 for the member's first start and returns the address.
+func (m *Member) reserve(t testing.TB) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.reserved = append(m.reserved, lis)
+	return lis.Addr().String()
+}
+
+// deps are the member's dependencies for one start: the reserved listeners on the first, none after
+// (consensus binds the same URLs again).
+func (c *Cluster) deps(m *Member) consensus.Deps {
+	deps := consensus.Deps{Faults: m.Faults, Logger: testLogger(m.Name), Telemetry: c.opts.Telemetry}
+	m.mu.Lock()
+	reserved := m.reserved
+	m.reserved = nil
+	m.mu.Unlock()
+	if len(reserved) > 0 {
+		deps.PeerListeners = reserved[:1]
+	}
+	if len(reserved) > 1 {
+		deps.ConsensusListener = reserved[1]
+	}
+	return deps
 }
 
 func (c *Cluster) config(m *Member) consensus.Config {
@@ -146,9 +180,6 @@ func (c *Cluster) config(m *Member) consensus.Config {
 	cfg.SnapshotCount = c.opts.SnapshotCount
 	cfg.SnapshotCatchUpEntries = c.opts.SnapshotCatchUpEntries
 	cfg.WALSegmentSize = c.opts.WALSegmentSize
-	cfg.Faults = m.Faults
-	cfg.Logger = testLogger(m.Name)
-	cfg.Telemetry = obs.NoTelemetry()
 	if c.opts.Configure != nil {
 		c.opts.Configure(&cfg)
 	}

@@ -27,14 +27,16 @@ func (m *Member) Machine() *StateMachine {
 
 // Start starts (or restarts, from its data directory) the member's node, and its state machine.
 func (m *Member) Start() error {
-	cfg := m.cluster.config(m)
-	n, err := consensus.New(cfg)
+	cfg, deps := m.cluster.config(m), m.cluster.deps(m)
+	n, err := consensus.New(cfg, deps)
 	if err != nil {
+		closeListeners(deps)
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := n.Start(ctx); err != nil {
+		closeListeners(deps)
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
 	m.mu.Lock()
@@ -122,4 +124,14 @@ func (c *Cluster) AddMember(learner bool) (*Member, error) {
 	}
 	m.initial, m.state = strings.Join(parts, ","), consensus.ClusterStateExisting
 	return m, m.Start()
+}
+
+// closeListeners closes the listeners a start that failed was given (closing one twice is harmless).
+func closeListeners(deps consensus.Deps) {
+	for _, lis := range deps.PeerListeners {
+		_ = lis.Close()
+	}
+	if deps.ConsensusListener != nil {
+		_ = deps.ConsensusListener.Close()
+	}
 }
