@@ -121,3 +121,66 @@ func TestNotSentMarkingOnGRPC(t *testing.T) {
 		})
 	}
 }
+
+// markedHealth answers every health call with a not-sent error, as a handler deep in a server might.
+type markedHealth struct {
+	healthpb.UnimplementedHealthServer
+}
+
+func (markedHealth) Check(context.Context, *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	return nil, NotSent(status.Error(codes.Unavailable, "unit check"))
+}
+
+func (markedHealth) Watch(*healthpb.HealthCheckRequest, healthpb.Health_WatchServer) error {
+	return NotSent(status.Error(codes.Unavailable, "unit watch"))
+}
+
+// TestPlainServerOptionsStripTheMark: a server built with PlainServerOptions answers a marked error, on a
+// unary call and on a stream, with the same code and message and no not-sent detail.
+func TestPlainServerOptionsStripTheMark(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		plain bool
+	}{{"plain server", true}, {"internal server", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var opts []grpc.ServerOption
+			if tc.plain {
+				opts = PlainServerOptions()
+			}
+			srv := grpc.NewServer(opts...)
+			healthpb.RegisterHealthServer(srv, markedHealth{})
+			go func() { _ = srv.Serve(lis) }()
+			t.Cleanup(srv.Stop)
+			cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cc.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			client := healthpb.NewHealthClient(cc)
+			_, unaryErr := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			stream, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, streamErr := stream.Recv()
+			for _, got := range []struct {
+				err     error
+				message string
+			}{{unaryErr, "unit check"}, {streamErr, "unit watch"}} {
+				st := status.Convert(got.err)
+				if st.Code() != codes.Unavailable || st.Message() != got.message {
+					t.Fatalf("error = %v, want Unavailable %q", got.err, got.message)
+				}
+				if marked := hasNotSentDetail(st); marked == tc.plain {
+					t.Fatalf("%v: not-sent detail present = %v, want %v", got.err, marked, !tc.plain)
+				}
+			}
+		})
+	}
+}

@@ -64,11 +64,32 @@ func FromStatus(st *status.Status) error {
 // Plain is err as a gRPC status error without the not-sent detail: what a caller outside Cairn (an etcd
 // client) gets, so the mark stays inside.
 func Plain(err error) error {
+	if err == nil {
+		return nil
+	}
 	if !errors.Is(err, ErrNotSent) {
-		return err
+		st, ok := status.FromError(err)
+		if !ok || !hasNotSentDetail(st) {
+			return err
+		}
 	}
 	st := status.Convert(err)
 	return status.Error(st.Code(), st.Message())
+}
+
+// PlainServerOptions are the gRPC server options of a server that answers callers outside Cairn (the
+// frontend's etcd API): every error it returns, from a unary call or a stream, leaves without the not-sent
+// mark, whichever path produced it.
+func PlainServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			resp, err := handler(ctx, req)
+			return resp, Plain(err)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			return Plain(handler(srv, ss))
+		}),
+	}
 }
 
 func hasNotSentDetail(st *status.Status) bool {

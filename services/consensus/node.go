@@ -71,6 +71,12 @@ type Node struct {
 	// another is pending, so concurrent ones would only time out.
 	configMu sync.Mutex
 
+	// snapshotReports holds the outcomes of snapshots sent to followers until forwardSnapshotReports hands
+	// them to the loop; snapshotReported signals that one was added.
+	snapshotReportsMu sync.Mutex
+	snapshotReports   []snapshotReport
+	snapshotReported  chan struct{}
+
 	stopping chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -104,6 +110,8 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		changes:  newChangeWaiters(),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
+
+		snapshotReported: make(chan struct{}, 1),
 	}
 	n.reads = newReadIndexer(n)
 	m, err := newMetrics(deps.Registry)
@@ -130,8 +138,9 @@ func (n *Node) Start(ctx context.Context) error {
 		n.closeStartFailure()
 		return err
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go func() { defer n.wg.Done(); n.loop.run() }()
+	go func() { defer n.wg.Done(); n.forwardSnapshotReports() }()
 	go func() { defer n.wg.Done(); n.reads.run() }()
 	go func() { defer n.wg.Done(); n.publishAttributes() }()
 	n.log.Info("consensus member started", "member-id", fmt.Sprintf("%x", n.memberID),
@@ -292,11 +301,44 @@ func (n *Node) ReportUnreachable(id uint64) {
 	n.controlAsync(func() { n.loop.rn.ReportUnreachable(id) })
 }
 
+// snapshotReport is how sending a snapshot to a follower went.
+type snapshotReport struct {
+	follower uint64
+	status   raft.SnapshotStatus
+}
+
 // ReportSnapshot implements transport.Raft. Unlike other reports it is never dropped (a leader that never
-// hears how a snapshot went would leave that follower waiting for it forever); it is queued from its own
-// goroutine so the transport never waits on a busy loop, which may itself be waiting on the transport.
+// hears how a snapshot went would leave that follower waiting for it forever), and it never waits: it is
+// queued for forwardSnapshotReports, so the transport never waits on a busy loop, which may itself be
+// waiting on the transport.
 func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) {
-	go func() { _ = n.control(context.Background(), func() { n.loop.rn.ReportSnapshot(id, status) }) }()
+	n.snapshotReportsMu.Lock()
+	n.snapshotReports = append(n.snapshotReports, snapshotReport{follower: id, status: status})
+	n.snapshotReportsMu.Unlock()
+	select {
+	case n.snapshotReported <- struct{}{}:
+	default:
+	}
+}
+
+// forwardSnapshotReports hands queued snapshot reports to the loop, in order, until the member stops.
+func (n *Node) forwardSnapshotReports() {
+	for {
+		select {
+		case <-n.stopping:
+			return
+		case <-n.snapshotReported:
+		}
+		n.snapshotReportsMu.Lock()
+		reports := n.snapshotReports
+		n.snapshotReports = nil
+		n.snapshotReportsMu.Unlock()
+		for _, r := range reports {
+			if n.control(context.Background(), func() { n.loop.rn.ReportSnapshot(r.follower, r.status) }) != nil {
+				return // stopping
+			}
+		}
+	}
 }
 
 // ReportRemoved implements transport.Raft: a peer refused this member as removed, so it stops.

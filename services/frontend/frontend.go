@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
@@ -84,7 +85,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 // newGRPCServer builds the gRPC server with etcd's limits and keepalive policy.
 func (f *Frontend) newGRPCServer() *grpc.Server {
 	kv := &kvServer{f: f}
-	opts := append(append(f.tel.ServerOptions(), rpctune.ServerOptions()...),
+	opts := append(append(append(f.tel.ServerOptions(), rpctune.ServerOptions()...), link.PlainServerOptions()...),
 		grpc.ForceServerCodecV2(wiremsg.NewCodec()),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
