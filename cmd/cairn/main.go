@@ -48,6 +48,7 @@ func newRootCommand() *cobra.Command {
 		newBenchCommand(),
 		newLeasekeeperCommand(),
 		newWatchhubCommand(),
+		newSnapshotCommand(),
 	)
 	return root
 }
