@@ -34,6 +34,7 @@ type devOptions struct {
 	maxRequestBytes   int
 	maxTxnOps         int
 	tls               clienttls.Files
+	fromSnapshot      string
 }
 
 func newDevCommand() *cobra.Command {
@@ -57,6 +58,7 @@ func newDevCommand() *cobra.Command {
 	flags.Int64Var(&do.quotaBackendBytes, "quota-backend-bytes", storage.DefaultQuotaBackendBytes, "Raise alarms when backend size exceeds the given quota.")
 	flags.IntVar(&do.maxRequestBytes, "max-request-bytes", 1572864, "Maximum client request size in bytes the server will accept.")
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
+	flags.StringVar(&do.fromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into a new --data-dir, then start.")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	do.tls.RegisterFlags(tlsFlags)
 	flags.AddGoFlagSet(tlsFlags)
@@ -98,6 +100,10 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 	}
 	proc, err := newProcess(ctx, "dev", do.name, opts)
 	if err != nil {
+		return err
+	}
+	if err := restoreDevDataDir(ctx, do, proc.logger); err != nil {
+		proc.close(context.WithoutCancel(ctx))
 		return err
 	}
 	d := &devStack{do: do, proc: proc}

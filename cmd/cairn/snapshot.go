@@ -1,16 +1,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/storage/restore"
 )
 
@@ -150,4 +153,29 @@ func humanBytes(n int64) string {
 		return fmt.Sprintf("%.1f %s", val, units[int(e)])
 	}
 	return fmt.Sprintf("%.0f %s", val, units[int(e)])
+}
+
+// restoreDevDataDir is `cairn dev --from-snapshot`: it restores the snapshot into a new data dir as the one member
+// `cairn dev` runs. A data dir restored from the same file by an earlier run is started as it is; any other
+// data dir that holds something is refused.
+func restoreDevDataDir(ctx context.Context, do devOptions, logger *slog.Logger) error {
+	if do.fromSnapshot == "" {
+		return nil
+	}
+	snapshot, err := filepath.Abs(do.fromSnapshot)
+	if err != nil {
+		return fmt.Errorf("--from-snapshot: %w", err)
+	}
+	if m, err := restore.ReadManifest(do.dataDir); err == nil && m.Snapshot == snapshot {
+		logger.Info("data dir already restored from the snapshot; starting it", "data-dir", do.dataDir, "snapshot", snapshot)
+		return nil
+	}
+	_, err = restore.Restore(ctx, restore.Config{
+		SnapshotPath: snapshot, DataDir: do.dataDir, Name: do.name, InitialCluster: initialCluster(do.name, do.peerURLs),
+		InitialClusterToken: consensus.DefaultConfig().InitialClusterToken, PeerURLs: do.peerURLs, Logger: logger,
+	})
+	if err != nil {
+		return fmt.Errorf("--from-snapshot: %w", err)
+	}
+	return nil
 }
