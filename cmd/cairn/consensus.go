@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/services/consensus"
 )
 
@@ -32,6 +33,11 @@ func runConsensus(ctx context.Context, cfg consensus.Config, opts processOptions
 		return err
 	}
 	cfg.Logger, cfg.Telemetry, cfg.Registry = proc.logger, proc.telemetry, proc.registry
+	lock, err := lockDataDir(cfg.DataDir, "cairn consensus", datadir.Consensus)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	node, err := consensus.New(cfg)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-kv/cairn/internal/clienttls"
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
@@ -106,6 +107,12 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 		proc.close(context.WithoutCancel(ctx))
 		return err
 	}
+	lock, err := lockDataDir(do.dataDir, "cairn dev", datadir.Member)
+	if err != nil {
+		proc.close(context.WithoutCancel(ctx))
+		return err
+	}
+	defer lock.Release()
 	d := &devStack{do: do, proc: proc}
 	for _, start := range devComponents() {
 		if err := start(ctx, d); err != nil {

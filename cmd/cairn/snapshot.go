@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/storage/restore"
 )
@@ -178,4 +179,13 @@ func restoreDevDataDir(ctx context.Context, do devOptions, logger *slog.Logger) 
 		return fmt.Errorf("--from-snapshot: %w", err)
 	}
 	return nil
+}
+
+// lockDataDir refuses a data dir that holds something other than what command uses, or that a running process
+// holds, and locks it for this process until Release.
+func lockDataDir(dir, command string, kind datadir.Kind) (*datadir.Lock, error) {
+	if err := datadir.Expect(dir, command, kind); err != nil {
+		return nil, err
+	}
+	return datadir.Acquire(dir, command)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/tools/localstack"
 )
 
@@ -54,6 +55,11 @@ func runUp(cmd *cobra.Command, cfg localstack.Config) error {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	lock, err := lockDataDir(cfg.DataDir, "cairn up", datadir.Stack)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	stack, err := localstack.New(cfg)
 	if err != nil {
 		return err

@@ -173,6 +173,9 @@ func (s *Stack) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := s.checkPortsFree(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("localstack: %w", err)
 	}
