@@ -129,7 +129,8 @@ func (n *Node) Start(ctx context.Context) error {
 		n.closeStartFailure()
 		return err
 	}
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go func() { defer n.wg.Done(); n.reportStalls() }()
 	go func() { defer n.wg.Done(); n.loop.run() }()
 	go func() { defer n.wg.Done(); n.reads.run() }()
 	go func() { defer n.wg.Done(); n.publishAttributes() }()
@@ -254,7 +255,7 @@ func (n *Node) Health(context.Context) error {
 	default:
 	}
 	if n.lead.Load() == 0 {
-		return errors.New("no leader")
+		return n.noLeaderError()
 	}
 	if !n.published.Load() {
 		return errors.New("member attributes not yet published")
