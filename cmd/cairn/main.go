@@ -49,6 +49,7 @@ func newRootCommand() *cobra.Command {
 		newLeasekeeperCommand(),
 		newWatchhubCommand(),
 		newSnapshotCommand(),
+		newBackupCommand(),
 	)
 	return root
 }

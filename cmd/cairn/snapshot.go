@@ -181,11 +181,13 @@ func restoreDevDataDir(ctx context.Context, do devOptions, logger *slog.Logger) 
 	return nil
 }
 
-// lockDataDir refuses a data dir that holds something other than what command uses, or that a running process
-// holds, and locks it for this process until Release.
-func lockDataDir(dir, command string, kind datadir.Kind) (*datadir.Lock, error) {
-	if err := datadir.Expect(dir, command, kind); err != nil {
-		return nil, err
+// lockDataDir refuses a data dir that holds something other than what command uses (one of kinds; none: any),
+// or that a running process holds, and locks it for this process until Release.
+func lockDataDir(dir, command string, kinds ...datadir.Kind) (*datadir.Lock, error) {
+	if len(kinds) > 0 {
+		if err := datadir.Expect(dir, command, kinds...); err != nil {
+			return nil, err
+		}
 	}
 	return datadir.Acquire(dir, command)
 }

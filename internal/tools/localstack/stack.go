@@ -64,6 +64,11 @@ type Config struct {
 	// FromSnapshot, when set, restores this snapshot file (Cairn's or etcd's) into every member of a new
 	// DataDir before the first start (`cairn up --from-snapshot`).
 	FromSnapshot string
+	// BackupDir, when set, adds a `cairn backup` child that keeps BackupKeep (default 48) snapshots there, one
+	// every BackupInterval (default 30m).
+	BackupDir      string
+	BackupInterval time.Duration
+	BackupKeep     int
 }
 
 // withDefaults fills in the zero fields.

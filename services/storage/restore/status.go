@@ -2,8 +2,10 @@ package restore
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 
 	bolt "go.etcd.io/bbolt"
@@ -88,4 +90,42 @@ func statusBuckets(tx *bolt.Tx, st *Status) error {
 	})
 	st.TotalKey, st.Hash = len(live), h.Sum32()
 	return err
+}
+
+// Verify checks a snapshot file as a restore would before anything is written: its SHA-256 trailer must be
+// present and match, and the database must pass bbolt's integrity check. It returns the file's status.
+func Verify(path string) (Status, error) {
+	if err := checkTrailer(path); err != nil {
+		return Status{}, err
+	}
+	return ReadStatus(path)
+}
+
+// checkTrailer checks that path ends with the SHA-256 of what comes before it.
+func checkTrailer(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	size := st.Size()
+	if size%512 != sha256.Size {
+		return fmt.Errorf("%w: %s (%d bytes) has no sha256 trailer", ErrHash, path, size)
+	}
+	sum := sha256.New()
+	if _, err := io.Copy(sum, io.LimitReader(f, size-sha256.Size)); err != nil {
+		return fmt.Errorf("verify: read %s: %w", path, err)
+	}
+	want := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(f, want); err != nil {
+		return fmt.Errorf("verify: read trailer of %s: %w", path, err)
+	}
+	if !bytes.Equal(sum.Sum(nil), want) {
+		return fmt.Errorf("%w: %s: sha256 does not match its trailer", ErrHash, path)
+	}
+	return nil
 }
