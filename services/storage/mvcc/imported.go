@@ -8,6 +8,9 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/api/storagepb"
 )
 
 // StorageVersion is the etcd storage schema version Cairn's bbolt file is compatible with. It is written to the
@@ -153,9 +156,11 @@ func importTx(tx *bolt.Tx, opts ImportOptions) (Imported, error) {
 			return out, fmt.Errorf("write meta %s: %w", kv.k, err)
 		}
 	}
-	if leases := tx.Bucket(bucketLease); leases != nil {
-		out.Leases = leases.Stats().KeyN
+	leases, err := importLeases(tx.Bucket(bucketLease), opts.ConsistentIndex)
+	if err != nil {
+		return out, err
 	}
+	out.Leases = leases
 	out.KeyRevisions = int64(keys.Stats().KeyN)
 	out.Revision, out.CompactRevision = latest, scheduled
 	return out, nil
@@ -217,4 +222,40 @@ func etcdRevision(b []byte) int64 {
 		return 0
 	}
 	return rev.main
+}
+
+// importLeases renumbers the leases' checkpoints into the new log: a checkpointed remaining TTL counts as taken
+// at the log's first index (so the keeper honours it, as etcd honours a persisted remaining TTL), and the old
+// log's index is forgotten. etcd's lease records share the fields Cairn reads (ID, TTL, remaining TTL).
+func importLeases(b *bolt.Bucket, firstIndex uint64) (int, error) {
+	if b == nil {
+		return 0, nil
+	}
+	type record struct{ key, value []byte }
+	var records []record
+	err := b.ForEach(func(k, v []byte) error {
+		var rec storagepb.LeaseRecord
+		if err := proto.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("%w: lease record %x: %w", ErrUnknownLayout, k, err)
+		}
+		rec.CheckpointIndex = 0
+		if rec.RemainingTtl > 0 {
+			rec.CheckpointIndex = firstIndex
+		}
+		data, err := proto.Marshal(&rec)
+		if err != nil {
+			return err
+		}
+		records = append(records, record{append([]byte(nil), k...), data})
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range records {
+		if err := b.Put(r.key, r.value); err != nil {
+			return 0, fmt.Errorf("rewrite lease %x: %w", r.key, err)
+		}
+	}
+	return len(records), nil
 }
