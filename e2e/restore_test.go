@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -315,4 +316,65 @@ func TestEtcdOperatorRestoreOnCairnUp(t *testing.T) {
 	if err != nil || put.Header.Revision != want.revision+1 {
 		t.Fatalf("put after restore: %v %v, want revision %d", put, err, want.revision+1)
 	}
+}
+
+// TestFromSnapshot: `cairn up --from-snapshot` and `cairn dev --from-snapshot` restore a new data dir and
+// start on it; a second `cairn dev --from-snapshot` with the same file starts what the first restored.
+func TestFromSnapshot(t *testing.T) {
+	etcdctl := etcdreftest.Etcdctl(t)
+	etcd := etcdreftest.StartCluster(t, 1)
+	cli := newClient(t, etcd.Endpoints())
+	writeHistory(t, cli)
+	want := readState(t, cli)
+	snapshot := saveSnapshot(t, etcdctl, etcd.Endpoints()[0])
+
+	t.Run("cairn up", func(t *testing.T) {
+		up := startUp(t, filepath.Join(t.TempDir(), "up"), "--from-snapshot", snapshot)
+		compareStates(t, readState(t, newClient(t, up.endpoints)), want)
+	})
+	t.Run("cairn dev, twice", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "dev")
+		ports, err := supervisor.FreePorts(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			endpoint, stop := startDevFromSnapshot(t, etcdctl, dir, snapshot, ports)
+			compareStates(t, readState(t, newClient(t, []string{endpoint})), want)
+			stop()
+		}
+	})
+}
+
+// startDevFromSnapshot runs `cairn dev --from-snapshot snapshot` on dir and ports and waits until it answers.
+func startDevFromSnapshot(t *testing.T, etcdctl, dir, snapshot string, ports []int) (endpoint string, stop func()) {
+	t.Helper()
+	endpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	cmd := exec.Command(cairnBinary, append(devArgs(dir, ports), "--from-snapshot", snapshot)...)
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stop = func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("cairn dev did not stop within 30s of SIGTERM")
+		}
+	}
+	waitFor(t, time.Minute, "cairn dev --from-snapshot to answer", func() bool {
+		select {
+		case err := <-exited:
+			t.Fatalf("cairn dev --from-snapshot exited: %v\n%s", err, tail(logs.String()))
+		default:
+		}
+		return runEtcdctl(t, etcdctl, []string{endpoint}, "", "endpoint", "health").ExitCode == 0
+	})
+	return endpoint, stop
 }

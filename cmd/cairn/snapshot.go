@@ -30,7 +30,8 @@ func newSnapshotCommand() *cobra.Command {
 
 func newSnapshotRestoreCommand() *cobra.Command {
 	var cfg restore.Config
-	var peerURLs string
+	var peerURLs, walDir string
+	var mmapSize uint64
 	cmd := &cobra.Command{
 		Use:   "restore <filename> --data-dir {output dir} [options]",
 		Short: "Restores a member snapshot (from `etcdctl snapshot save` against Cairn or etcd) to a new member data dir",
@@ -42,6 +43,9 @@ func newSnapshotRestoreCommand() *cobra.Command {
 			"    --initial-cluster-token new-token --initial-advertise-peer-urls http://10.0.0.1:2380",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if walDir != "" {
+				return fmt.Errorf("--wal-dir is not supported: a restored member keeps its WAL in DATA-DIR/consensus/wal")
+			}
 			cfg.SnapshotPath = args[0]
 			cfg.PeerURLs = strings.Split(peerURLs, ",")
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
@@ -57,6 +61,8 @@ func newSnapshotRestoreCommand() *cobra.Command {
 	flags.StringVar(&peerURLs, "initial-advertise-peer-urls", "http://localhost:2380", "List of this member's peer URLs to advertise to the rest of the cluster")
 	flags.StringVar(&cfg.Name, "name", "default", "Human-readable name for this member")
 	flags.BoolVar(&cfg.SkipHashCheck, "skip-hash-check", false, "Ignore snapshot integrity hash value (required if copied from data directory)")
+	flags.StringVar(&walDir, "wal-dir", "", "Not supported (etcdutl's): the WAL is DATA-DIR/consensus/wal")
+	flags.Uint64Var(&mmapSize, "initial-memory-map-size", 0, "Accepted for etcdutl's command lines; the storage sets its own at start")
 	flags.Uint64Var(&cfg.BumpRevision, "bump-revision", 0, "How much to increase the latest revision after restore")
 	flags.BoolVar(&cfg.MarkCompacted, "mark-compacted", false, "Mark the latest revision after restore as the point of scheduled compaction (required if --bump-revision > 0, disallowed otherwise)")
 	return cmd

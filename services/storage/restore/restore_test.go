@@ -61,7 +61,7 @@ func writeCairnDB(t *testing.T, path string) source {
 
 // toEtcdLayout rewrites a Cairn database as etcd v3.7 lays its file out: compact revisions under etcd's meta
 // keys, no Cairn meta keys, membership and auth buckets.
-func toEtcdLayout(t *testing.T, path string, compactRev int64) {
+func toEtcdLayout(t *testing.T, path string, compactRev int64, storageVersion string) {
 	t.Helper()
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
@@ -77,8 +77,15 @@ func toEtcdLayout(t *testing.T, path string, compactRev int64) {
 		}
 		rev := make([]byte, 17)
 		rev[7], rev[8] = byte(compactRev), '_'
-		for _, kv := range [][2][]byte{{[]byte("scheduledCompactRev"), rev}, {[]byte("finishedCompactRev"), rev},
-			{[]byte("storageVersion"), []byte("3.7.0")}, {[]byte("confState"), []byte(`{"voters":[1]}`)}} {
+		if err := meta.Delete([]byte("storageVersion")); err != nil {
+			return err
+		}
+		pairs := [][2][]byte{{[]byte("scheduledCompactRev"), rev}, {[]byte("finishedCompactRev"), rev}}
+		if storageVersion != "" { // etcd v3.5 writes none, nor a confState
+			pairs = append(pairs, [2][]byte{[]byte("storageVersion"), []byte(storageVersion)},
+				[2][]byte{[]byte("confState"), []byte(`{"voters":[1]}`)})
+		}
+		for _, kv := range pairs {
 			if err := meta.Put(kv[0], kv[1]); err != nil {
 				return err
 			}
@@ -111,11 +118,15 @@ func withTrailer(t *testing.T, db []byte) string {
 }
 
 func snapshotOf(t *testing.T, etcdLayout bool) source {
+	return snapshotOfVersion(t, etcdLayout, "3.7.0")
+}
+
+func snapshotOfVersion(t *testing.T, etcdLayout bool, storageVersion string) source {
 	t.Helper()
 	dbPath := filepath.Join(t.TempDir(), "source.db")
 	src := writeCairnDB(t, dbPath)
 	if etcdLayout {
-		toEtcdLayout(t, dbPath, src.compactRev)
+		toEtcdLayout(t, dbPath, src.compactRev, storageVersion)
 	}
 	db, err := os.ReadFile(dbPath)
 	if err != nil {
@@ -135,16 +146,23 @@ func TestRestoreKeepsKeysLeasesAndCompaction(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		etcdLayout bool
+		version    string // the etcd snapshot's storage version
 		bump       uint64
 	}{
 		{name: "cairn snapshot"},
-		{name: "etcd snapshot", etcdLayout: true},
+		{name: "etcd v3.7 snapshot", etcdLayout: true, version: "3.7.0"},
+		{name: "etcd v3.6 snapshot", etcdLayout: true, version: "3.6.0"},
+		{name: "etcd v3.5 snapshot", etcdLayout: true},
 		{name: "cairn snapshot, bumped and compacted", bump: 1000},
-		{name: "etcd snapshot, bumped and compacted", etcdLayout: true, bump: 1000},
+		{name: "etcd snapshot, bumped and compacted", etcdLayout: true, version: "3.7.0", bump: 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			src := snapshotOf(t, tc.etcdLayout)
+			src := snapshotOfVersion(t, tc.etcdLayout, tc.version)
 			dataDir := filepath.Join(t.TempDir(), "m1")
+			// A restore killed earlier left its temporary dir: this one removes it and starts over.
+			if err := os.MkdirAll(filepath.Join(tempDir(dataDir), "storage"), 0o700); err != nil {
+				t.Fatal(err)
+			}
 			cfg := oneMember(src.path, dataDir)
 			cfg.BumpRevision, cfg.MarkCompacted = tc.bump, tc.bump > 0
 			var final Progress
@@ -159,6 +177,9 @@ func TestRestoreKeepsKeysLeasesAndCompaction(t *testing.T) {
 			}
 			if !wal.Exists(filepath.Join(dataDir, "consensus", "wal")) {
 				t.Fatal("no WAL in the restored consensus dir")
+			}
+			if _, err := os.Stat(tempDir(dataDir)); !os.IsNotExist(err) {
+				t.Errorf("temporary dir still there after the restore: %v", err)
 			}
 			st, err := mvcc.Open(mvcc.Config{Path: filepath.Join(dataDir, "storage", "storage.db"), Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
