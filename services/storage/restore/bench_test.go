@@ -25,7 +25,7 @@ import (
 // writeKubernetesSnapshot writes an etcd-layout snapshot of about size bytes at path: keys under /registry/
 // as the Kubernetes apiserver names them, values of 1 to 10 KiB, one revision each, and the SHA-256 trailer.
 // It returns the number of key revisions.
-func writeKubernetesSnapshot(b *testing.B, path string, size int64) int64 {
+func writeKubernetesSnapshot(b testing.TB, path string, size int64) int64 {
 	b.Helper()
 	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, InitialMmapSize: int(size) * 2})
 	if err != nil {
