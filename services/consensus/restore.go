@@ -15,6 +15,7 @@ import (
 // RestoredMember is one member of a new cluster bootstrapped from a snapshot, named as etcdutl snapshot restore
 // names it: --name, --initial-cluster, --initial-cluster-token and --initial-advertise-peer-urls.
 type RestoredMember struct {
+	// Name is this member's name in InitialCluster; PeerURLs its URLs there.
 	Name                string
 	InitialCluster      string
 	InitialClusterToken string
@@ -24,8 +25,10 @@ type RestoredMember struct {
 // RestoredLog says where the log of a restored member starts: its storage's consistent index and term must be
 // set to Index and Term, so that it asks for the entries after Index.
 type RestoredLog struct {
-	Index     uint64
-	Term      uint64
+	// Index and Term are the log's first position: the snapshot of the membership.
+	Index uint64
+	Term  uint64
+	// MemberID and ClusterID are etcd's IDs of the member and the new cluster.
 	MemberID  uint64
 	ClusterID uint64
 }

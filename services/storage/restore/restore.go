@@ -22,9 +22,12 @@ const ManifestFile = "restore.json"
 
 // Config is one `cairn snapshot restore`, with etcdutl v3.7's flags.
 type Config struct {
+	// SnapshotPath is the snapshot file (the command's argument).
 	SnapshotPath string
 	// DataDir is the member data dir to create; it must not exist or be empty. Default: Name + ".cairn".
-	DataDir             string
+	DataDir string
+	// Name, InitialCluster, InitialClusterToken and PeerURLs are the new member and cluster, as etcdutl's
+	// --name, --initial-cluster, --initial-cluster-token and --initial-advertise-peer-urls.
 	Name                string
 	InitialCluster      string
 	InitialClusterToken string
@@ -37,18 +40,22 @@ type Config struct {
 	MarkCompacted bool
 	// Progress, when set, is called as the copy advances and once at the end (Done true).
 	Progress func(Progress)
-	Logger   *slog.Logger
+	// Logger receives the restore's log lines (default slog.Default()).
+	Logger *slog.Logger
 }
 
 // Progress is how far a restore has come.
 type Progress struct {
+	// Bytes of TotalBytes of the database have been copied and hashed.
 	Bytes, TotalBytes int64
 	// KeyRevisions is the number of entries in the key bucket, known once the copy is done.
 	KeyRevisions int64
-	Done         bool
+	// Done is set on the last report, once the data dir is complete.
+	Done bool
 }
 
-// Manifest is the content of ManifestFile.
+// Manifest is the content of ManifestFile: the snapshot restored, what wrote it ("cairn" or "etcd"), the member
+// it was restored as (etcd's flags, and the IDs derived from them, in hex) and what the database holds.
 type Manifest struct {
 	Snapshot            string    `json:"snapshot"`
 	RestoredAt          time.Time `json:"restored_at"`
