@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/services/consensus"
 )
 
@@ -31,6 +32,11 @@ func runConsensus(ctx context.Context, cfg consensus.Config, opts processOptions
 	if err != nil {
 		return err
 	}
+	lock, err := lockDataDir(cfg.DataDir, "cairn consensus", datadir.Consensus)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	node, err := consensus.New(cfg, consensus.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/clienttls"
 	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/consensus"
@@ -34,6 +35,7 @@ type devOptions struct {
 	maxRequestBytes   int
 	maxTxnOps         int
 	tls               clienttls.Files
+	fromSnapshot      string
 }
 
 func newDevCommand() *cobra.Command {
@@ -57,6 +59,7 @@ func newDevCommand() *cobra.Command {
 	flags.Int64Var(&do.quotaBackendBytes, "quota-backend-bytes", storage.DefaultQuotaBackendBytes, "Raise alarms when backend size exceeds the given quota.")
 	flags.IntVar(&do.maxRequestBytes, "max-request-bytes", 1572864, "Maximum client request size in bytes the server will accept.")
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
+	flags.StringVar(&do.fromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into a new --data-dir, then start.")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	do.tls.RegisterFlags(tlsFlags)
 	flags.AddGoFlagSet(tlsFlags)
@@ -102,6 +105,16 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := restoreDevDataDir(ctx, do, proc.logger); err != nil {
+		proc.close(context.WithoutCancel(ctx))
+		return err
+	}
+	lock, err := lockDataDir(do.dataDir, "cairn dev", datadir.Member)
+	if err != nil {
+		proc.close(context.WithoutCancel(ctx))
+		return err
+	}
+	defer lock.Release()
 	d := &devStack{do: do, proc: proc}
 	for _, start := range devComponents() {
 		if err := start(ctx, d); err != nil {

@@ -48,6 +48,8 @@ func newRootCommand() *cobra.Command {
 		newBenchCommand(),
 		newLeasekeeperCommand(),
 		newWatchhubCommand(),
+		newSnapshotCommand(),
+		newBackupCommand(),
 	)
 	return root
 }

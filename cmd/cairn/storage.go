@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-kv/cairn/internal/consensusclient"
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
@@ -47,6 +48,11 @@ func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts
 	if err != nil {
 		return err
 	}
+	lock, err := lockDataDir(cfg.DataDir, "cairn storage", datadir.Storage)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	log, err := consensusclient.New(consensusclient.Config{Target: so.consensusEndpoint,
 		DialOptions: proc.telemetry.DialOptions(), Telemetry: proc.telemetry, Logger: proc.logger})
 	if err != nil {

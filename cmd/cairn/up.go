@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/tools/localstack"
 )
 
@@ -37,6 +40,10 @@ func newUpCommand() *cobra.Command {
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
+	flags.StringVar(&cfg.FromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into every member of a new --data-dir, then start.")
+	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a `cairn backup` child keeping verified snapshots in this directory.")
+	flags.DurationVar(&cfg.BackupInterval, "backup-interval", 30*time.Minute, "Time between backups with --backup-dir.")
+	flags.IntVar(&cfg.BackupKeep, "backup-keep", 48, "Snapshots kept with --backup-dir.")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
@@ -49,10 +56,20 @@ func runUp(cmd *cobra.Command, cfg localstack.Config) error {
 		return fmt.Errorf("locating the cairn binary: %w", err)
 	}
 	cfg.Binary = binary
+	if cfg.BackupDir != "" {
+		if cfg.BackupDir, err = filepath.Abs(cfg.BackupDir); err != nil {
+			return err
+		}
+	}
 	if cfg.ClientTLS, err = cfg.ClientTLS.Absolute(); err != nil {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	lock, err := lockDataDir(cfg.DataDir, "cairn up", datadir.Stack)
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	stack, err := localstack.New(cfg)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -55,7 +56,21 @@ func (n *Node) walOptions() wal.Options {
 // transport, and returns the RawNode with the configuration its log starts from.
 func (n *Node) bootstrap(ctx context.Context) (*raft.RawNode, confPoint, error) {
 	if wal.Exists(n.walDir()) {
-		return n.restart(ctx)
+		w, st, err := wal.Open(n.walDir(), n.walOptions())
+		if err != nil {
+			return nil, confPoint{}, fmt.Errorf("consensus: %w", err)
+		}
+		if !unfinishedBootstrap(st) || n.cfg.InitialClusterState != ClusterStateNew {
+			return n.restart(ctx, w, st)
+		}
+		// A first start that failed before raft persisted anything (a peer port in use, say) left a WAL with
+		// only its metadata: this member never voted nor accepted an entry, so bootstrapping again is safe,
+		// where restarting from it would wait forever for a cluster it does not know.
+		_ = w.Close()
+		n.log.Warn("the WAL is that of a bootstrap that never completed; bootstrapping again", "wal-dir", n.walDir())
+		if err := os.RemoveAll(n.walDir()); err != nil {
+			return nil, confPoint{}, fmt.Errorf("consensus: remove the WAL of an unfinished bootstrap: %w", err)
+		}
 	}
 	if err := n.cfg.verifyBootstrap(); err != nil {
 		return nil, confPoint{}, fmt.Errorf("consensus: %w", err)
@@ -193,12 +208,9 @@ func (n *Node) join(ctx context.Context) (*raft.RawNode, confPoint, error) {
 // restart rebuilds raft's storage from the WAL: the snapshot, the HardState and the entries after the
 // snapshot. Raft then hands the committed entries after the snapshot out again, which re-applies the
 // membership changes among them.
-func (n *Node) restart(ctx context.Context) (*raft.RawNode, confPoint, error) {
-	w, st, err := wal.Open(n.walDir(), n.walOptions())
-	if err != nil {
-		return nil, confPoint{}, fmt.Errorf("consensus: %w", err)
-	}
+func (n *Node) restart(ctx context.Context, w *wal.WAL, st *wal.State) (*raft.RawNode, confPoint, error) {
 	n.wal = w
+	var err error
 	if n.memberID, n.clusterID, err = parseWALMetadata(st.Metadata); err != nil {
 		return nil, confPoint{}, fmt.Errorf("consensus: %s: %w", n.walDir(), err)
 	}
@@ -240,6 +252,14 @@ func (n *Node) restart(ctx context.Context) (*raft.RawNode, confPoint, error) {
 	n.log.Info("restarted from the WAL", "member-id", fmt.Sprintf("%x", n.memberID), "snapshot-index", snapIndex,
 		"entries", len(st.Entries), "term", st.HardState.GetTerm(), "commit-index", st.HardState.GetCommit())
 	return rn, point, nil
+}
+
+// unfinishedBootstrap reports whether a WAL holds nothing raft ever persisted: no HardState, no entry, no
+// snapshot.
+func unfinishedBootstrap(st *wal.State) bool {
+	hs := st.HardState
+	return hs.GetTerm() == 0 && hs.GetVote() == 0 && hs.GetCommit() == 0 && len(st.Entries) == 0 &&
+		st.Snapshot.GetMetadata().GetIndex() == 0
 }
 
 // seedPeers points the transport at members before the log says who they are.

@@ -138,7 +138,8 @@ func (n *Node) Start(ctx context.Context) error {
 		n.closeStartFailure()
 		return err
 	}
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go func() { defer n.wg.Done(); n.reportStalls() }()
 	go func() { defer n.wg.Done(); n.loop.run() }()
 	go func() { defer n.wg.Done(); n.forwardSnapshotReports() }()
 	go func() { defer n.wg.Done(); n.reads.run() }()
@@ -269,7 +270,7 @@ func (n *Node) Health(context.Context) error {
 	default:
 	}
 	if n.lead.Load() == 0 {
-		return errors.New("no leader")
+		return n.noLeaderError()
 	}
 	if !n.published.Load() {
 		return errors.New("member attributes not yet published")

@@ -152,9 +152,10 @@ func (s *Storage) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	s.done.Add(2)
+	s.done.Add(3)
 	go func() { defer s.done.Done(); s.runApplyLoop(runCtx) }()
 	go func() { defer s.done.Done(); s.runCompactReporter(runCtx) }()
+	go func() { defer s.done.Done(); s.watchForForeignDatabase(runCtx) }()
 	s.logger.Info("storage started", "url", s.URL(), "data_dir", s.cfg.DataDir,
 		"applied_index", s.currentStore().Position().AppliedIndex)
 	return nil

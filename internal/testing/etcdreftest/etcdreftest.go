@@ -27,6 +27,18 @@ func TestBinaries(t testing.TB) etcdref.Binaries {
 	return bins
 }
 
+// Etcdutl returns the path of the reference etcdutl for t, building it on first use.
+func Etcdutl(t testing.TB) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	path, err := etcdref.BuildEtcdutl(ctx, testLogger(t))
+	if err != nil {
+		t.Fatalf("build reference etcdutl %s: %v", etcdref.Version, err)
+	}
+	return path
+}
+
 // EtcdBinary returns the path of the reference etcd server for t.
 func EtcdBinary(t testing.TB) string { t.Helper(); return TestBinaries(t).Etcd }
 

@@ -31,7 +31,7 @@ type binarySpec struct {
 	name       string // file name in BinDir
 	module     string // module fetched at Version
 	importPath string // package the wrapper's main calls
-	mainCall   string // the body of the wrapper's main
+	mainCall   string // the body of the wrapper's main; empty: build importPath, a main package, as it is
 }
 
 func binarySpecs() []binarySpec {
@@ -39,6 +39,27 @@ func binarySpecs() []binarySpec {
 		{"etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3/etcdmain", "etcdmain.Main(os.Args)"},
 		{"etcdctl", "go.etcd.io/etcd/etcdctl/v3", "go.etcd.io/etcd/etcdctl/v3/ctlv3", "ctlv3.MustStart()"},
 	}
+}
+
+// etcdutlSpec builds etcdutl, whose main package is its module's root.
+var etcdutlSpec = binarySpec{"etcdutl", "go.etcd.io/etcd/etcdutl/v3", "go.etcd.io/etcd/etcdutl/v3", ""}
+
+// BuildEtcdutl returns etcdutl (snapshot restore and status for etcd's files) in BinDir, building it from the
+// Go module proxy first if it is missing. It is apart from Build so that tests that need only etcd and
+// etcdctl do not wait for it.
+func BuildEtcdutl(ctx context.Context, logger *slog.Logger) (string, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	dir, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	build := func(ctx context.Context, _, dest string) error { return goBuild(ctx, etcdutlSpec, dest, logger) }
+	if err := ensureBuilt(ctx, dir, []string{etcdutlSpec.name}, build); err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, etcdutlSpec.name), nil
 }
 
 // BinDir returns the directory holding the cached binaries: $CAIRN_ETCD_BIN_DIR if set, else
@@ -141,8 +162,15 @@ func goBuild(ctx context.Context, spec binarySpec, dest string, logger *slog.Log
 	}
 	defer os.RemoveAll(work)
 
+	target := "."
+	if spec.mainCall == "" {
+		target = spec.importPath
+	}
 	mainSource := fmt.Sprintf("package main\n\nimport (\n\t\"os\"\n\n\t%q\n)\n\nvar _ = os.Args\n\nfunc main() { %s }\n",
 		spec.importPath, spec.mainCall)
+	if spec.mainCall == "" { // the tools.go pattern: the module requires the main package, which is built as it is
+		mainSource = fmt.Sprintf("//go:build tools\n\npackage main\n\nimport _ %q\n", spec.importPath)
+	}
 	if err := os.WriteFile(filepath.Join(work, "main.go"), []byte(mainSource), 0o644); err != nil {
 		return fmt.Errorf("etcdref: write wrapper: %w", err)
 	}
@@ -153,7 +181,7 @@ func goBuild(ctx context.Context, spec binarySpec, dest string, logger *slog.Log
 		{"mod", "init", "cairn.build/" + spec.name},
 		{"get", spec.module + "@" + Version},
 		{"mod", "tidy"},
-		{"build", "-trimpath", "-o", dest, "."},
+		{"build", "-trimpath", "-o", dest, target},
 	}
 	for _, args := range steps {
 		cmd := exec.CommandContext(ctx, goTool, args...)

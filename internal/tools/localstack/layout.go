@@ -32,6 +32,12 @@ type layout struct {
 func loadLayout(dir string, members int) (*layout, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, layoutFile))
 	if errors.Is(err, fs.ErrNotExist) {
+		if l, ok, err := restoredLayout(dir); err != nil || ok {
+			if err == nil && members != 0 && members != l.Members {
+				err = fmt.Errorf("localstack: %s holds %d restored members, not %d", dir, l.Members, members)
+			}
+			return l, err
+		}
 		if members == 0 {
 			members = 3
 		}

@@ -28,7 +28,7 @@ type service struct {
 // services are the kinds of service a stack runs, in start order. A new kind is one more entry.
 func services() []service {
 	return []service{natsService(), consensusService(), storageService(), leasekeeperService(), watchhubService(),
-		frontendService()}
+		frontendService(), backupService()}
 }
 
 func natsService() service {

@@ -61,6 +61,14 @@ type Config struct {
 	StopTimeout time.Duration
 	// Logger receives the supervisor's events. Default slog.Default().
 	Logger *slog.Logger
+	// FromSnapshot, when set, restores this snapshot file (Cairn's or etcd's) into every member of a new
+	// DataDir before the first start (`cairn up --from-snapshot`).
+	FromSnapshot string
+	// BackupDir, when set, adds a `cairn backup` child that keeps BackupKeep (default 48) snapshots there, one
+	// every BackupInterval (default 30m).
+	BackupDir      string
+	BackupInterval time.Duration
+	BackupKeep     int
 }
 
 // withDefaults fills in the zero fields.
@@ -161,12 +169,25 @@ func (s *Stack) Start(ctx context.Context) error {
 	if s.sup != nil {
 		return errors.New("localstack: already started")
 	}
+	if s.cfg.FromSnapshot != "" {
+		if err := s.checkFromSnapshot(); err != nil {
+			return err
+		}
+	}
 	children, err := s.Plan()
 	if err != nil {
 		return err
 	}
+	if err := s.checkPortsFree(); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(s.cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("localstack: %w", err)
+	}
+	if s.cfg.FromSnapshot != "" {
+		if err := s.restoreMembers(ctx); err != nil {
+			return err
+		}
 	}
 	if err := s.plan.layout.save(s.cfg.DataDir); err != nil {
 		return err

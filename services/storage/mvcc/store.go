@@ -182,7 +182,7 @@ func (s *Store) restore() (finishedCompact int64, err error) {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
 		}
-		return nil
+		return writeVersions(tx.Bucket(bucketMeta))
 	})
 	if err != nil {
 		return 0, err
@@ -226,6 +226,11 @@ func (s *Store) restoreKeys(b *bolt.Bucket) error {
 		if err != nil {
 			return err
 		}
+		if len(v) == 0 {
+			// etcdutl's --bump-revision marker: a revision with no key.
+			s.currentRev = max(s.currentRev, rev.main)
+			return nil
+		}
 		var kv mvccpb.KeyValue
 		if err := proto.Unmarshal(v, &kv); err != nil {
 			return fmt.Errorf("decode key revision %d.%d: %w", rev.main, rev.sub, err)
@@ -260,6 +265,20 @@ func (s *Store) restoreLeases(b *bolt.Bucket) error {
 		}
 		return true
 	})
+	return nil
+}
+
+// writeVersions records the storage version (etcd's key, for etcdutl and etcd) and Cairn's format version.
+func writeVersions(meta *bolt.Bucket) error {
+	if string(meta.Get(metaEtcdStorageVersion)) == StorageVersion && readUint64(meta, metaFormatVersion) == FormatVersion {
+		return nil
+	}
+	if err := meta.Put(metaEtcdStorageVersion, []byte(StorageVersion)); err != nil {
+		return fmt.Errorf("write storage version: %w", err)
+	}
+	if err := meta.Put(metaFormatVersion, uint64Bytes(FormatVersion)); err != nil {
+		return fmt.Errorf("write format version: %w", err)
+	}
 	return nil
 }
 

@@ -1,0 +1,52 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// foreignCheckInterval is how often storage compares its applied index with its log, and how many checks in a
+// row must find it ahead before it says so.
+const (
+	foreignCheckInterval = time.Second
+	foreignCheckRounds   = 3
+)
+
+// watchForForeignDatabase reports a database that is ahead of its own log: its applied index is above what a
+// led log has committed, as when a database was copied in by hand from another cluster (a snapshot, or another
+// member's data dir). Such a storage would wait forever for entries its log will not have for a long time; it
+// says so in the log and on /health instead, pointing at `cairn snapshot restore`. It returns when ctx ends.
+func (s *Storage) watchForForeignDatabase(ctx context.Context) {
+	tick := time.NewTicker(foreignCheckInterval)
+	defer tick.Stop()
+	ahead, reason := 0, ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		applied := s.currentStore().Position().AppliedIndex
+		sctx, cancel := context.WithTimeout(ctx, foreignCheckInterval)
+		st, err := s.log.Status(sctx)
+		cancel()
+		if err != nil || st.Leader == 0 || st.CommitIndex >= applied {
+			if reason != "" && s.unhealthyReason() == reason {
+				s.setUnhealthy("")
+			}
+			reason = ""
+			ahead = 0
+			continue
+		}
+		ahead++
+		if ahead == foreignCheckRounds {
+			reason = fmt.Sprintf("the database (applied index %d) is ahead of its consensus log (commit index %d): "+
+				"it does not belong to this member's log (copied in from another cluster?); restore a snapshot "+
+				"into a new data dir with `cairn snapshot restore` instead", applied, st.CommitIndex)
+			s.logger.Error("storage cannot make progress", "applied_index", applied, "commit_index", st.CommitIndex,
+				"reason", reason)
+			s.setUnhealthy(reason)
+		}
+	}
+}
