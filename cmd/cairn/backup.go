@@ -30,6 +30,9 @@ func newBackupCommand() *cobra.Command {
 	flags.DurationVar(&cfg.Interval, "interval", cfg.Interval, "Time between backups (the first is taken at start).")
 	flags.IntVar(&cfg.Keep, "keep", cfg.Keep, "Number of snapshots to keep.")
 	flags.DurationVar(&cfg.Timeout, "timeout", 10*time.Minute, "Longest one backup may take.")
+	flags.StringVar(&cfg.TLS.CAFile, "cacert", "", "Verify https:// endpoints with this CA bundle (as etcdctl's --cacert).")
+	flags.StringVar(&cfg.TLS.CertFile, "cert", "", "Client certificate for endpoints that require one (as etcdctl's --cert).")
+	flags.StringVar(&cfg.TLS.KeyFile, "key", "", "Key of --cert (as etcdctl's --key).")
 	opts.register(flags, "http://127.0.0.1:2382")
 	return cmd
 }
@@ -39,13 +42,12 @@ func runBackup(ctx context.Context, cfg backup.Config, opts processOptions) erro
 	if err != nil {
 		return err
 	}
-	cfg.Logger, cfg.Registry = proc.logger, proc.registry
 	lock, err := lockDataDir(cfg.Dir, "cairn backup")
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
-	svc, err := backup.New(cfg)
+	svc, err := backup.New(cfg, backup.Deps{Logger: proc.logger, Registry: proc.registry})
 	if err != nil {
 		return err
 	}

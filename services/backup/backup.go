@@ -2,6 +2,7 @@ package backup
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -32,6 +34,18 @@ type Config struct {
 	Keep int
 	// Timeout bounds one backup (default 10m).
 	Timeout time.Duration
+	// TLS is the client side of https:// endpoints, as etcdctl's --cacert, --cert and --key make it: the CA
+	// that signs the endpoints' certificates and, where they ask for one, this client's certificate.
+	TLS TLSFiles
+}
+
+// TLSFiles are PEM files for https:// endpoints; all empty for plain ones.
+type TLSFiles struct {
+	CAFile, CertFile, KeyFile string
+}
+
+// Deps is what the backup service is given.
+type Deps struct {
 	// Registry receives the metrics (none when nil).
 	Registry prometheus.Registerer
 	// Logger receives operator logs (default slog.Default()).
@@ -52,13 +66,30 @@ func (c Config) Validate() error {
 		return errors.New("backup: --dir is empty")
 	case c.Interval <= 0 || c.Keep <= 0 || c.Timeout <= 0:
 		return fmt.Errorf("backup: --interval %s, --keep %d and the timeout %s must be positive", c.Interval, c.Keep, c.Timeout)
+	case (c.TLS.CertFile == "") != (c.TLS.KeyFile == ""):
+		return errors.New("backup: --cert and --key go together")
 	}
 	return nil
+}
+
+// clientTLS is the TLS configuration of https:// endpoints, nil when no file is set (then https endpoints
+// are verified against the system's roots).
+func (c Config) clientTLS() (*tls.Config, error) {
+	if c.TLS == (TLSFiles{}) {
+		return nil, nil
+	}
+	info := transport.TLSInfo{TrustedCAFile: c.TLS.CAFile, CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("backup: client TLS: %w", err)
+	}
+	return cfg, nil
 }
 
 // Service takes the backups. New, Start, Stop (safe twice).
 type Service struct {
 	cfg     Config
+	tls     *tls.Config
 	log     *slog.Logger
 	metrics *metrics
 
@@ -79,19 +110,24 @@ const (
 	timeLayout     = "20060102T150405.000Z"
 )
 
-// New checks cfg and registers the metrics; nothing runs until Start.
-func New(cfg Config) (*Service, error) {
+// New checks cfg, reads its TLS files and registers the metrics; nothing runs until Start.
+func New(cfg Config, deps Deps) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	m, err := newMetrics(cfg.Registry)
+	clientTLS, err := cfg.clientTLS()
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, log: cfg.Logger, metrics: m, stop: make(chan struct{}), done: make(chan struct{})}, nil
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	m, err := newMetrics(deps.Registry)
+	if err != nil {
+		return nil, err
+	}
+	return &Service{cfg: cfg, tls: clientTLS, log: deps.Logger, metrics: m, stop: make(chan struct{}),
+		done: make(chan struct{})}, nil
 }
 
 // Start creates Dir and starts the schedule: one backup now, then one every Interval.
@@ -221,7 +257,7 @@ func (s *Service) download(ctx context.Context, path string) (endpoint string, s
 
 func (s *Service) downloadFrom(ctx context.Context, endpoint, path string) (int64, error) {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second,
-		Logger: zap.NewNop()})
+		TLS: s.tls, Logger: zap.NewNop()})
 	if err != nil {
 		return 0, err
 	}

@@ -20,9 +20,9 @@ func newService(t *testing.T, endpoints []string, keep int) (*Service, *promethe
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	cfg := DefaultConfig()
-	cfg.Endpoints, cfg.Dir, cfg.Keep, cfg.Registry = endpoints, filepath.Join(t.TempDir(), "backups"), keep, reg
-	cfg.Timeout, cfg.Logger = 20*time.Second, slog.New(slog.DiscardHandler)
-	svc, err := New(cfg)
+	cfg.Endpoints, cfg.Dir, cfg.Keep = endpoints, filepath.Join(t.TempDir(), "backups"), keep
+	cfg.Timeout = 20 * time.Second
+	svc, err := New(cfg, Deps{Registry: reg, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,8 +24,16 @@ func backupService() service {
 			if keep <= 0 {
 				keep = 48
 			}
-			return []string{"--endpoints", strings.Join(endpoints, ","), "--dir", p.cfg.BackupDir,
+			args := []string{"--endpoints", strings.Join(endpoints, ","), "--dir", p.cfg.BackupDir,
 				"--interval", interval.String(), "--keep", strconv.Itoa(keep)}
+			if t := p.cfg.ClientTLS; !t.Empty() {
+				// The frontends' own certificate identifies the backup to them, as etcd's gateway does.
+				args = append(args, "--cert", t.CertFile, "--key", t.KeyFile)
+				if t.TrustedCAFile != "" {
+					args = append(args, "--cacert", t.TrustedCAFile)
+				}
+			}
+			return args
 		},
 		dependsOn: func(p *plan, _ int) []string {
 			names := make([]string, p.frontends())
