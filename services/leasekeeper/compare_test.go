@@ -20,7 +20,7 @@ func TestOnRaftCluster(t *testing.T) {
 	env := newRaftEnv(t)
 	k := env.startKeeper(env.keeperConfig("a"))
 	waitActive(t, k, 10*time.Second)
-	lc := leaseClient(t, k)
+	lc := env.leaseClient(t, k)
 	ctx := ctxT(t, 30*time.Second)
 	g, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 2})
 	if err != nil {

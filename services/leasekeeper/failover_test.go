@@ -21,10 +21,10 @@ type router struct {
 	next    atomic.Int32
 }
 
-func newRouter(t *testing.T, keepers ...*Keeper) *router {
+func newRouter(t *testing.T, env *testEnv, keepers ...*Keeper) *router {
 	r := &router{t: t}
 	for _, k := range keepers {
-		r.clients = append(r.clients, leaseClient(t, k))
+		r.clients = append(r.clients, env.leaseClient(t, k))
 	}
 	return r
 }
@@ -93,7 +93,7 @@ func TestFailoverKillActive(t *testing.T) {
 	a := env.startKeeper(env.keeperConfig("a"))
 	waitActive(t, a, 5*time.Second)
 	b := env.startKeeper(env.keeperConfig("b"))
-	r := newRouter(t, a, b)
+	r := newRouter(t, env, a, b)
 	ctx := ctxT(t, 60*time.Second)
 	grant := func(key string, ttl int64) int64 {
 		var id int64
@@ -137,7 +137,7 @@ func TestFailoverKillActive(t *testing.T) {
 	t.Logf("standby active %v after the kill", time.Since(killed))
 
 	// The long lease resumes from its checkpoint (about 18s left), not from its full TTL plus the extension.
-	ttl, err := leaseClient(t, b).LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: long})
+	ttl, err := env.leaseClient(t, b).LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: long})
 	elapsed := time.Since(t0)
 	if err != nil || float64(ttl.TTL) < 20-elapsed.Seconds()-1 || float64(ttl.TTL) > 20-elapsed.Seconds()+b.cfg.DeadlineExtension.Seconds()+1.5 {
 		t.Fatalf("long lease TTL after failover %v, %v; want about %.1fs (checkpointed, plus the extension)", ttl, err, 20-elapsed.Seconds())
@@ -197,7 +197,7 @@ func TestStaleKeeperIsFenced(t *testing.T) {
 	waitActive(t, a, 5*time.Second)
 	b := env.startKeeper(env.keeperConfig("b"))
 	ctx := ctxT(t, 30*time.Second)
-	g, err := leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+	g, err := env.leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestStopHandsOver(t *testing.T) {
 	waitActive(t, a, 5*time.Second)
 	b := env.startKeeper(env.keeperConfig("b"))
 	ctx := ctxT(t, 10*time.Second)
-	g, err := leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+	g, err := env.leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
 	if err != nil {
 		t.Fatal(err)
 	}
