@@ -183,22 +183,24 @@ func TestStandbyAnswersNotActive(t *testing.T) {
 
 // TestStorageEndpointFailover: a keeper whose first storage endpoint is down works through the next one.
 func TestStorageEndpointFailover(t *testing.T) {
-	env := newTestEnv(t, 2)
-	cfg := env.keeperConfig("a")
-	cfg.StorageEndpoints = []string{"http://127.0.0.1:1", env.storages[1].URL()}
-	k := env.startKeeper(cfg)
-	waitActive(t, k, 5*time.Second)
-	ctx := ctxT(t, 10*time.Second)
-	g, err := env.leaseClient(t, k).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.put(ctx, "failover/k", g.ID)
-	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry through the second storage", func() bool {
-		return !env.keyExists(ctx, "failover/k")
+	synctest.Test(t, func(t *testing.T) { // time is the subject: expiry on the bubble's fake clock
+		env := newBubbleEnv(t, 2)
+		cfg := env.keeperConfig("a")
+		cfg.StorageEndpoints = []string{"http://127.0.0.1:1", env.storages[1].URL()}
+		k := env.startKeeper(cfg)
+		waitActive(t, k, 5*time.Second)
+		ctx := ctxT(t, 10*time.Second)
+		g, err := env.leaseClient(t, k).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.put(ctx, "failover/k", g.ID)
+		waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry through the second storage", func() bool {
+			return !env.keyExists(ctx, "failover/k")
+		})
+		state, err := env.store.KeeperStatus(ctx)
+		if err != nil || state.Holder != k.ID() {
+			t.Fatalf("claim %v, %v; want held by %s", state, err, k.ID())
+		}
 	})
-	state, err := env.store.KeeperStatus(ctx)
-	if err != nil || state.Holder != k.ID() {
-		t.Fatalf("claim %v, %v; want held by %s", state, err, k.ID())
-	}
 }
