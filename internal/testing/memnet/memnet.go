@@ -40,14 +40,40 @@ func New() *Network {
 	return &Network{nextPort: firstPort, routes: map[string]func(context.Context) (net.Conn, error){}}
 }
 
-// Listen returns a listener on the next free 127.0.0.1 port of n. Closing it refuses new connections; those
-// already made stay open until either end closes them.
+// Listen returns a listener on the next free 127.0.0.1 port of n.
 func (n *Network) Listen() net.Listener {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	l := &listener{Listener: bufconn.Listen(pipeBuffer), addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: n.nextPort}}
+	addr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: n.nextPort}
 	n.nextPort++
-	n.routes[l.addr.String()] = l.DialContext
+	return n.listenLocked(addr)
+}
+
+// ListenAt returns a listener on addr (host:port), e.g. a restarted server's old address; it fails while
+// something else serves addr.
+func (n *Network) ListenAt(addr string) (net.Listener, error) {
+	tcpAddr, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("memnet listen %s: %w", addr, err)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.routes[tcpAddr.String()]; ok {
+		return nil, fmt.Errorf("memnet listen %s: address already in use", addr)
+	}
+	return n.listenLocked(tcpAddr), nil
+}
+
+// listenLocked serves addr from a new listener until it closes. Closing it refuses new connections and frees
+// addr; connections already made stay open until either end closes them.
+func (n *Network) listenLocked(addr *net.TCPAddr) net.Listener {
+	l := &listener{Listener: bufconn.Listen(pipeBuffer), addr: addr}
+	l.unroute = func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		delete(n.routes, addr.String())
+	}
+	n.routes[addr.String()] = l.DialContext
 	return l
 }
 
@@ -79,7 +105,16 @@ func (n *Network) Dial(ctx context.Context, addr string) (net.Conn, error) {
 // listener is a bufconn listener under a 127.0.0.1 address.
 type listener struct {
 	*bufconn.Listener
-	addr *net.TCPAddr
+	addr      *net.TCPAddr
+	unroute   func()
+	closeOnce sync.Once
 }
 
 func (l *listener) Addr() net.Addr { return l.addr }
+
+// Close refuses new connections and frees the address (once: a second Close does not free it from a
+// listener that took it since).
+func (l *listener) Close() error {
+	l.closeOnce.Do(l.unroute)
+	return l.Listener.Close()
+}
