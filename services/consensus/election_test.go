@@ -56,12 +56,14 @@ func TestPreVoteAndCheckQuorum(t *testing.T) {
 						return leader.Node().Leader() == 0
 					})
 					if took < et-hb || took > 2*et+hb {
-						t.Fatalf("the cut-off leader stepped down after %v, want within [1, 2] election timeouts (%v)", took, et)
+						t.Fatalf("the cut-off leader stepped down after %v, want within [1, 2] election timeouts (%v)",
+							took, et)
 					}
 				}
 				time.Sleep(10*et - time.Since(partitioned))
 				if got := term(t, cut); got != startTerm {
-					t.Fatalf("%s moved to term %d while cut off, from %d: it campaigned for real, not in pre-vote", cut.Name, got, startTerm)
+					t.Fatalf("%s moved to term %d while cut off, from %d: it campaigned for real, not in pre-vote",
+						cut.Name, got, startTerm)
 				}
 
 				c.Heal(cut)
@@ -70,12 +72,14 @@ func TestPreVoteAndCheckQuorum(t *testing.T) {
 				nowTerm := term(t, now)
 				if !tt.wantNewLeader {
 					if now != leader || nowTerm != startTerm {
-						t.Fatalf("after the follower came back: leader %s in term %d, want still %s in term %d", now.Name, nowTerm, leader.Name, startTerm)
+						t.Fatalf("after the follower came back: leader %s in term %d, want still %s in term %d",
+							now.Name, nowTerm, leader.Name, startTerm)
 					}
 					return
 				}
 				if now == leader || nowTerm <= startTerm {
-					t.Fatalf("after the cut-off leader came back: leader %s in term %d, want another member in a term above %d", now.Name, nowTerm, startTerm)
+					t.Fatalf("after the cut-off leader came back: leader %s in term %d, want another member in a term above %d",
+						now.Name, nowTerm, startTerm)
 				}
 				if got := term(t, leader); got != nowTerm {
 					t.Fatalf("the old leader is in term %d, want the new leader's %d", got, nowTerm)
