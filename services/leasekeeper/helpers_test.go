@@ -48,14 +48,7 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
 	env := startBus(t)
-	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for member := uint64(1); member <= uint64(storages); member++ {
-		env.addStorage(member, log)
-	}
-	env.dialStore()
+	env.addMemlogStorages(storages)
 	return env
 }
 
@@ -63,34 +56,26 @@ func newTestEnv(t testing.TB, storages int) *testEnv {
 // synctest.Test, and every storage, keeper and client of the env runs on the bubble's fake clock.
 func newBubbleEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
-	bus := eventbustest.Start(t)
-	env := &testEnv{t: t, natsURL: "nats://" + bubbleNATSAddr, network: memnet.New(), prefix: "test"}
-	env.network.Route(bubbleNATSAddr, bus.InProcessConn)
-	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for member := uint64(1); member <= uint64(storages); member++ {
-		env.addStorage(member, log)
-	}
-	env.dialStore()
+	env := startBubbleBus(t)
+	env.addMemlogStorages(storages)
 	return env
 }
-
-// bubbleNATSAddr is where a bubble env's NATS is reached on its in-memory network.
-const bubbleNATSAddr = "127.0.0.1:4222"
 
 // newRaftEnv starts NATS and a real 3-member consensus cluster (WAL fsyncs, gRPC transport, etcd's default
 // heartbeat and election timeout) with a storage on each member.
 func newRaftEnv(t testing.TB) *testEnv {
 	t.Helper()
 	env := startBus(t)
-	cluster := consensustest.Start(t, consensustest.Options{HeartbeatInterval: 100 * time.Millisecond,
-		ElectionTimeout: time.Second})
-	for _, m := range cluster.Members() {
-		env.addStorage(m.Node().ID(), m.Node())
-	}
-	env.dialStore()
+	env.addRaftStorages()
+	return env
+}
+
+// newBubbleRaftEnv is newRaftEnv on an in-memory network (raft peer links included): call it inside
+// synctest.Test.
+func newBubbleRaftEnv(t testing.TB) *testEnv {
+	t.Helper()
+	env := startBubbleBus(t)
+	env.addRaftStorages()
 	return env
 }
 
@@ -101,6 +86,40 @@ func startBus(t testing.TB) *testEnv {
 	}
 	t.Cleanup(nats.Shutdown)
 	return &testEnv{t: t, natsURL: nats.ClientURL(), prefix: "test"}
+}
+
+// startBubbleBus starts NATS in-process, reached at bubbleNATSAddr on a new in-memory network.
+func startBubbleBus(t testing.TB) *testEnv {
+	bus := eventbustest.Start(t)
+	env := &testEnv{t: t, natsURL: "nats://" + bubbleNATSAddr, network: memnet.New(), prefix: "test"}
+	env.network.Route(bubbleNATSAddr, bus.InProcessConn)
+	return env
+}
+
+// bubbleNATSAddr is where a bubble env's NATS is reached on its in-memory network.
+const bubbleNATSAddr = "127.0.0.1:4222"
+
+// addMemlogStorages starts storages of members 1..n on one in-process log, and the env's storage client.
+func (e *testEnv) addMemlogStorages(n int) {
+	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for member := uint64(1); member <= uint64(n); member++ {
+		e.addStorage(member, log)
+	}
+	e.dialStore()
+}
+
+// addRaftStorages starts a 3-member consensus cluster on the env's network, a storage on each member, and
+// the env's storage client.
+func (e *testEnv) addRaftStorages() {
+	cluster := consensustest.Start(e.t, consensustest.Options{HeartbeatInterval: 100 * time.Millisecond,
+		ElectionTimeout: time.Second, Network: e.network})
+	for _, m := range cluster.Members() {
+		e.addStorage(m.Node().ID(), m.Node())
+	}
+	e.dialStore()
 }
 
 // connectBus connects a client named name to the env's NATS; it closes when the test ends.
