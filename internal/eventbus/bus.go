@@ -1,8 +1,10 @@
 package eventbus
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"time"
 
@@ -60,15 +62,16 @@ func prefixOrDefault(prefix string) string {
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) with the options a long-running Cairn service
-// wants: reconnect forever with jittered waits, and connection state changes logged.
-func Connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+// wants: reconnect forever with jittered waits, and connection state changes logged. opts come after those
+// (e.g. nats.SetCustomDialer).
+func Connect(url, name string, logger *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append([]nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.RetryOnFailedConnect(true),
-		nats.PingInterval(5*time.Second),
+		nats.PingInterval(5 * time.Second),
 		nats.MaxPingsOutstanding(3),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Warn("nats disconnected", "url", url, "err", err)
@@ -81,12 +84,23 @@ func Connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
 			}
 			logger.Warn("nats error", "subject", subject, "err", err)
 		}),
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
 	}
 	return nc, nil
 }
+
+// DialWith makes a connection reach the servers (host:port) through dial instead of TCP, e.g. an in-memory
+// network's in tests that run on a fake clock.
+func DialWith(dial func(ctx context.Context, addr string) (net.Conn, error)) nats.Option {
+	return nats.SetCustomDialer(dialerFunc(dial))
+}
+
+// dialerFunc is a context dialer as nats.go's CustomDialer.
+type dialerFunc func(ctx context.Context, addr string) (net.Conn, error)
+
+func (d dialerFunc) Dial(_, addr string) (net.Conn, error) { return d(context.Background(), addr) }
 
 // Meta is what a consumer learns of a record besides its body: where it sits and who published it.
 type Meta struct {

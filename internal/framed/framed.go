@@ -264,6 +264,12 @@ func Dial(addr, preamble string, timeout time.Duration) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	return Open(nc, preamble, timeout)
+}
+
+// Open announces preamble on nc, a connection the caller dialed (Dial dials TCP), and returns the link on it;
+// timeout bounds the write. On failure nc is closed.
+func Open(nc net.Conn, preamble string, timeout time.Duration) (*Conn, error) {
 	_ = nc.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := io.WriteString(nc, preamble); err != nil {
 		_ = nc.Close()

@@ -104,7 +104,7 @@ func (n *Node) raftConfig(storage raft.Storage, applied uint64) *raft.Config {
 func (n *Node) newTransport() error {
 	t, err := transport.New(transport.Config{
 		MemberID: n.memberID, ClusterID: n.clusterID, Raft: n, Logger: n.log,
-		DialOptions: n.tel.DialOptions(), Faults: n.deps.Faults,
+		DialOptions: n.tel.DialOptions(), Faults: n.deps.Faults, Dialer: n.deps.Dialer,
 		MaxBackoff: min(time.Second, n.cfg.ElectionTimeout),
 	})
 	n.transport = t

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/testing/memnet"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
@@ -88,17 +90,26 @@ func proposeRetrying(ctx context.Context, c *consensustest.Commits, n *consensus
 }
 
 func TestThreeMembersElectALeader(t *testing.T) {
-	c := consensustest.Start(t, consensustest.Options{})
-	leader := c.WaitLeader(5 * time.Second)
-	st, err := leader.Node().Status(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Leader != leader.Node().ID() || st.Term == 0 || len(st.Members) != 3 {
-		t.Fatalf("leader status = %+v, want itself as leader, a term, 3 members", st)
-	}
-	// Every member publishes its attributes (name, storage URL) through raft.
-	c.WaitPublished(5 * time.Second)
+	synctest.Test(t, func(t *testing.T) { // time is the subject: the election on the bubble's fake clock
+		started := time.Now()
+		c := consensustest.Start(t, consensustest.Options{Network: memnet.New()})
+		leader := c.WaitLeader(5 * time.Second)
+		// Nobody campaigns before its randomized election timeout ([1, 2) ElectionTimeout) has passed; the first
+		// to time out wins unless all three tie, when another round follows. Messages take no fake time.
+		opts := c.Options()
+		if took := time.Since(started); took < opts.ElectionTimeout || took > 4*opts.ElectionTimeout+opts.HeartbeatInterval {
+			t.Fatalf("leader after %v, want within [1, 4] election timeouts (%v)", took, opts.ElectionTimeout)
+		}
+		st, err := leader.Node().Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Leader != leader.Node().ID() || st.Term == 0 || len(st.Members) != 3 {
+			t.Fatalf("leader status = %+v, want itself as leader, a term, 3 members", st)
+		}
+		// Every member publishes its attributes (name, storage URL) through raft.
+		c.WaitPublished(5 * time.Second)
+	})
 }
 
 func TestMemberIsHealthyOnlyOnceItHasPublishedItself(t *testing.T) {
@@ -159,25 +170,27 @@ func TestProposalsCommitInTheSameOrderEverywhere(t *testing.T) {
 }
 
 func TestProposeWithoutLeaderFailsFast(t *testing.T) {
-	c := consensustest.Start(t, consensustest.Options{})
-	members := c.Members()
-	members[1].Kill()
-	members[2].Kill()
-	n := members[0].Node()
-	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the lone member to lose its leader", func() bool {
-		return n.Leader() == 0
+	synctest.Test(t, func(t *testing.T) { // time is the subject: losing the leader, failing fast
+		c := consensustest.Start(t, consensustest.Options{Network: memnet.New()})
+		members := c.Members()
+		members[1].Kill()
+		members[2].Kill()
+		n := members[0].Node()
+		waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the lone member to lose its leader", func() bool {
+			return n.Leader() == 0
+		})
+		start := time.Now()
+		err := n.Propose(context.Background(), []byte("x"))
+		if !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+			t.Fatalf("Propose without leader = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
+		}
+		if _, err := n.ReadIndex(context.Background()); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+			t.Fatalf("ReadIndex without leader = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
+		}
+		if took := time.Since(start); took > 100*time.Millisecond {
+			t.Fatalf("failing took %v, want fast", took)
+		}
 	})
-	start := time.Now()
-	err := n.Propose(context.Background(), []byte("x"))
-	if !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
-		t.Fatalf("Propose without leader = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
-	}
-	if _, err := n.ReadIndex(context.Background()); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
-		t.Fatalf("ReadIndex without leader = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
-	}
-	if took := time.Since(start); took > 100*time.Millisecond {
-		t.Fatalf("failing took %v, want fast", took)
-	}
 }
 
 func TestReadIndexCoversEveryAcknowledgedWrite(t *testing.T) {
@@ -242,16 +255,18 @@ func TestRemovedMemberThatWasDownStopsWhenItReturns(t *testing.T) {
 }
 
 func TestStoppingLeaderHandsOverLeadership(t *testing.T) {
-	c := consensustest.Start(t, consensustest.Options{})
-	c.WaitHealthy(10 * time.Second)
-	old := c.WaitLeader(5 * time.Second)
-	old.Stop()
-	// No election timeout has to pass: a survivor already leads when Stop returns.
-	leads := false
-	for _, m := range others(c, old) {
-		leads = leads || m.Node().Leader() == m.Node().ID()
-	}
-	if !leads {
-		t.Fatal("no survivor leads right after the leader stopped")
-	}
+	synctest.Test(t, func(t *testing.T) { // time is the subject: no election timeout may pass
+		c := consensustest.Start(t, consensustest.Options{Network: memnet.New()})
+		c.WaitHealthy(10 * time.Second)
+		old := c.WaitLeader(5 * time.Second)
+		old.Stop()
+		// No election timeout has to pass: a survivor already leads when Stop returns.
+		leads := false
+		for _, m := range others(c, old) {
+			leads = leads || m.Node().Leader() == m.Node().ID()
+		}
+		if !leads {
+			t.Fatal("no survivor leads right after the leader stopped")
+		}
+	})
 }

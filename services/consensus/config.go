@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,6 +88,10 @@ type Deps struct {
 	ConsensusListener net.Listener
 	// Faults drops messages to and from chosen members (tests only).
 	Faults *transport.Faults
+	// Dialer, when set, makes the raft transport's connections to peers (addr is host:port) instead of TCP:
+	// tests run members on an in-memory network (internal/testing/memnet) inside a synctest bubble. Joining
+	// and promotion calls still dial TCP.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 // withDefaults fills what is nil with what discards.

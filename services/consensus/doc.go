@@ -2,13 +2,13 @@
 // turns proposals into a committed, totally ordered, durable log of opaque entries for the member's storage.
 //
 // A Node is one member. New(cfg, deps) checks the configuration (deps: logger, telemetry, registry, the peer and
-// Consensus listeners when the caller bound them), Start(ctx) brings the member up (from its WAL
-// if it has one, else by bootstrapping --initial-cluster or joining an existing cluster), Stop(ctx) stops
-// it. A Node implements commitlog.Log for a storage in the same process (`cairn dev`); for a remote storage,
-// whose client is internal/consensusclient, the same log is served on the Consensus port: proposals, read index
-// calls on the propose link (calls of internal/link) and the committed log on a framed stream (links.go,
-// internal/framed), the rest as the Consensus gRPC service
-// (server.go), which also carries etcd's membership operations for the frontend.
+// Consensus listeners when the caller bound them, a dialer for the raft transport when it is not TCP), Start(ctx)
+// brings the member up (from its WAL if it has one, else by bootstrapping --initial-cluster or joining an existing
+// cluster), Stop(ctx) stops it. A Node implements commitlog.Log for a storage in the same process (`cairn dev`); for
+// a remote storage, whose client is internal/consensusclient, the same log is served on the Consensus port:
+// proposals, read index calls on the propose link (calls of internal/link) and the committed log on a framed stream
+// (links.go, internal/framed), the rest as the Consensus gRPC service (server.go), which also carries etcd's
+// membership operations for the frontend.
 //
 // # Promises
 //

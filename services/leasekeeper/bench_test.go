@@ -15,7 +15,7 @@ func BenchmarkKeepAlive(b *testing.B) {
 	env := newTestEnv(b, 1)
 	k := env.startKeeper(env.keeperConfig("bench"))
 	waitActive(b, k, 10*time.Second)
-	lc := leaseClient(b, k)
+	lc := env.leaseClient(b, k)
 	ctx := context.Background()
 	b.SetParallelism(8) // 16 streams on 2 cores
 	b.ResetTimer()
@@ -49,7 +49,7 @@ func BenchmarkGrantRevoke(b *testing.B) {
 	env := newTestEnv(b, 1)
 	k := env.startKeeper(env.keeperConfig("bench"))
 	waitActive(b, k, 10*time.Second)
-	lc := leaseClient(b, k)
+	lc := env.leaseClient(b, k)
 	ctx := context.Background()
 	var next atomic.Int64
 	b.SetParallelism(8) // 16 streams on 2 cores

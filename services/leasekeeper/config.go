@@ -1,6 +1,7 @@
 package leasekeeper
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -88,6 +89,9 @@ type Deps struct {
 	// Listener, when set, is served instead of listening on Config.ListenURL; the keeper closes it when it
 	// stops.
 	Listener net.Listener
+	// Dialer, when set, makes the keeper's connections to storage and NATS (addr is host:port) instead of TCP:
+	// tests run keepers on an in-memory network (internal/testing/memnet) inside a synctest bubble.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 func (d Deps) withDefaults() Deps {

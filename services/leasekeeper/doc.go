@@ -34,7 +34,8 @@
 // entry per lease from a pool of workers, so other writes keep their share of the log.
 //
 // Lifecycle: New(cfg, deps) → Start(ctx) → Stop(ctx); Stop (safe twice) releases the claim so a standby takes
-// over at once. Deps carries the logger, telemetry, the process's registry and a listener bound by the caller;
+// over at once. Deps carries the logger, telemetry, the process's registry, a listener bound by the caller and
+// optionally a dialer for its storage and NATS connections (tests: an in-memory network in a synctest bubble);
 // the storages are reached through a storageclient.Pool that fails over only on Unavailable. Config (with RegisterFlags) holds the listen URL, storage endpoints (failed over in order), NATS URL and
 // subject prefix, checkpoint and revoke rates, election timings and the admin (metrics, health) address.
 package leasekeeper

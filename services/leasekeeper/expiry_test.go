@@ -3,6 +3,7 @@ package leasekeeper
 import (
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/cairn-kv/cairn/api/eventpb"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
@@ -23,11 +25,7 @@ type busWatcher struct {
 
 func watchBus(t *testing.T, env *testEnv) *busWatcher {
 	w := &busWatcher{deleted: map[string]int64{}, revoked: map[int64]int64{}}
-	nc, err := eventbus.Connect(env.nats.ClientURL(), "test-watch", testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc := env.connectBus("test-watch")
 	if _, err := eventbus.Subscribe(nc, env.prefix, func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
 		w.mu.Lock()
 		defer w.mu.Unlock()
@@ -44,9 +42,7 @@ func watchBus(t *testing.T, env *testEnv) *busWatcher {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	eventbustest.Flush(t, nc)
 	return w
 }
 
@@ -56,85 +52,94 @@ func (w *busWatcher) deleteRevision(key string) int64 {
 	return w.deleted[key]
 }
 
-// TestExpiryAndKeepAlive: a lease left alone is revoked within TTL + 1s of its grant (never before its TTL) with
-// all its keys in one revision that watchers see as DELETE events; keep-alives extend a lease for as long as they
-// come, and it expires within TTL + 1s of the last one.
+// expiryPoll is how often a test looks whether a lease's key is gone.
+const expiryPoll = 20 * time.Millisecond
+
+// TestExpiryAndKeepAlive: a lease left alone is revoked at the first expiry tick after its TTL has passed since
+// its grant (never before) with all its keys in one revision that watchers see as DELETE events; keep-alives
+// extend a lease for as long as they come, and it expires at the first tick after its TTL has passed since the
+// last one. The keeper, its storage and NATS run on the bubble's fake clock, so the bounds are exact (one expiry
+// tick plus the test's poll interval) and the test takes no wall time for its TTLs.
 func TestExpiryAndKeepAlive(t *testing.T) {
-	env := newTestEnv(t, 1)
-	bus := watchBus(t, env)
-	k := env.startKeeper(env.keeperConfig("a"))
-	waitActive(t, k, 5*time.Second)
-	lc := leaseClient(t, k)
-	tests := []struct {
-		name      string
-		ttl       int64
-		keepAlive time.Duration // how long keep-alives are sent
-	}{
-		{"left alone", 2, 0},
-		{"kept alive for 4s", 2, 4 * time.Second},
-		{"longer TTL kept alive for 2s", 3, 2 * time.Second},
-	}
-	var wg sync.WaitGroup
-	for _, tt := range tests {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := ctxT(t, 30*time.Second)
-			granted := time.Now()
-			g, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: tt.ttl})
-			if err != nil {
-				t.Errorf("%s: grant: %v", tt.name, err)
-				return
-			}
-			keys := []string{tt.name + "/a", tt.name + "/b"}
-			for _, key := range keys {
-				env.put(ctx, key, g.ID)
-			}
-			last := granted
-			if tt.keepAlive > 0 {
-				stream, err := lc.LeaseKeepAlive(ctx)
+	synctest.Test(t, func(t *testing.T) { // time is the subject: TTLs on the bubble's fake clock
+		env := newBubbleEnv(t, 1)
+		bus := watchBus(t, env)
+		k := env.startKeeper(env.keeperConfig("a"))
+		waitActive(t, k, 5*time.Second)
+		lc := env.leaseClient(t, k)
+		tests := []struct {
+			name      string
+			ttl       int64
+			keepAlive time.Duration // how long keep-alives are sent
+		}{
+			{"left alone", 2, 0},
+			{"kept alive for 4s", 2, 4 * time.Second},
+			{"longer TTL kept alive for 2s", 3, 2 * time.Second},
+		}
+		var wg sync.WaitGroup
+		for _, tt := range tests {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx := ctxT(t, 30*time.Second)
+				granted := time.Now()
+				g, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: tt.ttl})
 				if err != nil {
-					t.Errorf("%s: keep-alive stream: %v", tt.name, err)
+					t.Errorf("%s: grant: %v", tt.name, err)
 					return
 				}
-				for time.Since(granted) < tt.keepAlive {
-					sent := time.Now()
-					if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: g.ID}); err != nil {
-						t.Errorf("%s: send: %v", tt.name, err)
-						return
-					}
-					if r, err := stream.Recv(); err != nil || r.TTL != tt.ttl {
-						t.Errorf("%s: keep-alive answer %v, %v", tt.name, r, err)
-						return
-					}
-					last = sent
-					if !env.keyExists(ctx, keys[0]) {
-						t.Errorf("%s: key gone while kept alive", tt.name)
-						return
-					}
-					time.Sleep(400 * time.Millisecond)
+				keys := []string{tt.name + "/a", tt.name + "/b"}
+				for _, key := range keys {
+					env.put(ctx, key, g.ID)
 				}
-				_ = stream.CloseSend()
-			}
-			for env.keyExists(ctx, keys[0]) {
-				if time.Since(last) > seconds(tt.ttl)+time.Second {
-					t.Errorf("%s: key still there %v after the last keep-alive (TTL %ds)", tt.name, time.Since(last), tt.ttl)
-					return
+				last := granted
+				if tt.keepAlive > 0 {
+					stream, err := lc.LeaseKeepAlive(ctx)
+					if err != nil {
+						t.Errorf("%s: keep-alive stream: %v", tt.name, err)
+						return
+					}
+					for time.Since(granted) < tt.keepAlive {
+						sent := time.Now()
+						if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: g.ID}); err != nil {
+							t.Errorf("%s: send: %v", tt.name, err)
+							return
+						}
+						if r, err := stream.Recv(); err != nil || r.TTL != tt.ttl {
+							t.Errorf("%s: keep-alive answer %v, %v", tt.name, r, err)
+							return
+						}
+						last = sent
+						if !env.keyExists(ctx, keys[0]) {
+							t.Errorf("%s: key gone while kept alive", tt.name)
+							return
+						}
+						time.Sleep(400 * time.Millisecond)
+					}
+					_ = stream.CloseSend()
 				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if gone := time.Since(last); gone < seconds(tt.ttl) {
-				t.Errorf("%s: expired %v after the last keep-alive, before its TTL %ds", tt.name, gone, tt.ttl)
-			}
-			if env.keyExists(ctx, keys[1]) {
-				t.Errorf("%s: second key survived the revoke", tt.name)
-			}
-			waittest.Until(t, 5*time.Second, 10*time.Millisecond, "DELETE events on the bus", func() bool {
-				return bus.deleteRevision(keys[0]) != 0 && bus.deleteRevision(keys[0]) == bus.deleteRevision(keys[1])
-			})
-		}()
-	}
-	wg.Wait()
+				for env.keyExists(ctx, keys[0]) {
+					if time.Since(last) > seconds(tt.ttl)+k.cfg.ExpiryTick+expiryPoll {
+						t.Errorf("%s: key still there %v after the last keep-alive (TTL %ds)", tt.name, time.Since(last), tt.ttl)
+						return
+					}
+					time.Sleep(expiryPoll)
+				}
+				if gone := time.Since(last); gone < seconds(tt.ttl) {
+					t.Errorf("%s: expired %v after the last keep-alive, before its TTL %ds", tt.name, gone, tt.ttl)
+				} else {
+					t.Logf("%s: expired %v after the last keep-alive", tt.name, gone)
+				}
+				if env.keyExists(ctx, keys[1]) {
+					t.Errorf("%s: second key survived the revoke", tt.name)
+				}
+				waittest.Until(t, 5*time.Second, 10*time.Millisecond, "DELETE events on the bus", func() bool {
+					return bus.deleteRevision(keys[0]) != 0 && bus.deleteRevision(keys[0]) == bus.deleteRevision(keys[1])
+				})
+			}()
+		}
+		wg.Wait()
+	})
 }
 
 // TestStandbyAnswersNotActive: every Lease call to a standby is refused with FailedPrecondition "not the active
@@ -144,9 +149,9 @@ func TestStandbyAnswersNotActive(t *testing.T) {
 	a := env.startKeeper(env.keeperConfig("a"))
 	waitActive(t, a, 5*time.Second)
 	b := env.startKeeper(env.keeperConfig("b"))
-	lc := leaseClient(t, b)
+	lc := env.leaseClient(t, b)
 	ctx := ctxT(t, 10*time.Second)
-	g, err := leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 10})
+	g, err := env.leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,22 +183,24 @@ func TestStandbyAnswersNotActive(t *testing.T) {
 
 // TestStorageEndpointFailover: a keeper whose first storage endpoint is down works through the next one.
 func TestStorageEndpointFailover(t *testing.T) {
-	env := newTestEnv(t, 2)
-	cfg := env.keeperConfig("a")
-	cfg.StorageEndpoints = []string{"http://127.0.0.1:1", env.storages[1].URL()}
-	k := env.startKeeper(cfg)
-	waitActive(t, k, 5*time.Second)
-	ctx := ctxT(t, 10*time.Second)
-	g, err := leaseClient(t, k).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.put(ctx, "failover/k", g.ID)
-	waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry through the second storage", func() bool {
-		return !env.keyExists(ctx, "failover/k")
+	synctest.Test(t, func(t *testing.T) { // time is the subject: expiry on the bubble's fake clock
+		env := newBubbleEnv(t, 2)
+		cfg := env.keeperConfig("a")
+		cfg.StorageEndpoints = []string{"http://127.0.0.1:1", env.storages[1].URL()}
+		k := env.startKeeper(cfg)
+		waitActive(t, k, 5*time.Second)
+		ctx := ctxT(t, 10*time.Second)
+		g, err := env.leaseClient(t, k).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.put(ctx, "failover/k", g.ID)
+		waittest.Until(t, 4*time.Second, 10*time.Millisecond, "expiry through the second storage", func() bool {
+			return !env.keyExists(ctx, "failover/k")
+		})
+		state, err := env.store.KeeperStatus(ctx)
+		if err != nil || state.Holder != k.ID() {
+			t.Fatalf("claim %v, %v; want held by %s", state, err, k.ID())
+		}
 	})
-	state, err := env.store.KeeperStatus(ctx)
-	if err != nil || state.Holder != k.ID() {
-		t.Fatalf("claim %v, %v; want held by %s", state, err, k.ID())
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -21,10 +22,10 @@ type router struct {
 	next    atomic.Int32
 }
 
-func newRouter(t *testing.T, keepers ...*Keeper) *router {
+func newRouter(t *testing.T, env *testEnv, keepers ...*Keeper) *router {
 	r := &router{t: t}
 	for _, k := range keepers {
-		r.clients = append(r.clients, leaseClient(t, k))
+		r.clients = append(r.clients, env.leaseClient(t, k))
 	}
 	return r
 }
@@ -85,169 +86,183 @@ func (r *router) keepAliveUntil(ctx context.Context, id int64, period time.Durat
 }
 
 // TestFailoverKillActive kills the active keeper (no release) with leases in every state and checks the
-// acceptance bounds: the standby takes over within 3s; a lease kept alive through the failover never expires;
-// no lease expires before its TTL; none survives more than TTL + 3s after its last keep-alive; a long lease
-// resumes from its checkpoint instead of its full TTL; and the killed keeper's epoch can revoke nothing.
+// acceptance bounds: the standby takes over within 3s (on the bubble's fake clock: TakeoverTimeout give or take
+// the renew intervals); a lease kept alive through the failover never expires; no lease expires before its TTL;
+// none survives more than TTL + 3s after its last keep-alive; a long lease resumes from its checkpoint instead of
+// its full TTL; and the killed keeper's epoch can revoke nothing.
 func TestFailoverKillActive(t *testing.T) {
-	env := newTestEnv(t, 2)
-	a := env.startKeeper(env.keeperConfig("a"))
-	waitActive(t, a, 5*time.Second)
-	b := env.startKeeper(env.keeperConfig("b"))
-	r := newRouter(t, a, b)
-	ctx := ctxT(t, 60*time.Second)
-	grant := func(key string, ttl int64) int64 {
-		var id int64
-		if err := r.do(ctx, func(ctx context.Context, c pb.LeaseClient) error {
-			g, err := c.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: ttl})
-			if err == nil {
-				id = g.ID
-			}
-			return err
-		}); err != nil {
-			t.Fatalf("grant %s: %v", key, err)
-		}
-		env.put(ctx, key, id)
-		return id
-	}
-	t0 := time.Now()
-	throughout := grant("throughout", 2)
-	atKill := grant("at-kill", 2)
-	grant("before-kill", 4)
-	long := grant("long", 20)
-
-	stopThroughout, stopAtKill := make(chan struct{}), make(chan struct{})
-	var lastThroughout, lastAtKill atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		r.keepAliveUntil(ctx, throughout, 300*time.Millisecond, stopThroughout, &lastThroughout)
-	}()
-	go func() { defer wg.Done(); r.keepAliveUntil(ctx, atKill, 300*time.Millisecond, stopAtKill, &lastAtKill) }()
-
-	time.Sleep(2 * time.Second) // checkpoints of the long lease go out meanwhile
-	oldState, err := env.store.KeeperStatus(ctx)
-	if err != nil || oldState.Holder != a.ID() {
-		t.Fatalf("claim before the kill: %v, %v", oldState, err)
-	}
-	close(stopAtKill)
-	killed := time.Now()
-	a.Crash()
-	waitActive(t, b, 3*time.Second)
-	t.Logf("standby active %v after the kill", time.Since(killed))
-
-	// The long lease resumes from its checkpoint (about 18s left), not from its full TTL plus the extension.
-	ttl, err := leaseClient(t, b).LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: long})
-	elapsed := time.Since(t0)
-	if err != nil || float64(ttl.TTL) < 20-elapsed.Seconds()-1 || float64(ttl.TTL) > 20-elapsed.Seconds()+b.cfg.DeadlineExtension.Seconds()+1.5 {
-		t.Fatalf("long lease TTL after failover %v, %v; want about %.1fs (checkpointed, plus the extension)", ttl, err, 20-elapsed.Seconds())
-	}
-
-	// Fencing: the killed keeper's epoch can neither revoke nor checkpoint.
-	for _, req := range []*pb.InternalRaftRequest{
-		{LeaseRevoke: &pb.LeaseRevokeRequest{ID: throughout}},
-		{LeaseCheckpoint: &pb.LeaseCheckpointRequest{Checkpoints: []*pb.LeaseCheckpoint{{ID: long, Remaining_TTL: 1}}}},
-	} {
-		if _, err := env.store.SubmitFenced(ctx, req, oldState.Epoch); !keeperclaim.IsStaleEpoch(err) {
-			t.Fatalf("fenced write of the old epoch %d: %v, want a stale epoch refusal", oldState.Epoch, err)
-		}
-	}
-	// A restarted old keeper is a standby.
-	restarted := env.startKeeper(env.keeperConfig("a"))
-	time.Sleep(500 * time.Millisecond)
-	if _, ok := restarted.activeEpoch(time.Now()); ok {
-		t.Fatal("the restarted old keeper became active while the new one renews")
-	}
-
-	watch := map[string]time.Time{"at-kill": {}, "before-kill": {}}
-	lastKeepAlive := map[string]time.Time{"at-kill": time.Unix(0, lastAtKill.Load()), "before-kill": t0}
-	ttls := map[string]time.Duration{"at-kill": 2 * time.Second, "before-kill": 4 * time.Second}
-	for len(watch) > 0 {
-		now := time.Now()
-		if !env.keyExists(ctx, "throughout") {
-			t.Fatalf("the lease kept alive through the failover expired (last keep-alive %v ago)", now.Sub(time.Unix(0, lastThroughout.Load())))
-		}
-		for key := range watch {
-			age := now.Sub(lastKeepAlive[key])
-			if !env.keyExists(ctx, key) {
-				if age < ttls[key] {
-					t.Fatalf("%s expired early: %v after its last keep-alive, TTL %v", key, age, ttls[key])
+	synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
+		env := newBubbleEnv(t, 2)
+		a := env.startKeeper(env.keeperConfig("a"))
+		waitActive(t, a, 5*time.Second)
+		b := env.startKeeper(env.keeperConfig("b"))
+		r := newRouter(t, env, a, b)
+		ctx := ctxT(t, 60*time.Second)
+		grant := func(key string, ttl int64) int64 {
+			var id int64
+			if err := r.do(ctx, func(ctx context.Context, c pb.LeaseClient) error {
+				g, err := c.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: ttl})
+				if err == nil {
+					id = g.ID
 				}
-				t.Logf("%s expired %v after its last keep-alive (TTL %v)", key, age, ttls[key])
-				delete(watch, key)
-			} else if age > ttls[key]+3*time.Second {
-				t.Fatalf("%s survives %v after its last keep-alive, TTL %v", key, age, ttls[key])
+				return err
+			}); err != nil {
+				t.Fatalf("grant %s: %v", key, err)
+			}
+			env.put(ctx, key, id)
+			return id
+		}
+		t0 := time.Now()
+		throughout := grant("throughout", 2)
+		atKill := grant("at-kill", 2)
+		grant("before-kill", 4)
+		long := grant("long", 20)
+
+		stopThroughout, stopAtKill := make(chan struct{}), make(chan struct{})
+		var lastThroughout, lastAtKill atomic.Int64
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			r.keepAliveUntil(ctx, throughout, 300*time.Millisecond, stopThroughout, &lastThroughout)
+		}()
+		go func() { defer wg.Done(); r.keepAliveUntil(ctx, atKill, 300*time.Millisecond, stopAtKill, &lastAtKill) }()
+
+		time.Sleep(2 * time.Second) // checkpoints of the long lease go out meanwhile
+		oldState, err := env.store.KeeperStatus(ctx)
+		if err != nil || oldState.Holder != a.ID() {
+			t.Fatalf("claim before the kill: %v, %v", oldState, err)
+		}
+		close(stopAtKill)
+		killed := time.Now()
+		a.Crash()
+		// The standby saw a's last renewal at most one RenewInterval after it was made (a renews every
+		// RenewInterval) and looks at the claim every RenewInterval: it claims between one interval before and
+		// two after TakeoverTimeout from the kill, never earlier.
+		waitActive(t, b, b.cfg.TakeoverTimeout+2*b.cfg.RenewInterval)
+		if took := time.Since(killed); took < b.cfg.TakeoverTimeout-b.cfg.RenewInterval {
+			t.Fatalf("standby active %v after the kill, before the takeover timeout %v less a renew interval", took, b.cfg.TakeoverTimeout)
+		}
+		t.Logf("standby active %v after the kill", time.Since(killed))
+
+		// The long lease resumes from its checkpoint (about 18s left), not from its full TTL plus the extension.
+		ttl, err := env.leaseClient(t, b).LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: long})
+		elapsed := time.Since(t0)
+		if err != nil || float64(ttl.TTL) < 20-elapsed.Seconds()-1 || float64(ttl.TTL) > 20-elapsed.Seconds()+b.cfg.DeadlineExtension.Seconds()+1.5 {
+			t.Fatalf("long lease TTL after failover %v, %v; want about %.1fs (checkpointed, plus the extension)", ttl, err, 20-elapsed.Seconds())
+		}
+
+		// Fencing: the killed keeper's epoch can neither revoke nor checkpoint.
+		for _, req := range []*pb.InternalRaftRequest{
+			{LeaseRevoke: &pb.LeaseRevokeRequest{ID: throughout}},
+			{LeaseCheckpoint: &pb.LeaseCheckpointRequest{Checkpoints: []*pb.LeaseCheckpoint{{ID: long, Remaining_TTL: 1}}}},
+		} {
+			if _, err := env.store.SubmitFenced(ctx, req, oldState.Epoch); !keeperclaim.IsStaleEpoch(err) {
+				t.Fatalf("fenced write of the old epoch %d: %v, want a stale epoch refusal", oldState.Epoch, err)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	close(stopThroughout)
-	wg.Wait()
-	if !env.keyExists(ctx, "throughout") {
-		t.Fatal("the lease kept alive through the failover expired")
-	}
+		// A restarted old keeper is a standby.
+		restarted := env.startKeeper(env.keeperConfig("a"))
+		time.Sleep(500 * time.Millisecond)
+		if _, ok := restarted.activeEpoch(time.Now()); ok {
+			t.Fatal("the restarted old keeper became active while the new one renews")
+		}
+
+		watch := map[string]time.Time{"at-kill": {}, "before-kill": {}}
+		lastKeepAlive := map[string]time.Time{"at-kill": time.Unix(0, lastAtKill.Load()), "before-kill": t0}
+		ttls := map[string]time.Duration{"at-kill": 2 * time.Second, "before-kill": 4 * time.Second}
+		for len(watch) > 0 {
+			now := time.Now()
+			if !env.keyExists(ctx, "throughout") {
+				t.Fatalf("the lease kept alive through the failover expired (last keep-alive %v ago)", now.Sub(time.Unix(0, lastThroughout.Load())))
+			}
+			for key := range watch {
+				age := now.Sub(lastKeepAlive[key])
+				if !env.keyExists(ctx, key) {
+					if age < ttls[key] {
+						t.Fatalf("%s expired early: %v after its last keep-alive, TTL %v", key, age, ttls[key])
+					}
+					t.Logf("%s expired %v after its last keep-alive (TTL %v)", key, age, ttls[key])
+					delete(watch, key)
+				} else if age > ttls[key]+3*time.Second {
+					t.Fatalf("%s survives %v after its last keep-alive, TTL %v", key, age, ttls[key])
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		close(stopThroughout)
+		wg.Wait()
+		if !env.keyExists(ctx, "throughout") {
+			t.Fatal("the lease kept alive through the failover expired")
+		}
+	})
 }
 
 // TestStaleKeeperIsFenced: a keeper that is cut off from the claim and wrongly believes it is still active (a
 // paused process, a broken clock) cannot revoke anything once a standby has taken over: storage refuses its
 // revoke, the lease and its key stay, and the keeper stands by.
 func TestStaleKeeperIsFenced(t *testing.T) {
-	env := newTestEnv(t, 1)
-	a := env.startKeeper(env.keeperConfig("a"))
-	waitActive(t, a, 5*time.Second)
-	b := env.startKeeper(env.keeperConfig("b"))
-	ctx := ctxT(t, 30*time.Second)
-	g, err := leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	env.put(ctx, "fenced/k", g.ID)
-	a.pauseElection.Store(true)
-	a.role.mu.Lock()
-	a.role.activeUntil = time.Now().Add(time.Hour)
-	a.role.mu.Unlock()
-	waitActive(t, b, 5*time.Second)
-	if _, ok := a.activeEpoch(time.Now()); !ok {
-		t.Fatal("the cut-off keeper should still believe it is active")
-	}
-	// a's clock runs fast: the lease expires on it now, and it proposes the revoke.
-	a.table.mu.Lock()
-	now := time.Now()
-	a.table.startClock(a.table.leases[g.ID], now, now)
-	a.table.mu.Unlock()
-	waittest.Until(t, 5*time.Second, 10*time.Millisecond, "the stale keeper to stand by after a refused revoke", func() bool {
-		_, ok := a.activeEpoch(time.Now())
-		return !ok
+	synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
+		env := newBubbleEnv(t, 1)
+		a := env.startKeeper(env.keeperConfig("a"))
+		waitActive(t, a, 5*time.Second)
+		b := env.startKeeper(env.keeperConfig("b"))
+		ctx := ctxT(t, 30*time.Second)
+		g, err := env.leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.put(ctx, "fenced/k", g.ID)
+		a.pauseElection.Store(true)
+		a.role.mu.Lock()
+		a.role.activeUntil = time.Now().Add(time.Hour)
+		a.role.mu.Unlock()
+		waitActive(t, b, 5*time.Second)
+		if _, ok := a.activeEpoch(time.Now()); !ok {
+			t.Fatal("the cut-off keeper should still believe it is active")
+		}
+		// a's clock runs fast: the lease expires on it now, and it proposes the revoke.
+		a.table.mu.Lock()
+		now := time.Now()
+		a.table.startClock(a.table.leases[g.ID], now, now)
+		a.table.mu.Unlock()
+		waittest.Until(t, 5*time.Second, 10*time.Millisecond, "the stale keeper to stand by after a refused revoke", func() bool {
+			_, ok := a.activeEpoch(time.Now())
+			return !ok
+		})
+		if !env.keyExists(ctx, "fenced/k") {
+			t.Fatal("the stale keeper's revoke deleted the key")
+		}
+		if ttl, err := b.Renew(ctx, g.ID); err != nil || ttl != 30 {
+			t.Fatalf("keep-alive on the new keeper: %d, %v", ttl, err)
+		}
 	})
-	if !env.keyExists(ctx, "fenced/k") {
-		t.Fatal("the stale keeper's revoke deleted the key")
-	}
-	if ttl, err := b.Renew(ctx, g.ID); err != nil || ttl != 30 {
-		t.Fatalf("keep-alive on the new keeper: %d, %v", ttl, err)
-	}
 }
 
 // TestStopHandsOver: a keeper that stops cleanly releases the claim, and the standby takes over without waiting
 // for the takeover timeout.
 func TestStopHandsOver(t *testing.T) {
-	env := newTestEnv(t, 1)
-	a := env.startKeeper(env.keeperConfig("a"))
-	waitActive(t, a, 5*time.Second)
-	b := env.startKeeper(env.keeperConfig("b"))
-	ctx := ctxT(t, 10*time.Second)
-	g, err := leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopped := time.Now()
-	if err := a.Stop(ctx); err != nil {
-		t.Fatalf("stop: %v", err)
-	}
-	waitActive(t, b, b.cfg.TakeoverTimeout)
-	t.Logf("standby active %v after the stop", time.Since(stopped))
-	if ttl, err := b.Renew(ctx, g.ID); err != nil || ttl != 30 {
-		t.Fatalf("keep-alive on the new keeper: %d, %v", ttl, err)
-	}
+	synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
+		env := newBubbleEnv(t, 1)
+		a := env.startKeeper(env.keeperConfig("a"))
+		waitActive(t, a, 5*time.Second)
+		b := env.startKeeper(env.keeperConfig("b"))
+		ctx := ctxT(t, 10*time.Second)
+		g, err := env.leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopped := time.Now()
+		if err := a.Stop(ctx); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		// Within the standby's next look at the claim, not after the takeover timeout.
+		waitActive(t, b, 2*b.cfg.RenewInterval)
+		t.Logf("standby active %v after the stop", time.Since(stopped))
+		if ttl, err := b.Renew(ctx, g.ID); err != nil || ttl != 30 {
+			t.Fatalf("keep-alive on the new keeper: %d, %v", ttl, err)
+		}
+	})
 }
 
 // TestRestartedKeeperLetsTheStandbyWin: when the active keeper crashes and its supervisor starts it again at
@@ -263,29 +278,32 @@ func TestRestartedKeeperLetsTheStandbyWin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := newTestEnv(t, 1)
-			a := env.startKeeper(env.keeperConfig("a"))
-			waitActive(t, a, 5*time.Second)
-			var b *Keeper
-			if tt.withStandby {
-				b = env.startKeeper(env.keeperConfig("b"))
-				time.Sleep(500 * time.Millisecond) // b has read the claim
-			}
-			a.Crash()
-			restarted := env.startKeeper(env.keeperConfig("a"))
-			started := time.Now()
-			if tt.withStandby {
-				waitActive(t, b, 3*time.Second)
-				time.Sleep(time.Second)
-				if _, ok := restarted.activeEpoch(time.Now()); ok {
-					t.Fatal("the restarted keeper took the role from the standby")
+			synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
+				env := newBubbleEnv(t, 1)
+				a := env.startKeeper(env.keeperConfig("a"))
+				waitActive(t, a, 5*time.Second)
+				var b *Keeper
+				if tt.withStandby {
+					b = env.startKeeper(env.keeperConfig("b"))
+					time.Sleep(500 * time.Millisecond) // b has read the claim
 				}
-				return
-			}
-			waitActive(t, restarted, 2*restarted.cfg.TakeoverTimeout+3*time.Second)
-			if waited := time.Since(started); waited < 2*restarted.cfg.TakeoverTimeout {
-				t.Fatalf("the restarted keeper claimed after %v, want at least twice the takeover timeout %v", waited, restarted.cfg.TakeoverTimeout)
-			}
+				a.Crash()
+				restarted := env.startKeeper(env.keeperConfig("a"))
+				started := time.Now()
+				if tt.withStandby {
+					waitActive(t, b, b.cfg.TakeoverTimeout+2*b.cfg.RenewInterval)
+					time.Sleep(time.Second)
+					if _, ok := restarted.activeEpoch(time.Now()); ok {
+						t.Fatal("the restarted keeper took the role from the standby")
+					}
+					return
+				}
+				// It looks at the claim every RenewInterval: it claims within one of them after twice the timeout.
+				waitActive(t, restarted, 2*restarted.cfg.TakeoverTimeout+2*restarted.cfg.RenewInterval)
+				if waited := time.Since(started); waited < 2*restarted.cfg.TakeoverTimeout {
+					t.Fatalf("the restarted keeper claimed after %v, want at least twice the takeover timeout %v", waited, restarted.cfg.TakeoverTimeout)
+				}
+			})
 		})
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -16,17 +18,20 @@ import (
 	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
 	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/testing/memnet"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 	"github.com/cairn-kv/cairn/services/storage"
 )
 
-// testEnv is a real store for keepers on loopback: an embedded NATS, storages applying one in-process log
-// (memlog) and publishing on the bus, and a storage client.
+// testEnv is a real store for keepers: a NATS, storages applying one in-process log (memlog) and publishing on
+// the bus, and a storage client; on loopback, or on an in-memory network inside a synctest bubble.
 type testEnv struct {
 	t        testing.TB
-	nats     *eventbus.Embedded
+	natsURL  string
+	network  *memnet.Network // nil: loopback
 	storages []*storage.Storage
 	store    *storageclient.Client
 	prefix   string
@@ -43,14 +48,16 @@ func testLogger(t testing.TB) *slog.Logger {
 func newTestEnv(t testing.TB, storages int) *testEnv {
 	t.Helper()
 	env := startBus(t)
-	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for member := uint64(1); member <= uint64(storages); member++ {
-		env.addStorage(member, log)
-	}
-	env.dialStore()
+	env.addMemlogStorages(storages)
+	return env
+}
+
+// newBubbleEnv is newTestEnv on an in-memory network, for tests where time is the subject: call it inside
+// synctest.Test, and every storage, keeper and client of the env runs on the bubble's fake clock.
+func newBubbleEnv(t testing.TB, storages int) *testEnv {
+	t.Helper()
+	env := startBubbleBus(t)
+	env.addMemlogStorages(storages)
 	return env
 }
 
@@ -59,12 +66,16 @@ func newTestEnv(t testing.TB, storages int) *testEnv {
 func newRaftEnv(t testing.TB) *testEnv {
 	t.Helper()
 	env := startBus(t)
-	cluster := consensustest.Start(t, consensustest.Options{HeartbeatInterval: 100 * time.Millisecond,
-		ElectionTimeout: time.Second})
-	for _, m := range cluster.Members() {
-		env.addStorage(m.Node().ID(), m.Node())
-	}
-	env.dialStore()
+	env.addRaftStorages()
+	return env
+}
+
+// newBubbleRaftEnv is newRaftEnv on an in-memory network (raft peer links included): call it inside
+// synctest.Test.
+func newBubbleRaftEnv(t testing.TB) *testEnv {
+	t.Helper()
+	env := startBubbleBus(t)
+	env.addRaftStorages()
 	return env
 }
 
@@ -74,21 +85,85 @@ func startBus(t testing.TB) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(nats.Shutdown)
-	return &testEnv{t: t, nats: nats, prefix: "test"}
+	return &testEnv{t: t, natsURL: nats.ClientURL(), prefix: "test"}
+}
+
+// startBubbleBus starts NATS in-process, reached at bubbleNATSAddr on a new in-memory network.
+func startBubbleBus(t testing.TB) *testEnv {
+	bus := eventbustest.Start(t)
+	env := &testEnv{t: t, natsURL: "nats://" + bubbleNATSAddr, network: memnet.New(), prefix: "test"}
+	env.network.Route(bubbleNATSAddr, bus.InProcessConn)
+	return env
+}
+
+// bubbleNATSAddr is where a bubble env's NATS is reached on its in-memory network.
+const bubbleNATSAddr = "127.0.0.1:4222"
+
+// addMemlogStorages starts storages of members 1..n on one in-process log, and the env's storage client.
+func (e *testEnv) addMemlogStorages(n int) {
+	log, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for member := uint64(1); member <= uint64(n); member++ {
+		e.addStorage(member, log)
+	}
+	e.dialStore()
+}
+
+// addRaftStorages starts a 3-member consensus cluster on the env's network, a storage on each member, and
+// the env's storage client.
+func (e *testEnv) addRaftStorages() {
+	cluster := consensustest.Start(e.t, consensustest.Options{HeartbeatInterval: 100 * time.Millisecond,
+		ElectionTimeout: time.Second, Network: e.network})
+	for _, m := range cluster.Members() {
+		e.addStorage(m.Node().ID(), m.Node())
+	}
+	e.dialStore()
+}
+
+// connectBus connects a client named name to the env's NATS; it closes when the test ends.
+func (e *testEnv) connectBus(name string) *nats.Conn {
+	e.t.Helper()
+	var opts []nats.Option
+	if e.network != nil {
+		opts = append(opts, eventbus.DialWith(e.network.Dial))
+	}
+	nc, err := eventbus.Connect(e.natsURL, name, testLogger(e.t), opts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(nc.Close)
+	return nc
+}
+
+// listener is where a storage or keeper of the env serves: nil (it binds loopback itself) or an in-memory one.
+func (e *testEnv) listener() net.Listener {
+	if e.network == nil {
+		return nil
+	}
+	return e.network.Listen()
+}
+
+// dialOptions reach the env's servers.
+func (e *testEnv) dialOptions() []grpc.DialOption {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if e.network != nil {
+		opts = append(opts, grpc.WithContextDialer(e.network.Dial))
+	}
+	return opts
 }
 
 // addStorage starts a storage of member on log, publishing on the bus.
 func (e *testEnv) addStorage(member uint64, log commitlog.Log) {
 	t := e.t
-	nc, err := eventbus.Connect(e.nats.ClientURL(), fmt.Sprintf("storage-%x", member), testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc := e.connectBus(fmt.Sprintf("storage-%x", member))
 	pub := eventbus.NewPublisher(nc, eventbus.PublisherConfig{SubjectPrefix: e.prefix, MemberID: member}, nil, testLogger(t))
 	pub.Start()
 	s, err := storage.New(storage.Config{MemberID: member, DataDir: t.TempDir(), ListenURL: "http://127.0.0.1:0",
 		BatchInterval: 10 * time.Millisecond, RequestTimeout: 5 * time.Second, QuotaBackendBytes: -1},
-		storage.Deps{Log: log, Sink: storage.BusSink{Publisher: pub, MemberID: member}, Logger: testLogger(t)})
+		storage.Deps{Log: log, Sink: storage.BusSink{Publisher: pub, MemberID: member}, Logger: testLogger(t),
+			Listener: e.listener()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +175,13 @@ func (e *testEnv) addStorage(member uint64, log commitlog.Log) {
 		defer cancel()
 		_ = s.Stop(ctx)
 		_ = pub.Stop(ctx)
-		nc.Close()
 	})
 	e.storages = append(e.storages, s)
 }
 
 func (e *testEnv) dialStore() {
 	var err error
-	if e.store, err = storageclient.Dial(e.storages[0].URL()); err != nil {
+	if e.store, err = storageclient.Dial(e.storages[0].URL(), e.dialOptions()...); err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = e.store.Close() })
@@ -119,7 +193,7 @@ func (e *testEnv) keeperConfig(name string) Config {
 	for _, s := range e.storages {
 		endpoints = append(endpoints, s.URL())
 	}
-	return Config{Name: name, ListenURL: "http://127.0.0.1:0", StorageEndpoints: endpoints, NATSURL: e.nats.ClientURL(),
+	return Config{Name: name, ListenURL: "http://127.0.0.1:0", StorageEndpoints: endpoints, NATSURL: e.natsURL,
 		SubjectPrefix: e.prefix, CheckpointInterval: 500 * time.Millisecond, ReconcileInterval: time.Second,
 		RequestTimeout: 5 * time.Second}
 }
@@ -127,7 +201,11 @@ func (e *testEnv) keeperConfig(name string) Config {
 // startKeeper starts a keeper; it is killed (not stopped) when the test ends, unless the test stopped it.
 func (e *testEnv) startKeeper(cfg Config) *Keeper {
 	e.t.Helper()
-	k, err := New(cfg, Deps{Logger: testLogger(e.t)})
+	deps := Deps{Logger: testLogger(e.t)}
+	if e.network != nil {
+		deps.Listener, deps.Dialer = e.network.Listen(), e.network.Dial
+	}
+	k, err := New(cfg, deps)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -147,14 +225,14 @@ func waitActive(t testing.TB, k *Keeper, timeout time.Duration) {
 	})
 }
 
-// leaseClient is a raw etcd Lease client of a keeper.
-func leaseClient(t testing.TB, k *Keeper) pb.LeaseClient {
+// leaseClient is a raw etcd Lease client of a keeper of env.
+func (e *testEnv) leaseClient(t testing.TB, k *Keeper) pb.LeaseClient {
 	t.Helper()
 	u, err := url.Parse(k.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(u.Host, e.dialOptions()...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -91,8 +91,12 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	}
 	k.metrics = newMetrics(k)
 	// Calls go to the storage that last answered and fail over only when one cannot serve at all.
+	dialOptions := tel.DialOptions()
+	if deps.Dialer != nil {
+		dialOptions = append(dialOptions, grpc.WithContextDialer(deps.Dialer))
+	}
 	pool, err := storageclient.NewPool(storageclient.PoolConfig{Endpoints: cfg.StorageEndpoints,
-		DialOptions: tel.DialOptions(), FailsOver: storageclient.FailsOverUnavailable, Logger: k.logger})
+		DialOptions: dialOptions, FailsOver: storageclient.FailsOverUnavailable, Logger: k.logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasekeeper: %w", err)
 	}
@@ -112,7 +116,11 @@ func (k *Keeper) ID() string { return k.id }
 // Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
 // claim: the keeper becomes active when it wins it.
 func (k *Keeper) Start(ctx context.Context) error {
-	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger)
+	var natsOptions []nats.Option
+	if k.deps.Dialer != nil {
+		natsOptions = append(natsOptions, eventbus.DialWith(k.deps.Dialer))
+	}
+	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger, natsOptions...)
 	if err != nil {
 		return err
 	}

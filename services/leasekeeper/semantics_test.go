@@ -188,7 +188,7 @@ func TestLeaseSemantics(t *testing.T) {
 	env := newTestEnv(t, 1)
 	k := env.startKeeper(env.keeperConfig("a"))
 	waitActive(t, k, 5*time.Second)
-	tg := leaseTarget{lease: leaseClient(t, k),
+	tg := leaseTarget{lease: env.leaseClient(t, k),
 		put: func(ctx context.Context, key string, lease int64) error {
 			_, err := env.store.Put(ctx, &pb.PutRequest{Key: []byte(key), Lease: lease})
 			return err

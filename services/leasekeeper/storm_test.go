@@ -38,7 +38,7 @@ func TestExpiryStorm(t *testing.T) {
 	cfg := env.keeperConfig("a")
 	k := env.startKeeper(cfg)
 	waitActive(t, k, 5*time.Second)
-	lc := leaseClient(t, k)
+	lc := env.leaseClient(t, k)
 	ctx := ctxT(t, 10*time.Minute)
 
 	const ttl = 3600 // nothing expires while granting; the storm is set off below

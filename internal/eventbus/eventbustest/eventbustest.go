@@ -14,6 +14,8 @@ package eventbustest
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -56,6 +58,16 @@ func (b *Bus) Connect(t testing.TB, name string) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// InProcessConn is a new client connection to b through an in-memory pipe, for a client that dials b itself
+// (a memnet route, so a service's dialer reaches b).
+func (b *Bus) InProcessConn(context.Context) (net.Conn, error) {
+	c, err := b.srv.InProcessConn()
+	if err != nil {
+		return nil, fmt.Errorf("in-process nats connection: %w", err)
+	}
+	return c, nil
 }
 
 // Flush waits until the server has processed everything nc sent, for at most 10 seconds (on the fake clock

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/testing/memnet"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
@@ -35,6 +36,9 @@ type Options struct {
 	Configure func(*consensus.Config)
 	// Telemetry, if set, is every member's telemetry (default: none).
 	Telemetry *obs.Telemetry
+	// Network, if set, carries every member's peer and API connections in memory instead of on loopback, so
+	// the cluster can run inside a synctest bubble (start it there: within synctest.Test).
+	Network *memnet.Network
 }
 
 func (o Options) withDefaults() Options {
@@ -121,8 +125,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 	return c
 }
 
-// newMember binds a loopback peer listener (and API listener) for a member, so its addresses are its own
-// before anything starts.
+// newMember binds a loopback (or Options.Network) peer listener, and API listener, for a member, so its
+// addresses are its own before anything starts.
 func (c *Cluster) newMember(name string) *Member {
 	m := &Member{Name: name, cluster: c, DataDir: filepath.Join(c.dir, name), Faults: transport.NewFaults()}
 	m.PeerURL = "http://" + m.reserve(c.t)
@@ -132,9 +136,15 @@ func (c *Cluster) newMember(name string) *Member {
 	return m
 }
 
-// reserve binds 127.0.0.1:0 for the member's first start and returns the address.
+// reserve binds 127.0.0.1:0 (or a port of Options.Network) for the member's first start and returns the
+// address.
 func (m *Member) reserve(t testing.TB) string {
 	t.Helper()
+	if network := m.cluster.opts.Network; network != nil {
+		lis := network.Listen()
+		m.reserved = append(m.reserved, lis)
+		return lis.Addr().String()
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -144,20 +154,37 @@ func (m *Member) reserve(t testing.TB) string {
 }
 
 // deps are the member's dependencies for one start: the reserved listeners on the first, none after
-// (consensus binds the same URLs again).
-func (c *Cluster) deps(m *Member) consensus.Deps {
+// (consensus binds the same URLs again; on Options.Network, the same addresses are bound here).
+func (c *Cluster) deps(m *Member) (consensus.Deps, error) {
 	deps := consensus.Deps{Faults: m.Faults, Logger: testLogger(m.Name), Telemetry: c.opts.Telemetry}
 	m.mu.Lock()
 	reserved := m.reserved
 	m.reserved = nil
 	m.mu.Unlock()
+	if c.opts.Network != nil {
+		deps.Dialer = c.opts.Network.Dial
+		if len(reserved) == 0 {
+			addrs := []string{strings.TrimPrefix(m.PeerURL, "http://")}
+			if m.APIAddr != "" {
+				addrs = append(addrs, m.APIAddr)
+			}
+			for _, addr := range addrs {
+				lis, err := c.opts.Network.ListenAt(addr)
+				if err != nil {
+					closeListeners(consensus.Deps{PeerListeners: reserved})
+					return deps, fmt.Errorf("member %s: %w", m.Name, err)
+				}
+				reserved = append(reserved, lis)
+			}
+		}
+	}
 	if len(reserved) > 0 {
 		deps.PeerListeners = reserved[:1]
 	}
 	if len(reserved) > 1 {
 		deps.ConsensusListener = reserved[1]
 	}
-	return deps
+	return deps, nil
 }
 
 func (c *Cluster) config(m *Member) consensus.Config {
@@ -327,3 +354,6 @@ func (c *Cluster) WaitPublished(timeout time.Duration) {
 		return true
 	})
 }
+
+// Options returns the cluster's options, defaults filled in.
+func (c *Cluster) Options() Options { return c.opts }

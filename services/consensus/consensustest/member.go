@@ -27,7 +27,11 @@ func (m *Member) Machine() *StateMachine {
 
 // Start starts (or restarts, from its data directory) the member's node, and its state machine.
 func (m *Member) Start() error {
-	cfg, deps := m.cluster.config(m), m.cluster.deps(m)
+	cfg := m.cluster.config(m)
+	deps, err := m.cluster.deps(m)
+	if err != nil {
+		return err
+	}
 	n, err := consensus.New(cfg, deps)
 	if err != nil {
 		closeListeners(deps)

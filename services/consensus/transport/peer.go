@@ -68,6 +68,9 @@ func startPeer(t *Transport, id uint64, target string) (*peer, error) {
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxRecvMsgSize), grpc.MaxCallSendMsgSize(MaxRecvMsgSize)),
 	}, append(rpctune.DialOptions(), t.cfg.DialOptions...)...)
+	if t.cfg.Dialer != nil {
+		opts = append(opts, grpc.WithContextDialer(t.cfg.Dialer))
+	}
 	conn, err := grpc.NewClient(target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial peer %x at %s: %w", id, target, err)
@@ -149,10 +152,24 @@ func (p *peer) streamLoop(c class) {
 	}
 }
 
+// dial opens a messages link to the peer, through Config.Dialer when set.
+func (p *peer) dial() (*framed.Conn, error) {
+	if p.t.cfg.Dialer == nil {
+		return framed.Dial(p.target, MessagesPreamble, dialTimeout)
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
+	defer cancel()
+	nc, err := p.t.cfg.Dialer(ctx, p.target)
+	if err != nil {
+		return nil, err
+	}
+	return framed.Open(nc, MessagesPreamble, dialTimeout)
+}
+
 // runStream opens one messages link and sends on it until it breaks; sent says whether anything went through
 // (then the backoff starts over).
 func (p *peer) runStream(c class) (sent bool, err error) {
-	conn, err := framed.Dial(p.target, MessagesPreamble, dialTimeout)
+	conn, err := p.dial()
 	if err != nil {
 		return false, status.Errorf(codes.Unavailable, "transport: dial peer %x at %s: %v", p.id, p.target, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
 	"time"
@@ -60,6 +61,9 @@ type Config struct {
 	CommitHold time.Duration
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults
+	// Dialer, when set, makes the connections to peers (addr is host:port), messages links and snapshot calls
+	// alike, instead of TCP: tests run members on an in-memory network inside a synctest bubble.
+	Dialer func(ctx context.Context, addr string) (net.Conn, error)
 }
 
 func (c Config) withDefaults() Config {
