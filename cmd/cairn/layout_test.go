@@ -42,11 +42,19 @@ func TestReleaseBinaryLinksNoTestCode(t *testing.T) {
 func TestLayoutByRole(t *testing.T) {
 	isService := func(p string) bool { return strings.HasPrefix(p, module+"/services/") }
 	isTool := func(p string) bool { return strings.HasPrefix(p, module+"/internal/tools/") }
-	for _, pkg := range goList(t, module+"/api/...", module+"/internal/...", module+"/services/...") {
+	// One go list for every package: each line is a package and its transitive dependencies.
+	lines, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Deps " "}}`,
+		module+"/api/...", module+"/internal/...", module+"/services/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+		fields := strings.Fields(line)
+		pkg, deps := fields[0], fields[1:]
 		if isTestSupport(pkg) || isTool(pkg) {
 			continue
 		}
-		for _, dep := range goList(t, "-deps", pkg) {
+		for _, dep := range deps {
 			if !strings.HasPrefix(dep, module+"/") || dep == pkg {
 				continue
 			}
