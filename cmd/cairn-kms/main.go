@@ -1,10 +1,10 @@
 // Command cairn-kms is Cairn's reference KMS plugin (see internal/seal/kmsplugin): a local key service with key
 // versions kept in a JSON file. Cairn starts it as a go-plugin plugin from an EncryptionConfiguration:
 //
-//	- kms:
-//	    name: local-kms
-//	    command: /usr/local/bin/cairn-kms
-//	    args: ["--key-file", "/etc/cairn/kms-keys.json"]
+//   - kms:
+//     name: local-kms
+//     command: /usr/local/bin/cairn-kms
+//     args: ["--key-file", "/etc/cairn/kms-keys.json"]
 //
 // Operators run it by hand to manage the key file:
 //

@@ -48,6 +48,8 @@ func newRootCommand() *cobra.Command {
 		newBenchCommand(),
 		newLeasekeeperCommand(),
 		newWatchhubCommand(),
+		newEncryptionCommand(),
+		newSnapshotSealCommand(),
 	)
 	return root
 }

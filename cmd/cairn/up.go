@@ -15,6 +15,7 @@ import (
 
 func newUpCommand() *cobra.Command {
 	var cfg localstack.Config
+	var enc encryptionFlag
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a local multi-process Cairn cluster: NATS, 3 members (consensus + storage), 2 leasekeepers, 2 watchhubs and the frontends",
@@ -25,7 +26,7 @@ func newUpCommand() *cobra.Command {
 		Example: "  cairn up\n  cairn up --data-dir /tmp/cairn-up --members 5 --client-port 12379\n" +
 			"  etcdctl --endpoints http://127.0.0.1:2379 put foo bar",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc) },
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "up.cairn", "Directory for the members' data, the logs, layout.json and stack.json.")
@@ -37,13 +38,14 @@ func newUpCommand() *cobra.Command {
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
+	enc.register(flags) // passed to every storage and watchhub
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
 	return cmd
 }
 
-func runUp(cmd *cobra.Command, cfg localstack.Config) error {
+func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag) error {
 	binary, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locating the cairn binary: %w", err)
@@ -51,6 +53,15 @@ func runUp(cmd *cobra.Command, cfg localstack.Config) error {
 	cfg.Binary = binary
 	if cfg.ClientTLS, err = cfg.ClientTLS.Absolute(); err != nil {
 		return err
+	}
+	encryptionConfig, err := enc.absolute()
+	if err != nil {
+		return err
+	}
+	if encryptionConfig != "" {
+		// The storages seal, the watchhubs open the bus records: both need the file.
+		args := []string{"--encryption-config", encryptionConfig}
+		cfg.ExtraArgs = map[string][]string{"storage": args, "watchhub": args}
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	stack, err := localstack.New(cfg)

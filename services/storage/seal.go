@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -201,28 +202,41 @@ func sealError(err error) error {
 // sampleValues is how many stored values checkKeyring opens at start.
 const sampleValues = 64
 
-// checkKeyring opens a sample of the stored values (the newest sampleValues revisions) of the database at path,
-// read-only, before storage opens it, so a missing or wrong key refuses the start with a clear message, changing
-// nothing on disk, instead of failing reads later.
-func checkKeyring(path string, keyring *seal.Keyring) error {
+// checkKeyring reads the database at path read-only before storage opens it: every stored value's header must
+// name a provider and key the configuration has (so removing a key that still seals values refuses the start),
+// and the newest sampleValues values must open (so a wrong secret or a missing plugin refuses it too). A refused
+// start changes nothing on disk and says why.
+func checkKeyring(path string, keyring *seal.Keyring, logger *slog.Logger) error {
 	if keyring == nil {
 		return nil
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	checked := 0
+	census := seal.Census{}
+	opened := 0
 	err := mvcc.ScanValues(path, true, func(kv *mvccpb.KeyValue) error {
-		if _, err := keyring.Open(context.Background(), kv.Key, kv.Value); err != nil {
-			return err
-		}
-		if checked++; checked == sampleValues {
-			return mvcc.ErrStopScan
+		census.Add(kv.Value)
+		if opened < sampleValues {
+			opened++
+			if _, err := keyring.Open(context.Background(), kv.Key, kv.Value); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
+	if err == nil {
+		if missing := keyring.Missing(census); len(missing) > 0 {
+			err = fmt.Errorf("%w: %d stored values are sealed with %v, which the configuration no longer has "+
+				"(rewrap them with `cairn encryption rewrap` and compact before removing a key)",
+				seal.ErrUnknownKey, census[missing[0]], missing)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("storage %s: the encryption configuration cannot open the stored values: %w", path, err)
+	}
+	for _, ref := range census.Refs() {
+		logger.Info("stored values by key", "provider", ref.Provider, "key", ref.KeyID, "values", census[ref])
 	}
 	return nil
 }

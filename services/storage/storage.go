@@ -104,7 +104,7 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 	}
 	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout)
 	s.metrics = newMetrics(s)
-	if err := checkKeyring(s.dbPath(), s.keyring); err != nil {
+	if err := checkKeyring(s.dbPath(), s.keyring, s.logger); err != nil {
 		return nil, err
 	}
 	st, err := s.openStore()
