@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -144,7 +143,7 @@ func (p *Provider) running() (kmspb.KeyServiceClient, error) {
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugin.PluginSet{pluginName: &grpcPlugin{}},
-		Cmd:              exec.Command(p.cfg.Command, p.cfg.Args...),
+		Cmd:              pluginCommand(p.cfg.Command, p.cfg.Args),
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		StartTimeout:     p.cfg.Timeout,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: "kms-plugin", JSONFormat: true, Level: hclog.Warn,
