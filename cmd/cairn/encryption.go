@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/cairn-kv/cairn/internal/seal"
 	"github.com/cairn-kv/cairn/internal/seal/kmsplugin"
@@ -69,7 +70,7 @@ func (f *sealClientFlags) register(flags *pflag.FlagSet) {
 }
 
 func (f *sealClientFlags) client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: f.endpoints, DialTimeout: 5 * time.Second})
+	return clientv3.New(clientv3.Config{Endpoints: f.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 }
 
 func newEncryptionStatusCommand() *cobra.Command {
