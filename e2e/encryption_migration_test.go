@@ -80,6 +80,20 @@ func TestEncryptionMigrationOnCairnUp(t *testing.T) {
 		}
 	}
 
+	// A rotation inside the KMS: the storages wrap new data keys under v2 within seconds; rewrap moves the rest.
+	runCmd(t, kmsBinary, "rotate", "--key-file", keyFile)
+	waittest.Until(t, time.Minute, time.Second, "every key's latest value under KMS key v2 after rotate and rewrap", func() bool {
+		runCairn(t, "encryption", "rewrap", "--endpoints", strings.Join(s.endpoints, ","), "--encryption-config", config)
+		status := runCairn(t, "encryption", "status", "--endpoints", strings.Join(s.endpoints, ","), "--encryption-config", config)
+		for _, line := range strings.Split(strings.TrimSpace(status), "\n")[1:] {
+			if fields := strings.Fields(line); (fields[0] != "local-kms" || fields[1] != "v2") && latestColumn(t, fields) != 0 {
+				return false
+			}
+		}
+		t.Logf("after the KMS rotation:\n%s", status)
+		return true
+	})
+
 	// kill -9 of every KMS plugin under the write loop. Data keys are cached, so the load does not need the
 	// plugins until a storage restarts with an empty cache: its start unwraps through a plugin started again.
 	for round := range 2 {

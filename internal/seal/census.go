@@ -47,18 +47,10 @@ func (k *Keyring) Missing(c Census) []KeyRef {
 	return missing
 }
 
-// IsPrimary reports whether ref is what seals new values of key now (for a KMS provider: the provider, whose key
-// version is the plugin's).
+// IsPrimary reports whether ref is what seals new values of key now. For a KMS provider that is its key version
+// when this keyring sealed its last data key (at NewKeyring at the latest); storages move to a new KMS version
+// within PrimaryCheckInterval of the rotation, so run a rewrap after that.
 func (k *Keyring) IsPrimary(key []byte, ref KeyRef) bool {
 	provider, keyID := k.Primary(key)
-	if provider != ref.Provider {
-		return false
-	}
-	if k == nil {
-		return true
-	}
-	if _, local := k.providers[provider].(*localProvider); local {
-		return keyID == ref.KeyID
-	}
-	return true
+	return provider == ref.Provider && (keyID == "" || keyID == ref.KeyID)
 }

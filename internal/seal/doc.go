@@ -15,7 +15,8 @@
 // A Keyring is built from a Config: a key belongs to the resource with its longest matching prefix; the first
 // provider of that resource seals, every provider of the file opens, and a value without the header is returned
 // as it is only where the resource lists identity (migration from a plain store). A writer's data key is reused
-// for at most DataKeyUses seals or DataKeyAge, then replaced; unwrapped data keys are kept in a bounded cache with
+// for at most DataKeyUses seals or DataKeyAge, or until its KMS reports another primary key (PrimaryReporter),
+// then replaced; unwrapped data keys are kept in a bounded cache with
 // an expiry, so a KMS round trip is paid once per data key, not per request.
 //
 // Errors are typed: ErrAuthFailed (tampered or wrong key), ErrUnknownKey (a provider or key the file does not

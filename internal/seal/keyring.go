@@ -58,6 +58,30 @@ type writerKey struct {
 	header  Header
 	uses    int64
 	created time.Time
+	checked time.Time // when the provider's primary key was last compared with header's (primaryMoved)
+}
+
+// PrimaryReporter is a Provider whose primary key can change while it runs (a KMS rotating its key): the keyring
+// asks it at most every PrimaryCheckInterval and wraps a new data key as soon as the primary moved.
+type PrimaryReporter interface {
+	PrimaryKeyID(ctx context.Context) (string, error)
+}
+
+// PrimaryCheckInterval is how often a writer's data key is checked against its PrimaryReporter's primary key.
+const PrimaryCheckInterval = 10 * time.Second
+
+// primaryMoved reports whether p reports a primary key other than the one w's data key is wrapped under (checked
+// at most every PrimaryCheckInterval; an error keeps the current data key). k.mu is held.
+func (k *Keyring) primaryMoved(ctx context.Context, p Provider, w *writerKey) bool {
+	reporter, ok := p.(PrimaryReporter)
+	if !ok || time.Since(w.checked) < PrimaryCheckInterval {
+		return false
+	}
+	w.checked = time.Now()
+	ctx, cancel := context.WithTimeout(ctx, time.Second) // seals wait on this: a KMS that is down must not hold them
+	defer cancel()
+	primary, err := reporter.PrimaryKeyID(ctx)
+	return err == nil && primary != w.header.KeyID
 }
 
 // KMSOpener starts a KMS provider; the binary passes kmsplugin's (see OpenKMS), tests may pass another.
@@ -234,7 +258,7 @@ func (k *Keyring) writerKey(ctx context.Context, p Provider) (*dataKey, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	w := k.writers[p.Name()]
-	if w != nil && w.uses < k.opts.DataKeyUses && time.Since(w.created) < k.opts.DataKeyAge {
+	if w != nil && w.uses < k.opts.DataKeyUses && time.Since(w.created) < k.opts.DataKeyAge && !k.primaryMoved(ctx, p, w) {
 		w.uses++
 		return w.key, nil
 	}
@@ -249,7 +273,7 @@ func (k *Keyring) writerKey(ctx context.Context, p Provider) (*dataKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	k.writers[p.Name()] = &writerKey{key: dk, header: h, uses: 1, created: time.Now()}
+	k.writers[p.Name()] = &writerKey{key: dk, header: h, uses: 1, created: time.Now(), checked: time.Now()}
 	k.cache.Add(cacheKey(h), dk)
 	k.opts.Logger.Info("new data key", "provider", p.Name(), "key", keyID)
 	return dk, nil

@@ -82,6 +82,20 @@ func (p *Provider) Unwrap(ctx context.Context, keyID string, wrapped []byte) ([]
 	return resp.Plaintext, nil
 }
 
+// PrimaryKeyID asks the plugin for its primary key (seal.PrimaryReporter): a rotation in the KMS reaches new data
+// keys within seal.PrimaryCheckInterval.
+func (p *Provider) PrimaryKeyID(ctx context.Context) (string, error) {
+	var resp *kmspb.StatusResponse
+	err := p.call(ctx, func(ctx context.Context, kms kmspb.KeyServiceClient) (err error) {
+		resp, err = kms.Status(ctx, &kmspb.StatusRequest{})
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	return resp.KeyId, nil
+}
+
 // Close stops the plugin process.
 func (p *Provider) Close() error {
 	p.mu.Lock()
