@@ -68,12 +68,14 @@ type KeyConfig struct {
 // KMSConfig is a KMS provider run as a go-plugin plugin: Command (with Args) is started and spoken to over
 // gRPC; Name names it in sealed values' headers, so it must stay the same for as long as values use it.
 type KMSConfig struct {
+	// APIVersion is accepted for Kubernetes' shape and ignored: the plugin protocol is kmsplugin's version 1.
 	APIVersion string        `yaml:"apiVersion"`
 	Name       string        `yaml:"name"`
 	Command    string        `yaml:"command"`
 	Args       []string      `yaml:"args"`
 	Timeout    time.Duration `yaml:"timeout"`
-	// CacheSize bounds the unwrapped data keys kept (0: DefaultCacheSize).
+	// CacheSize bounds the unwrapped data keys kept (0: DefaultCacheSize); the keyring's one cache takes the
+	// largest of the file.
 	CacheSize int `yaml:"cachesize"`
 }
 

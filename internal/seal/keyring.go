@@ -93,6 +93,13 @@ func NewKeyring(ctx context.Context, cfg *Config, opts Options, openKMS KMSOpene
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	for _, r := range cfg.Resources {
+		for _, pc := range r.Providers {
+			if pc.KMS != nil && pc.KMS.CacheSize > opts.CacheSize {
+				opts.CacheSize = pc.KMS.CacheSize
+			}
+		}
+	}
 	opts = opts.withDefaults()
 	k := &Keyring{opts: opts, providers: map[string]Provider{}, writers: map[string]*writerKey{},
 		cache: expirable.NewLRU[string, *dataKey](opts.CacheSize, nil, opts.CacheTTL)}
