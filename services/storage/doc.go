@@ -45,7 +45,8 @@
 // prev_kvs and History here). A provider that does not answer fails the call with Unavailable (retryable), a
 // value that fails authentication with DataLoss, logged as an ALARM and counted (cairn_storage_seal_open_failures_total).
 // New reads the database read-only first and refuses to start, changing nothing, when a stored value names a key
-// the configuration lacks or a sample of the newest values does not open.
+// the configuration lacks or a sample of the newest values does not open, and, without a keyring, when the newest
+// values are sealed (they would be served as ciphertext).
 //
 // Lifecycle: New(cfg, deps) → Start(ctx) → Stop(ctx) (safe twice). Deps carries the logger, telemetry, registry,
 // a listener bound by the caller, the Log to apply and the AppliedSink. Assemble builds a member's storage the one

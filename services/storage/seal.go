@@ -199,6 +199,27 @@ func sealError(err error) error {
 	return err
 }
 
+// checkNoSealedValues refuses a start without an encryption configuration on a store whose newest values are
+// sealed: they would be served as ciphertext.
+func checkNoSealedValues(path string) error {
+	checked := 0
+	err := mvcc.ScanValues(path, true, func(kv *mvccpb.KeyValue) error {
+		if seal.IsSealed(kv.Value) {
+			ref := seal.RefOf(kv.Value)
+			return fmt.Errorf("%w: the stored values are sealed (%s key %q) and no encryption configuration was given "+
+				"(--encryption-config)", seal.ErrUnknownKey, ref.Provider, ref.KeyID)
+		}
+		if checked++; checked == sampleValues {
+			return mvcc.ErrStopScan
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("storage %s: %w", path, err)
+	}
+	return nil
+}
+
 // sampleValues is how many stored values checkKeyring opens at start.
 const sampleValues = 64
 
@@ -207,11 +228,11 @@ const sampleValues = 64
 // and the newest sampleValues values must open (so a wrong secret or a missing plugin refuses it too). A refused
 // start changes nothing on disk and says why.
 func checkKeyring(path string, keyring *seal.Keyring, logger *slog.Logger) error {
-	if keyring == nil {
-		return nil
-	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
+	}
+	if keyring == nil {
+		return checkNoSealedValues(path)
 	}
 	census := seal.Census{}
 	opened := 0

@@ -161,7 +161,8 @@ func TestSealedValues(t *testing.T) {
 	}{
 		{"key removed", fmt.Sprintf("  - aesgcm: {keys: [{name: key2, secret: %s}]}\n", randomSecret()), "not configured"},
 		{"wrong secret", fmt.Sprintf("  - aesgcm: {keys: [{name: key1, secret: %s}]}\n", randomSecret()), "failed authentication"},
-		{"encryption off", "  - identity: {}\n", "not configured"},
+		{"identity only", "  - identity: {}\n", "not configured"},
+		{"no configuration", "", "no encryption configuration was given"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			memlog, err := commitlogtest.Open(commitlogtest.Config{MemberID: 1, Path: logPath})
@@ -169,7 +170,11 @@ func TestSealedValues(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer memlog.Close()
-			_, err = New(cfg, Deps{Log: memlog, Keyring: testKeyring(t, tt.providers), Logger: slog.New(slog.DiscardHandler)})
+			var keyring *seal.Keyring
+			if tt.providers != "" {
+				keyring = testKeyring(t, tt.providers)
+			}
+			_, err = New(cfg, Deps{Log: memlog, Keyring: keyring, Logger: slog.New(slog.DiscardHandler)})
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "encryption configuration") {
 				t.Fatalf("New = %v, want a refusal saying %q", err, tt.wantErr)
 			}
