@@ -17,6 +17,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/seal"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/frontend"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
@@ -36,6 +37,7 @@ type devOptions struct {
 	maxTxnOps         int
 	tls               clienttls.Files
 	fromSnapshot      string
+	encryption        encryptionFlag
 }
 
 func newDevCommand() *cobra.Command {
@@ -60,6 +62,7 @@ func newDevCommand() *cobra.Command {
 	flags.IntVar(&do.maxRequestBytes, "max-request-bytes", 1572864, "Maximum client request size in bytes the server will accept.")
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
 	flags.StringVar(&do.fromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into a new --data-dir, then start.")
+	do.encryption.register(flags)
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	do.tls.RegisterFlags(tlsFlags)
 	flags.AddGoFlagSet(tlsFlags)
@@ -81,6 +84,7 @@ type devStack struct {
 	consensusURL string
 	leaseURL     string
 	watchURL     string
+	keyring      *seal.Keyring // the storage's and the watchhub's; nil without --encryption-config
 	stops        []func(context.Context) error
 }
 
@@ -116,6 +120,11 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 	}
 	defer lock.Release()
 	d := &devStack{do: do, proc: proc}
+	if d.keyring, err = do.encryption.load(ctx, proc.logger); err != nil {
+		proc.close(context.WithoutCancel(ctx))
+		return err
+	}
+	d.stops = append(d.stops, func(context.Context) error { return d.keyring.Close() }) // last to stop
 	for _, start := range devComponents() {
 		if err := start(ctx, d); err != nil {
 			_ = d.stop(context.WithoutCancel(ctx))
@@ -220,7 +229,7 @@ func startDevStorage(ctx context.Context, d *devStack) error {
 	cfg := storage.Config{DataDir: filepath.Join(d.do.dataDir, "storage"), ListenURL: d.storageURL,
 		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: d.storageLis, Log: d.node}, storage.Bus{NATSURL: d.natsURL})
+		Registry: proc.registry, Listener: d.storageLis, Log: d.node, Keyring: d.keyring}, storage.Bus{NATSURL: d.natsURL})
 	if err == nil {
 		err = member.Start(ctx)
 	}
@@ -270,7 +279,7 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
 		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes}
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: lis})
+		Registry: proc.registry, Listener: lis, Keyring: d.keyring})
 	if err != nil {
 		return err
 	}

@@ -50,6 +50,7 @@ func newRootCommand() *cobra.Command {
 		newWatchhubCommand(),
 		newSnapshotCommand(),
 		newBackupCommand(),
+		newEncryptionCommand(),
 	)
 	return root
 }

@@ -24,7 +24,7 @@ func newSnapshotCommand() *cobra.Command {
 		Use:   "snapshot <subcommand>",
 		Short: "Restores a snapshot (Cairn's or etcd v3.5-v3.7's) into a member data dir, or describes one, as etcdutl does",
 	}
-	cmd.AddCommand(newSnapshotRestoreCommand(), newSnapshotStatusCommand())
+	cmd.AddCommand(newSnapshotRestoreCommand(), newSnapshotStatusCommand(), newSnapshotDecryptCommand())
 	return cmd
 }
 

@@ -17,6 +17,7 @@ type storageOptions struct {
 	name              string
 	consensusEndpoint string
 	natsURL           string
+	encryption        encryptionFlag
 }
 
 func newStorageCommand() *cobra.Command {
@@ -39,6 +40,7 @@ func newStorageCommand() *cobra.Command {
 	flags.StringVar(&so.name, "name", "default", "Name of this member (as its consensus member is named), for logs.")
 	flags.StringVar(&so.consensusEndpoint, "consensus-endpoint", "http://localhost:2390", "Consensus API URL of this member's consensus (its --listen-consensus-url).")
 	flags.StringVar(&so.natsURL, "nats-url", "", "NATS URL to publish applied records on (comma-separated for a NATS cluster); empty publishes nothing.")
+	so.encryption.register(flags)
 	opts.register(flags, "http://localhost:23791")
 	return cmd
 }
@@ -59,8 +61,13 @@ func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts
 		return err
 	}
 	defer log.Close()
+	keyring, err := so.encryption.load(ctx, proc.logger)
+	if err != nil {
+		return fmt.Errorf("storage of %s: %w", so.name, err)
+	}
+	defer keyring.Close()
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Log: log}, storage.Bus{NATSURL: so.natsURL})
+		Registry: proc.registry, Log: log, Keyring: keyring}, storage.Bus{NATSURL: so.natsURL})
 	if err == nil {
 		err = member.Start(ctx)
 	}

@@ -18,6 +18,7 @@ import (
 
 func newUpCommand() *cobra.Command {
 	var cfg localstack.Config
+	var enc encryptionFlag
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a local multi-process Cairn cluster: NATS, 3 members (consensus + storage), 2 leasekeepers, 2 watchhubs and the frontends",
@@ -28,7 +29,7 @@ func newUpCommand() *cobra.Command {
 		Example: "  cairn up\n  cairn up --data-dir /tmp/cairn-up --members 5 --client-port 12379\n" +
 			"  etcdctl --endpoints http://127.0.0.1:2379 put foo bar",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc) },
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "up.cairn", "Directory for the members' data, the logs, layout.json and stack.json.")
@@ -44,13 +45,14 @@ func newUpCommand() *cobra.Command {
 	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a `cairn backup` child keeping verified snapshots in this directory.")
 	flags.DurationVar(&cfg.BackupInterval, "backup-interval", 30*time.Minute, "Time between backups with --backup-dir.")
 	flags.IntVar(&cfg.BackupKeep, "backup-keep", 48, "Snapshots kept with --backup-dir.")
+	enc.register(flags) // passed to every storage and watchhub
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
 	return cmd
 }
 
-func runUp(cmd *cobra.Command, cfg localstack.Config) error {
+func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag) error {
 	binary, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locating the cairn binary: %w", err)
@@ -63,6 +65,15 @@ func runUp(cmd *cobra.Command, cfg localstack.Config) error {
 	}
 	if cfg.ClientTLS, err = cfg.ClientTLS.Absolute(); err != nil {
 		return err
+	}
+	encryptionConfig, err := enc.absolute()
+	if err != nil {
+		return err
+	}
+	if encryptionConfig != "" {
+		// The storages seal, the watchhubs open the bus records: both need the file.
+		args := []string{"--encryption-config", encryptionConfig}
+		cfg.ExtraArgs = map[string][]string{"storage": args, "watchhub": args}
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	lock, err := lockDataDir(cfg.DataDir, "cairn up", datadir.Stack)

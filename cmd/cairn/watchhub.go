@@ -14,27 +14,35 @@ func newWatchhubCommand() *cobra.Command {
 	cfg := watchhub.DefaultConfig()
 	var opts processOptions
 	var name string
+	var enc encryptionFlag
 	cmd := &cobra.Command{
 		Use:   "watchhub",
 		Short: "Run a watchhub: the etcd Watch API, fed by the storages' applied records on NATS",
 		Example: "  cairn watchhub --listen-url http://127.0.0.1:23800 --nats-url nats://127.0.0.1:4222 " +
 			"--storage-endpoints http://127.0.0.1:23790,http://127.0.0.1:23791 --listen-metrics-urls http://127.0.0.1:23801",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runWatchhub(cmd.Context(), cfg, name, opts) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWatchhub(cmd.Context(), cfg, name, enc, opts) },
 	}
 	addGoFlags(cmd, func(fs *flag.FlagSet) { cfg.RegisterFlags(fs) })
 	cmd.Flags().StringVar(&name, "name", "watchhub", "Name of this hub in logs.")
+	enc.register(cmd.Flags())
 	opts.register(cmd.Flags(), "http://localhost:23801")
 	return cmd
 }
 
 // runWatchhub serves until ctx ends (SIGINT or SIGTERM), then stops; its clients resume on another hub.
-func runWatchhub(ctx context.Context, cfg watchhub.Config, name string, opts processOptions) error {
+func runWatchhub(ctx context.Context, cfg watchhub.Config, name string, enc encryptionFlag, opts processOptions) error {
 	proc, err := newProcess(ctx, "watchhub", name, opts)
 	if err != nil {
 		return err
 	}
-	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
+	keyring, err := enc.load(ctx, proc.logger)
+	if err != nil {
+		return err
+	}
+	defer keyring.Close()
+	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry,
+		Keyring: keyring})
 	if err != nil {
 		return err
 	}

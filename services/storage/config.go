@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/seal"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -74,6 +75,10 @@ type Deps struct {
 	Log commitlog.Log
 	// Sink receives every applied record; nil drops them.
 	Sink AppliedSink
+	// Keyring seals the values of writes before they are proposed and opens them for readers (see seal.go);
+	// nil stores values plain. Every member of a cluster must open what the others seal: they share the
+	// encryption configuration. The caller owns it (closes it after Stop).
+	Keyring *seal.Keyring
 }
 
 // ErrNoLog is returned by New when Deps.Log is nil.

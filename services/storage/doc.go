@@ -39,6 +39,15 @@
 // retrying until commits succeed again. Acknowledged writes are in the log, so none is lost. Writes past the
 // quota raise etcd's NOSPACE alarm and are then refused with rpctypes.ErrGRPCNoSpace until it is disarmed.
 //
+// Encryption at rest (Deps.Keyring, package seal): Submit seals a write's values (and a txn's value compares)
+// before proposing, so the log, its snapshots, bbolt, Snapshot and the applied records hold ciphertext and every
+// member stores the same bytes; values are opened where they leave toward a reader (ranges and compares in mvcc,
+// prev_kvs and History here). A provider that does not answer fails the call with Unavailable (retryable), a
+// value that fails authentication with DataLoss, logged as an ALARM and counted (cairn_storage_seal_open_failures_total).
+// New reads the database read-only first and refuses to start, changing nothing, when a stored value names a key
+// the configuration lacks or a sample of the newest values does not open, and, without a keyring, when the newest
+// values are sealed (they would be served as ciphertext).
+//
 // Lifecycle: New(cfg, deps) → Start(ctx) → Stop(ctx) (safe twice). Deps carries the logger, telemetry, registry,
 // a listener bound by the caller, the Log to apply and the AppliedSink. Assemble builds a member's storage the one
 // way the binary, `cairn dev` and the test clusters do: its member ID asked of the log, its records published on

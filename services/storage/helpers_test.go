@@ -35,8 +35,16 @@ func newMemlog(t testing.TB, memberID uint64) *commitlogtest.Log {
 
 func startMember(t testing.TB, cfg Config, log commitlog.Log, tel *obs.Telemetry) *testMember {
 	t.Helper()
+	return startMemberWith(t, cfg, Deps{Log: log, Telemetry: tel})
+}
+
+// startMemberWith is startMember with deps (a memory sink and a silent logger are added).
+func startMemberWith(t testing.TB, cfg Config, deps Deps) *testMember {
+	t.Helper()
 	sink := NewMemorySink()
-	s, err := New(cfg, Deps{Log: log, Sink: sink, Telemetry: tel, Logger: slog.New(slog.DiscardHandler)})
+	deps.Sink, deps.Logger = sink, slog.New(slog.DiscardHandler)
+	log := deps.Log
+	s, err := New(cfg, deps)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -16,6 +16,7 @@ type metrics struct {
 	applySeconds  prometheus.Histogram
 	submitSeconds *obs.Observers
 	failures      prometheus.Counter
+	sealFailures  *prometheus.CounterVec
 }
 
 func newMetrics(s *Storage) *metrics {
@@ -33,11 +34,14 @@ func newMetrics(s *Storage) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-5, 4, 12)}, []string{"type", "code"})),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "storage",
 			Name: "failures_total", Help: "Store failures (failed bbolt commits) that needed a reopen and replay."}),
+		sealFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "storage",
+			Name: "seal_open_failures_total", Help: "Sealed values that did not open, by reason (auth_failed is an alarm: tampered data)."},
+			[]string{"reason"}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "storage", Name: name, Help: help}, f)
 	}
-	m.registry.MustRegister(m.applySeconds, m.submitSeconds.Vec(), m.failures,
+	m.registry.MustRegister(m.applySeconds, m.submitSeconds.Vec(), m.failures, m.sealFailures,
 		gauge("applied_index", "Last log index applied.", func() float64 { return float64(s.currentStore().Position().AppliedIndex) }),
 		gauge("durable_index", "Last log index committed to bbolt.", func() float64 { return float64(s.currentStore().Position().DurableIndex) }),
 		gauge("revision", "Current MVCC revision.", func() float64 { return float64(s.currentStore().Position().Revision) }),

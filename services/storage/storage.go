@@ -26,6 +26,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
+	"github.com/cairn-kv/cairn/internal/seal"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
@@ -47,6 +48,7 @@ type Storage struct {
 	ids     *requestIDs
 	waiters *waiters
 	reads   *readBarrier
+	keyring *seal.Keyring // nil: values are stored plain
 
 	// answerBuffers hold the pipeline's encoded range answers until gRPC has sent them.
 	answerBuffers wiremsg.Pool
@@ -98,9 +100,13 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 		cfg: cfg, deps: deps, log: log, sink: sink, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/storage"),
 		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
 		stopping: make(chan struct{}), waiters: newWaiters(), appliedCh: make(chan struct{}), failedCh: make(chan struct{}, 1),
+		keyring: deps.Keyring,
 	}
 	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout)
 	s.metrics = newMetrics(s)
+	if err := checkKeyring(s.dbPath(), s.keyring, s.logger); err != nil {
+		return nil, err
+	}
 	st, err := s.openStore()
 	if err != nil {
 		return nil, err
@@ -113,8 +119,13 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 func (s *Storage) dbPath() string { return filepath.Join(s.cfg.DataDir, dbFileName) }
 
 func (s *Storage) openStore() (*mvcc.Store, error) {
+	var openValue func(key, stored []byte) ([]byte, error)
+	if s.keyring != nil {
+		openValue = s.openValue
+	}
 	return mvcc.Open(mvcc.Config{
-		Path: s.dbPath(), BatchInterval: s.cfg.BatchInterval, BatchLimit: s.cfg.BatchLimit,
+		OpenValue: openValue,
+		Path:      s.dbPath(), BatchInterval: s.cfg.BatchInterval, BatchLimit: s.cfg.BatchLimit,
 		CompactionBatchLimit: s.cfg.CompactionBatchLimit, CompactionSleepInterval: s.cfg.CompactionSleepInterval,
 		MinLeaseTTL: s.cfg.MinLeaseTTL, Logger: s.logger,
 		OnCommit: func(durable uint64) { s.durable.Store(durable) },

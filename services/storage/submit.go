@@ -46,6 +46,10 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 	}
 	ctx, cancel := s.withRequestTimeout(ctx)
 	defer cancel()
+	req, err := s.sealRequest(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case req.Range != nil:
 		return nil, status.Error(codes.InvalidArgument, "cairn storage: use Range for reads")
@@ -78,6 +82,9 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 	}
 	if res.Err != nil {
 		return nil, res.Err
+	}
+	if err := s.openResponse(ctx, res.Response); err != nil {
+		return nil, err
 	}
 	if req.Compaction != nil && req.Compaction.Physical && res.Compacted != nil {
 		select {
@@ -226,7 +233,7 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		}
 		return err
 	})
-	return resp, err
+	return resp, sealError(err)
 }
 
 // RangeEncoded is Range answered in the RangeResponse's wire encoding, appended to alloc(n) (see
@@ -240,7 +247,7 @@ func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest, alloc fu
 		encoded, err = st.RangeEncoded(r, st.Position().AppliedTerm, alloc)
 		return err
 	})
-	return encoded, err
+	return encoded, sealError(err)
 }
 
 // rangeReady checks r as etcd does and, for a linearizable read, waits until this storage has applied a
@@ -265,7 +272,7 @@ func (s *Storage) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnRespons
 	}
 	var resp *pb.TxnResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.ReadTxn(r); return err })
-	return resp, err
+	return resp, sealError(err)
 }
 
 // defaultHistoryPage and maxHistoryPage bound the events per History message.
@@ -300,6 +307,9 @@ func (s *Storage) History(ctx context.Context, r *storagepb.HistoryRequest, send
 		var page *mvcc.HistoryPage
 		err := s.withStore(func(st *mvcc.Store) (err error) { page, err = st.History(q); return err })
 		if err != nil {
+			return err
+		}
+		if err := s.openEvents(ctx, page.Events); err != nil {
 			return err
 		}
 		if err := send(&storagepb.HistoryResponse{Events: page.Events, Revision: q.To, CompactRevision: page.CompactRev}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/seal"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -85,6 +86,9 @@ type Deps struct {
 	Registry *prometheus.Registry
 	// Listener, when set, is served instead of listening on Config.ListenURL; the hub closes it when it stops.
 	Listener net.Listener
+	// Keyring opens the sealed values of the bus records (see seal.go); it must be the storages' configuration.
+	// nil: values on the bus are plain. The caller owns it.
+	Keyring *seal.Keyring
 }
 
 func (d Deps) withDefaults() Deps {

@@ -63,4 +63,8 @@
 //
 // Lifecycle: New(cfg, deps) → Start(ctx) → Stop(ctx) (safe twice). Deps carries the logger, telemetry, registry
 // and a listener bound by the caller.
+//
+// Sealed values: bus records carry values sealed as storage keeps them; a hub with Deps.Keyring (the storages'
+// encryption configuration) opens them before they enter the sequencer, and drops a record that does not open,
+// leaving a gap that History (opened by storage) fills.
 package watchhub

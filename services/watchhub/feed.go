@@ -110,6 +110,12 @@ func (f *feed) handle(br busRecord) {
 		f.seq.noteExists(rec.Revision)
 		return
 	}
+	if err := f.openBusEvents(rec.Events); err != nil {
+		f.hub.metrics.busRecords.WithLabelValues("unopened").Inc()
+		f.hub.logger.Warn("bus record dropped: its values do not open; the revision will be filled from storage",
+			"revision", rec.Revision, "err", err)
+		return
+	}
 	run, result := f.seq.offer(newRevisionEvents(rec.Revision, rec.Events, br.meta.Trace, br.received))
 	f.hub.metrics.busRecords.WithLabelValues(result.String()).Inc()
 	if len(run) > 0 {

@@ -20,12 +20,13 @@ const (
 // alloc(n): a slice with room for the n bytes of the answer (nil alloc: a new one). A plain range (key order,
 // no revision filters, values wanted) is written straight from the stored KeyValues, which are never decoded:
 // a Kubernetes LIST costs one copy of each stored KeyValue instead of a decode and an encode. Any other range
-// is Range, marshalled. Either decodes to the same message.
+// is Range, marshalled, and so is every range of a store whose values are sealed (they must be opened). Either
+// decodes to the same message.
 func (s *Store) RangeEncoded(r *pb.RangeRequest, raftTerm uint64, alloc func(n int) []byte) ([]byte, error) {
 	if alloc == nil {
 		alloc = func(n int) []byte { return make([]byte, 0, n) }
 	}
-	if r.CountOnly || r.KeysOnly || !isDefaultOrdering(r) || hasRevisionFilters(r) {
+	if r.CountOnly || r.KeysOnly || !isDefaultOrdering(r) || hasRevisionFilters(r) || s.cfg.OpenValue != nil {
 		resp, err := s.Range(r)
 		if err != nil {
 			return nil, err

@@ -150,6 +150,9 @@ func (s *Store) rangeLocked(r *pb.RangeRequest, curRev int64, values valueReader
 		if err != nil {
 			return nil, err
 		}
+		if err := s.openKV(kv); err != nil {
+			return nil, err
+		}
 		kvs = append(kvs, kv)
 	}
 	kvs = filterKVs(kvs, r)
@@ -165,6 +168,20 @@ func (s *Store) rangeLocked(r *pb.RangeRequest, curRev int64, values valueReader
 	}
 	resp.Kvs = kvs
 	return resp, nil
+}
+
+// openKV replaces the stored value of kv, freshly decoded and owned by the caller, by its plain value (see
+// Config.OpenValue).
+func (s *Store) openKV(kv *mvccpb.KeyValue) error {
+	if s.cfg.OpenValue == nil || kv == nil {
+		return nil
+	}
+	plain, err := s.cfg.OpenValue(kv.Key, kv.Value)
+	if err != nil {
+		return fmt.Errorf("revision %d: %w", kv.ModRevision, err)
+	}
+	kv.Value = plain
+	return nil
 }
 
 // rangeHit is a key a range found live at its revision, with that version.

@@ -59,6 +59,11 @@ type Config struct {
 	OnCommit func(durableIndex uint64)
 	// OnFailure, when set, is called once when the store fails (a bbolt commit or write failed). It must not block.
 	OnFailure func(err error)
+	// OpenValue, when set, turns a stored value of key into its plain value: values are stored sealed (see
+	// internal/seal). Ranges return opened values and value compares compare opened values (the stored value and
+	// the compare's own, sealed by the proposer too); everything else (applied events, History, hashes,
+	// snapshots) keeps the stored bytes. nil: values are stored plain.
+	OpenValue func(key, stored []byte) ([]byte, error)
 }
 
 func (c Config) withDefaults() Config {

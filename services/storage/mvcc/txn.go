@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -33,7 +34,10 @@ func IsTxnSerializable(r *pb.TxnRequest) bool {
 }
 
 func (w *writeTxn) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error, error) {
-	path := w.compareToPath(r)
+	path, err := w.compareToPath(r)
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := w.checkTxn(r, path); err != nil {
 		return nil, err, nil
 	}
@@ -46,36 +50,55 @@ func (w *writeTxn) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error, error) {
 }
 
 // compareToPath evaluates the compares of the txn and of every nested txn on the chosen branches, all against
-// the state before the txn, and returns the branch taken by each (depth first), as etcd does.
-func (w *writeTxn) compareToPath(r *pb.TxnRequest) []bool {
-	path := []bool{w.applyCompares(r.Compare)}
+// the state before the txn, and returns the branch taken by each (depth first), as etcd does. It fails only when
+// a sealed value cannot be opened (see Config.OpenValue).
+func (w *writeTxn) compareToPath(r *pb.TxnRequest) ([]bool, error) {
+	ok, err := w.applyCompares(r.Compare)
+	if err != nil {
+		return nil, err
+	}
+	path := []bool{ok}
 	ops := r.Success
 	if !path[0] {
 		ops = r.Failure
 	}
 	for _, op := range ops {
 		if t := op.GetRequestTxn(); t != nil {
-			path = append(path, w.compareToPath(t)...)
+			sub, err := w.compareToPath(t)
+			if err != nil {
+				return nil, err
+			}
+			path = append(path, sub...)
 		}
 	}
-	return path
+	return path, nil
 }
 
-func (w *writeTxn) applyCompares(cmps []*pb.Compare) bool {
+func (w *writeTxn) applyCompares(cmps []*pb.Compare) (bool, error) {
 	for _, c := range cmps {
-		if !w.applyCompare(c) {
-			return false
+		if ok, err := w.applyCompare(c); !ok || err != nil {
+			return false, err
 		}
 	}
-	return true
+	return true, nil
 }
 
 // applyCompare is true when every existing key of the compare's range satisfies it; on no key, a VALUE compare
-// fails and the others compare against a zero KeyValue.
-func (w *writeTxn) applyCompare(c *pb.Compare) bool {
+// fails and the others compare against a zero KeyValue. A VALUE compare of a store with sealed values compares
+// plain values: the stored ones and the compare's (sealed by the proposer for its key) are opened.
+func (w *writeTxn) applyCompare(c *pb.Compare) (bool, error) {
+	if c.Target == pb.Compare_VALUE && w.s.cfg.OpenValue != nil {
+		plain, err := w.s.cfg.OpenValue(c.Key, c.GetValue())
+		if err != nil {
+			return false, fmt.Errorf("compare value of key %q: %w", c.Key, err)
+		}
+		c = &pb.Compare{Result: c.Result, Target: c.Target, Key: c.Key, RangeEnd: c.RangeEnd,
+			TargetUnion: &pb.Compare_Value{Value: plain}}
+	}
 	var kvs []*mvccpb.KeyValue
 	readRev := w.readRev()
 	failed := false
+	var openErr error
 	w.s.index.visit(keyRange{key: c.Key, end: c.RangeEnd}, func(h *keyHistory) bool {
 		ver, ok := h.at(readRev)
 		if !ok {
@@ -89,26 +112,32 @@ func (w *writeTxn) applyCompare(c *pb.Compare) bool {
 				failed = true
 				return false
 			}
+			if openErr = w.s.openKV(full); openErr != nil {
+				return false
+			}
 			kv = full
 		}
 		kvs = append(kvs, kv)
 		return true
 	})
+	if openErr != nil {
+		return false, openErr
+	}
 	if failed {
-		return false
+		return false, nil
 	}
 	if len(kvs) == 0 {
 		if c.Target == pb.Compare_VALUE {
-			return false
+			return false, nil
 		}
-		return compareKV(c, &mvccpb.KeyValue{})
+		return compareKV(c, &mvccpb.KeyValue{}), nil
 	}
 	for _, kv := range kvs {
 		if !compareKV(c, kv) {
-			return false
+			return false, nil
 		}
 	}
-	return true
+	return true, nil
 }
 
 func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
