@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"

@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/internal/clienttls"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/frontend"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
@@ -33,7 +33,8 @@ type devOptions struct {
 	quotaBackendBytes int64
 	maxRequestBytes   int
 	maxTxnOps         int
-	tls               clienttls.Files
+	tls               tlsconfig.Files
+	peerTLS           tlsconfig.Files
 }
 
 func newDevCommand() *cobra.Command {
@@ -59,6 +60,8 @@ func newDevCommand() *cobra.Command {
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	do.tls.RegisterFlags(tlsFlags)
+	do.peerTLS.FlagPrefix = tlsconfig.PeerFlags
+	do.peerTLS.RegisterFlags(tlsFlags)
 	flags.AddGoFlagSet(tlsFlags)
 	opts.register(flags, "http://127.0.0.1:2381")
 	return cmd
@@ -71,6 +74,7 @@ func newDevCommand() *cobra.Command {
 type devStack struct {
 	do           devOptions
 	proc         *process
+	peer         *tlsconfig.Link // the raft peer port's TLS (nil: plain)
 	natsURL      string
 	storageLis   net.Listener // bound before consensus starts: consensus names it as its snapshots' source
 	storageURL   string
@@ -103,6 +107,10 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 		return err
 	}
 	d := &devStack{do: do, proc: proc}
+	if d.peer, err = proc.link(tlsconfig.KindPeer, do.peerTLS); err != nil {
+		proc.close(context.WithoutCancel(ctx))
+		return err
+	}
 	for _, start := range devComponents() {
 		if err := start(ctx, d); err != nil {
 			_ = d.stop(context.WithoutCancel(ctx))
@@ -171,7 +179,7 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 	cfg.MaxRequestBytes = d.do.maxRequestBytes
 	cfg.ListenConsensusURL = ""
 	node, err := consensus.New(cfg, consensus.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, ConsensusListener: apiLis})
+		Registry: proc.registry, ConsensusListener: apiLis, Peer: d.peer, Internal: proc.internal})
 	if err == nil {
 		err = node.Start(ctx)
 	}
@@ -207,7 +215,7 @@ func startDevStorage(ctx context.Context, d *devStack) error {
 	cfg := storage.Config{DataDir: filepath.Join(d.do.dataDir, "storage"), ListenURL: d.storageURL,
 		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: d.storageLis, Log: d.node}, storage.Bus{NATSURL: d.natsURL})
+		Registry: proc.registry, Listener: d.storageLis, Log: d.node, Internal: proc.internal}, storage.Bus{NATSURL: d.natsURL})
 	if err == nil {
 		err = member.Start(ctx)
 	}
@@ -229,7 +237,7 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: "http://" + lis.Addr().String(),
 		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL}
 	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: lis})
+		Registry: proc.registry, Listener: lis, Internal: proc.internal})
 	if err != nil {
 		return err
 	}
@@ -257,7 +265,7 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
 		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes}
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: lis})
+		Registry: proc.registry, Listener: lis, Internal: proc.internal})
 	if err != nil {
 		return err
 	}
@@ -278,13 +286,13 @@ func startDevFrontend(ctx context.Context, d *devStack) error {
 	cfg.Name = d.do.name // the member of this name is the frontend's home member
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
 	cfg.ListenMetricsURLs, cfg.EnablePprof = d.proc.opts.metricsURLs, d.proc.opts.enablePprof
-	cfg.TLS = d.do.tls
+	cfg.TLS, cfg.TLSPolicy = d.do.tls, d.proc.opts.tls.policy
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.WatchEndpoints = []string{d.watchURL}
 	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
 	cfg.LogLevel = d.proc.opts.logLevel
-	deps := frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry}
+	deps := frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry, Internal: proc.internal}
 	for _, u := range cfg.ListenClientURLs {
 		addr, _, err := config.ClientHostPort(u)
 		if err != nil {

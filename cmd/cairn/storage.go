@@ -48,13 +48,13 @@ func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts
 		return err
 	}
 	log, err := consensusclient.New(consensusclient.Config{Target: so.consensusEndpoint,
-		DialOptions: proc.telemetry.DialOptions(), Telemetry: proc.telemetry, Logger: proc.logger})
+		DialOptions: proc.telemetry.DialOptions(), Telemetry: proc.telemetry, Logger: proc.logger, TLS: proc.internal})
 	if err != nil {
 		return err
 	}
 	defer log.Close()
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Log: log}, storage.Bus{NATSURL: so.natsURL})
+		Registry: proc.registry, Log: log, Internal: proc.internal}, storage.Bus{NATSURL: so.natsURL})
 	if err == nil {
 		err = member.Start(ctx)
 	}

@@ -34,7 +34,8 @@ func runWatchhub(ctx context.Context, cfg watchhub.Config, name string, opts pro
 	if err != nil {
 		return err
 	}
-	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
+	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry,
+		Internal: proc.internal})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // MaxFrame bounds a frame's length (a range answer may be large: storage's RangeEncoded of a big LIST).
@@ -259,9 +261,14 @@ func (c *Conn) readFailed(err error) error {
 }
 
 // Dial connects to addr and announces preamble, which the server's listener (cmux) recognizes the protocol by.
-func Dial(addr, preamble string, timeout time.Duration) (*Conn, error) {
+// With secure (not nil) the connection is TLS, handshaken before the preamble; the server must serve its port
+// with the same link's Listener.
+func Dial(addr, preamble string, timeout time.Duration, secure *tlsconfig.Link) (*Conn, error) {
 	nc, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
+		return nil, err
+	}
+	if nc, err = secure.Client(nc, addr); err != nil {
 		return nil, err
 	}
 	_ = nc.SetWriteDeadline(time.Now().Add(timeout))

@@ -161,7 +161,7 @@ func TestNotSentMarking(t *testing.T) {
 		{"broke before send", func(t *testing.T) error {
 			ts := startServer(t)
 			c := newClient(t, ts.addr)
-			conn, err := framed.Dial(ts.addr, testPreamble, time.Second)
+			conn, err := framed.Dial(ts.addr, testPreamble, time.Second, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
 
@@ -87,6 +88,25 @@ type Deps struct {
 	ConsensusListener net.Listener
 	// Faults drops messages to and from chosen members (tests only).
 	Faults *transport.Faults
+	// Peer, when set, makes the raft peer links mutual TLS (etcd's --peer-* flags): the peer port serves TLS
+	// and every member is dialed with it. Required when a peer URL is https://; nil: plain.
+	Peer *tlsconfig.Link
+	// Internal, when set, makes the Consensus port (the storage's propose and committed links, its gRPC)
+	// mutual TLS (--internal-* flags); nil: plain.
+	Internal *tlsconfig.Link
+}
+
+// checkPeerTLS refuses an https:// peer URL without peer TLS, with etcd's message.
+func checkPeerTLS(cfg Config, peer *tlsconfig.Link) error {
+	if peer.Enabled() {
+		return nil
+	}
+	for _, u := range append(slices.Clone(cfg.ListenPeerURLs), cfg.InitialAdvertisePeerURLs...) {
+		if strings.HasPrefix(u, "https://") {
+			return config.Invalid("--peer-cert-file", "TLS key/cert (--peer-cert-file, --peer-key-file) must be provided for peer url %s with HTTPS scheme", u)
+		}
+	}
+	return nil
 }
 
 // withDefaults fills what is nil with what discards.

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Defaults. Rates and the checkpoint batch are etcd's; the timings suit a Raft election timeout of 1s.
@@ -88,6 +89,9 @@ type Deps struct {
 	// Listener, when set, is served instead of listening on Config.ListenURL; the keeper closes it when it
 	// stops.
 	Listener net.Listener
+	// Internal, when set, makes every link this service serves and dials mutual TLS (--internal-* flags); nil:
+	// plain.
+	Internal *tlsconfig.Link
 }
 
 func (d Deps) withDefaults() Deps {

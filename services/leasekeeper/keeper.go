@@ -92,7 +92,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	k.metrics = newMetrics(k)
 	// Calls go to the storage that last answered and fail over only when one cannot serve at all.
 	pool, err := storageclient.NewPool(storageclient.PoolConfig{Endpoints: cfg.StorageEndpoints,
-		DialOptions: tel.DialOptions(), FailsOver: storageclient.FailsOverUnavailable, Logger: k.logger})
+		DialOptions: tel.DialOptions(), TLS: deps.Internal, FailsOver: storageclient.FailsOverUnavailable, Logger: k.logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasekeeper: %w", err)
 	}
@@ -136,7 +136,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 	k.grpcServer = grpc.NewServer(append(k.tel.ServerOptions(), rpctune.ServerOptions()...)...)
 	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
 	k.serving.Go(func() {
-		if err := k.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := k.grpcServer.Serve(k.deps.Internal.Listener(lis, "leasekeeper")); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			k.logger.Error("leasekeeper gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
 	})

@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -74,6 +75,9 @@ type Deps struct {
 	Log commitlog.Log
 	// Sink receives every applied record; nil drops them.
 	Sink AppliedSink
+	// Internal, when set, makes every link this service serves and dials mutual TLS (--internal-* flags); nil:
+	// plain.
+	Internal *tlsconfig.Link
 }
 
 // ErrNoLog is returned by New when Deps.Log is nil.

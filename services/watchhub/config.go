@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -85,6 +86,9 @@ type Deps struct {
 	Registry *prometheus.Registry
 	// Listener, when set, is served instead of listening on Config.ListenURL; the hub closes it when it stops.
 	Listener net.Listener
+	// Internal, when set, makes every link this service serves and dials mutual TLS (--internal-* flags); nil:
+	// plain.
+	Internal *tlsconfig.Link
 }
 
 func (d Deps) withDefaults() Deps {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-kv/cairn/internal/clienttls"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -43,7 +43,7 @@ type Config struct {
 	EnablePprof bool
 	// ClientTLS, when it names a certificate, makes every frontend serve https:// with it (etcd's
 	// --cert-file, --key-file, --trusted-ca-file, --client-cert-auth); the services' own links stay plain.
-	ClientTLS clienttls.Files
+	ClientTLS tlsconfig.Files
 	// ExtraArgs are appended to the command line of every instance of the named service (e.g. "consensus":
 	// {"--heartbeat-interval", "50"}).
 	ExtraArgs map[string][]string

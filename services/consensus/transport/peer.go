@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -59,7 +58,7 @@ type peer struct {
 
 func startPeer(t *Transport, id uint64, target string) (*peer, error) {
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		t.cfg.TLS.DialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay: t.cfg.MinBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: t.cfg.MaxBackoff,
@@ -152,7 +151,7 @@ func (p *peer) streamLoop(c class) {
 // runStream opens one messages link and sends on it until it breaks; sent says whether anything went through
 // (then the backoff starts over).
 func (p *peer) runStream(c class) (sent bool, err error) {
-	conn, err := framed.Dial(p.target, MessagesPreamble, dialTimeout)
+	conn, err := framed.Dial(p.target, MessagesPreamble, dialTimeout, p.t.cfg.TLS)
 	if err != nil {
 		return false, status.Errorf(codes.Unavailable, "transport: dial peer %x at %s: %v", p.id, p.target, err)
 	}
