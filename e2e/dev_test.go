@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
