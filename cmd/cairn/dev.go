@@ -149,7 +149,8 @@ func (d *devStack) listen(what, addr string) (net.Listener, error) {
 }
 
 func startDevNATS(_ context.Context, d *devStack) error {
-	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
+	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1,
+		TLS: d.proc.internal, Logger: d.proc.component("nats").logger})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // DefaultSubjectPrefix is the subject prefix when none is configured; give each cluster sharing one NATS its own.
@@ -60,15 +62,17 @@ func prefixOrDefault(prefix string) string {
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) with the options a long-running Cairn service
-// wants: reconnect forever with jittered waits, and connection state changes logged.
-func Connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
-	nc, err := nats.Connect(url,
+// wants: reconnect forever with jittered waits, and connection state changes logged. With secure (not nil)
+// the connection is TLS with the process's certificate, whose role (RoleURI) decides what it may publish and
+// subscribe on a locked-down bus.
+func Connect(url, name string, logger *slog.Logger, secure *tlsconfig.Link) (*nats.Conn, error) {
+	options := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectJitter(100*time.Millisecond, time.Second),
 		nats.RetryOnFailedConnect(true),
-		nats.PingInterval(5*time.Second),
+		nats.PingInterval(5 * time.Second),
 		nats.MaxPingsOutstanding(3),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Warn("nats disconnected", "url", url, "err", err)
@@ -81,7 +85,11 @@ func Connect(url, name string, logger *slog.Logger) (*nats.Conn, error) {
 			}
 			logger.Warn("nats error", "subject", subject, "err", err)
 		}),
-	)
+	}
+	if secure.Enabled() {
+		options = append(options, nats.Secure(secure.ClientConfig()))
+	}
+	nc, err := nats.Connect(url, options...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
 	}

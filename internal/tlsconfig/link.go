@@ -232,3 +232,12 @@ func (c countingCreds) Clone() credentials.TransportCredentials {
 
 // DialOption is GRPC as a dial option; given after a plain default, it replaces it.
 func (l *Link) DialOption() grpc.DialOption { return grpc.WithTransportCredentials(l.GRPC()) }
+
+// ServerConfig is the configuration this process serves the link with (nil when plain), for a server that
+// does its own TLS (NATS); callers must not change it.
+func (l *Link) ServerConfig() *tls.Config {
+	if l == nil {
+		return nil
+	}
+	return l.server
+}

@@ -23,7 +23,7 @@ type busWatcher struct {
 
 func watchBus(t *testing.T, env *testEnv) *busWatcher {
 	w := &busWatcher{deleted: map[string]int64{}, revoked: map[int64]int64{}}
-	nc, err := eventbus.Connect(env.nats.ClientURL(), "test-watch", testLogger(t))
+	nc, err := eventbus.Connect(env.nats.ClientURL(), "test-watch", testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

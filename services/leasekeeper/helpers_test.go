@@ -80,7 +80,7 @@ func startBus(t testing.TB) *testEnv {
 // addStorage starts a storage of member on log, publishing on the bus.
 func (e *testEnv) addStorage(member uint64, log commitlog.Log) {
 	t := e.t
-	nc, err := eventbus.Connect(e.nats.ClientURL(), fmt.Sprintf("storage-%x", member), testLogger(t))
+	nc, err := eventbus.Connect(e.nats.ClientURL(), fmt.Sprintf("storage-%x", member), testLogger(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,7 +112,7 @@ func (k *Keeper) ID() string { return k.id }
 // Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
 // claim: the keeper becomes active when it wins it.
 func (k *Keeper) Start(ctx context.Context) error {
-	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger)
+	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger, k.deps.Internal)
 	if err != nil {
 		return err
 	}

@@ -111,7 +111,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		return fmt.Errorf("watchhub: %w", err)
 	}
 	h.listener = lis
-	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger)
+	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger, h.deps.Internal)
 	if err != nil {
 		_ = lis.Close()
 		return err
