@@ -37,6 +37,7 @@ func newUpCommand() *cobra.Command {
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
+	flags.BoolVar(&cfg.TLS, "tls", false, "Run every link with mutual TLS and the client ports with TLS, on a CA and per-process certificates created in --data-dir/pki (kept across restarts; chosen on the data dir's first run).")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
@@ -63,6 +64,9 @@ func runUp(cmd *cobra.Command, cfg localstack.Config) error {
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "cairn is up: etcd client endpoints %s\n\n", strings.Join(stack.ClientEndpoints(), ","))
+	if flags := stack.EtcdctlFlags(); flags != "" {
+		fmt.Fprintf(out, "every link is mutual TLS; etcdctl flags: --endpoints %s %s\n\n", strings.Join(stack.ClientEndpoints(), ","), flags)
+	}
 	_ = stack.Status().WriteText(out)
 	fmt.Fprintf(out, "\nstack description: %s\nCtrl-C stops every process; the data stays for the next `cairn up`.\n", stack.StackFile())
 	<-ctx.Done()
