@@ -25,9 +25,13 @@ func (p *plan) files(child string) tlsconfig.Files {
 		TrustedCAFile: tlsconfig.CAFile(dir)}
 }
 
-// identity is what child's certificate names: the loopback host, and its role on the bus.
-func (p *plan) identity(child string) tlsconfig.Identity {
-	id := tlsconfig.Identity{Name: child, Hosts: []string{p.cfg.Host, "localhost"}}
+// identity is what child's certificate names.
+func (p *plan) identity(child string) tlsconfig.Identity { return CertIdentity(p.cfg.Host, child) }
+
+// CertIdentity is what the certificate of a TLS stack's child (or of ClientCertName) names: the host the
+// stack binds, localhost, and for a storage, watchhub or leasekeeper its role on the bus.
+func CertIdentity(host, child string) tlsconfig.Identity {
+	id := tlsconfig.Identity{Name: child, Hosts: []string{host, "localhost"}}
 	kind, _, _ := strings.Cut(child, "-")
 	switch kind {
 	case eventbus.RoleStorage, eventbus.RoleWatchhub, eventbus.RoleLeasekeeper:
