@@ -48,6 +48,7 @@ func newRootCommand() *cobra.Command {
 		newBenchCommand(),
 		newLeasekeeperCommand(),
 		newWatchhubCommand(),
+		newCertsCommand(),
 	)
 	return root
 }
