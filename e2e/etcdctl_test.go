@@ -94,7 +94,7 @@ var (
 	fieldsIDs   = regexp.MustCompile(`"(ClusterID|MemberID|RaftTerm)" : \d+`)
 	clientLog   = regexp.MustCompile(`(?m)^\{"level":.*\n`)
 	duration    = regexp.MustCompile(`\b[0-9]+(\.[0-9]+)?(µs|ns|ms|s)\b`)
-	endpointURL = regexp.MustCompile(`http://127\.0\.0\.1:\d+`)
+	endpointURL = regexp.MustCompile(`https?://127\.0\.0\.1:\d+`)
 	tablePad    = regexp.MustCompile(`[ ─]+`)
 )
 
