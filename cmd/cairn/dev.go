@@ -37,8 +37,7 @@ type devOptions struct {
 	tls               tlsconfig.Files
 	peerTLS           tlsconfig.Files
 	autoTLS           bool // --tls
-	peerURLsSet       bool // --listen-peer-urls was given (else --tls makes the default https)
-	clientURLsSet     bool // --listen-client-urls was given
+	clientURLsSet     bool // --listen-client-urls was given (else --tls makes the default https)
 }
 
 func newDevCommand() *cobra.Command {
@@ -52,7 +51,7 @@ func newDevCommand() *cobra.Command {
 		Example: "  cairn dev\n  cairn dev --data-dir /tmp/cairn --listen-client-urls http://127.0.0.1:12379",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			do.peerURLsSet, do.clientURLsSet = cmd.Flags().Changed("listen-peer-urls"), cmd.Flags().Changed("listen-client-urls")
+			do.clientURLsSet = cmd.Flags().Changed("listen-client-urls")
 			return runDev(cmd.Context(), do, opts)
 		},
 	}
@@ -115,7 +114,7 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 	}
 	d := &devStack{do: do, proc: proc}
 	if d.peer, err = proc.link(tlsconfig.KindPeer, do.peerTLS); err == nil {
-		err = setUpDevTLS(d, do.peerURLsSet, do.clientURLsSet)
+		err = setUpDevTLS(d, do.clientURLsSet)
 	}
 	if err != nil {
 		proc.close(context.WithoutCancel(ctx))

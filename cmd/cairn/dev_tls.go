@@ -20,9 +20,9 @@ var devComponentCerts = map[string]string{
 
 // setUpDevTLS prepares `cairn dev --tls`: a CA in DATA-DIR/pki (kept across restarts; a data dir first run
 // plain is refused, as its WAL records an http peer URL), a certificate per component, https peer and client
-// URLs unless given, and the links each component runs with. A data dir that holds a CA runs with TLS even
+// URLs (client URLs unless given), and the links each component runs with. A data dir that holds a CA runs with TLS even
 // without --tls.
-func setUpDevTLS(d *devStack, peerURLsSet, clientURLsSet bool) error {
+func setUpDevTLS(d *devStack, clientURLsSet bool) error {
 	pki := filepath.Join(d.do.dataDir, "pki")
 	_, caErr := os.Stat(tlsconfig.CAFile(pki))
 	_, walErr := os.Stat(filepath.Join(d.do.dataDir, "consensus"))
@@ -69,9 +69,7 @@ func setUpDevTLS(d *devStack, peerURLsSet, clientURLsSet bool) error {
 			d.do.tls.CertFile, d.do.tls.KeyFile = files.CertFile, files.KeyFile
 		}
 	}
-	if !peerURLsSet {
-		d.do.peerURLs = httpsURLs(d.do.peerURLs)
-	}
+	d.do.peerURLs = httpsURLs(d.do.peerURLs) // the peer port serves TLS: its URL says so
 	if !clientURLsSet {
 		d.do.clientURLs = httpsURLs(d.do.clientURLs)
 		if len(d.do.advertiseURLs) > 0 {
