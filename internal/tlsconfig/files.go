@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.etcd.io/etcd/client/pkg/v3/tlsutil"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -53,8 +54,8 @@ func (f *Files) RegisterFlags(fs *flag.FlagSet) {
 		fs.BoolVar(&f.ClientCertAuth, "client-cert-auth", f.ClientCertAuth, "Enable client cert authentication.")
 	case PeerFlags:
 		fs.BoolVar(&f.ClientCertAuth, "peer-client-cert-auth", f.ClientCertAuth, "Enable peer client cert authentication.")
-		fs.Var((*config.URLList)(&f.AllowedCNs), "peer-cert-allowed-cn", "Comma-separated list of allowed CNs for inter-peer TLS authentication.")
-		fs.Var((*config.URLList)(&f.AllowedHostnames), "peer-cert-allowed-hostname", "Comma-separated list of allowed SAN hostnames for inter-peer TLS authentication.")
+		fs.Var((*names)(&f.AllowedCNs), "peer-cert-allowed-cn", "Comma-separated list of allowed CNs for inter-peer TLS authentication.")
+		fs.Var((*names)(&f.AllowedHostnames), "peer-cert-allowed-hostname", "Comma-separated list of allowed SAN hostnames for inter-peer TLS authentication.")
 	}
 }
 
@@ -96,7 +97,7 @@ type Policy struct {
 func (p *Policy) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&p.MinVersion, "tls-min-version", p.MinVersion, "Minimum TLS version supported by the server and its links. Possible values: TLS1.2, TLS1.3.")
 	fs.StringVar(&p.MaxVersion, "tls-max-version", p.MaxVersion, "Maximum TLS version supported by the server and its links. Possible values: TLS1.2, TLS1.3 (empty: Go's default).")
-	fs.Var((*config.URLList)(&p.CipherSuites), "cipher-suites", "Comma-separated list of supported TLS cipher suites (empty: Go's defaults).")
+	fs.Var((*names)(&p.CipherSuites), "cipher-suites", "Comma-separated list of supported TLS cipher suites (empty: Go's defaults).")
 }
 
 // Validate checks the policy as etcd does: known versions, min not above max, known cipher suites, and no
@@ -201,3 +202,10 @@ func (f Files) ClientConfig(p Policy) (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// names is a comma-separated list flag (CNs, hostnames, cipher suites).
+type names []string
+
+func (n *names) String() string { return strings.Join(*n, ",") }
+
+func (n *names) Set(s string) error { return (*config.URLList)(n).Set(s) }
