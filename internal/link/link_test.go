@@ -263,4 +263,6 @@ func TestPlainDropsTheMark(t *testing.T) {
 }
 
 // startBenchServer starts a test server for a benchmark and returns its address.
-func startBenchServer(b *testing.B, secure *tlsconfig.Link) string { return startServerWith(b, secure).addr }
+func startBenchServer(b *testing.B, secure *tlsconfig.Link) string {
+	return startServerWith(b, secure).addr
+}
