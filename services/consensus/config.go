@@ -96,14 +96,15 @@ type Deps struct {
 	Internal *tlsconfig.Link
 }
 
-// checkPeerTLS refuses an https:// peer URL without peer TLS, with etcd's message.
+// checkPeerTLS refuses an https:// peer URL without peer TLS, with etcd's message, and an http:// one with it:
+// the peer port then serves only TLS, which its URL must say.
 func checkPeerTLS(cfg Config, peer *tlsconfig.Link) error {
-	if peer.Enabled() {
-		return nil
-	}
 	for _, u := range append(slices.Clone(cfg.ListenPeerURLs), cfg.InitialAdvertisePeerURLs...) {
-		if strings.HasPrefix(u, "https://") {
+		switch secure := strings.HasPrefix(u, "https://"); {
+		case secure && !peer.Enabled():
 			return config.Invalid("--peer-cert-file", "TLS key/cert (--peer-cert-file, --peer-key-file) must be provided for peer url %s with HTTPS scheme", u)
+		case !secure && peer.Enabled():
+			return config.Invalid("--listen-peer-urls", "--listen-peer-urls and --initial-advertise-peer-urls must be https:// with --peer-cert-file (got %s)", u)
 		}
 	}
 	return nil

@@ -6,10 +6,12 @@ import (
 	"testing"
 
 	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 )
 
 // TestHTTPSPeerURLNeedsPeerTLS: an https:// peer URL without a peer certificate is refused with etcd's
-// message, naming --peer-cert-file; http:// peer URLs need none.
+// message, naming --peer-cert-file; http:// peer URLs need none, and are refused with one.
 func TestHTTPSPeerURLNeedsPeerTLS(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -35,5 +37,19 @@ func TestHTTPSPeerURLNeedsPeerTLS(t *testing.T) {
 				t.Fatalf("checkPeerTLS = %v, want etcd's refusal naming --peer-cert-file", err)
 			}
 		})
+	}
+	certs := certtest.Write(t)
+	peer, err := tlsconfig.NewLink(tlsconfig.KindPeer, tlsconfig.Files{CertFile: certs.ServerCert, KeyFile: certs.ServerKey,
+		TrustedCAFile: certs.CA}, tlsconfig.Policy{}, tlsconfig.Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if err := checkPeerTLS(cfg, peer); err == nil || !slices.Contains(config.Fields(err), "--listen-peer-urls") {
+		t.Errorf("http peer URLs with a peer certificate: %v, want a refusal naming --listen-peer-urls", err)
+	}
+	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = []string{"https://127.0.0.1:2380"}, []string{"https://127.0.0.1:2380"}
+	if err := checkPeerTLS(cfg, peer); err != nil {
+		t.Errorf("https peer URLs with a peer certificate: %v", err)
 	}
 }
