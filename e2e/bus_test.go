@@ -26,7 +26,7 @@ type busRecords struct {
 func followBus(t *testing.T, s *upStack) *busRecords {
 	t.Helper()
 	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", s.child(t, "nats").Ports["client"])
-	nc, err := eventbus.Connect(natsURL, "e2e", slog.New(slog.NewTextHandler(io.Discard, nil)))
+	nc, err := eventbus.Connect(natsURL, "e2e", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

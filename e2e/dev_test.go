@@ -3,14 +3,17 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -119,5 +122,49 @@ func TestDevTLSWithEtcdctl(t *testing.T) {
 	noCert := []string{"--cacert", certs.CA, "--dial-timeout", "2s", "--command-timeout", "3s", "get", "tls/a"}
 	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", noCert...); res.ExitCode == 0 {
 		t.Fatalf("etcdctl without a client certificate was answered: %+v", res)
+	}
+}
+
+// TestDevWithTLSFlag: `cairn dev --tls` creates its CA and certificates in the data dir, serves etcdctl with
+// the flags it prints, keeps the same CA across a restart, and a data dir first run plain refuses --tls.
+func TestDevWithTLSFlag(t *testing.T) {
+	etcdctl := etcdreftest.Etcdctl(t)
+	dir := t.TempDir()
+	ports, err := supervisor.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pki := filepath.Join(dir, "pki")
+	flags := []string{"--cacert", filepath.Join(pki, "ca.pem"), "--cert", filepath.Join(pki, "client.pem"), "--key", filepath.Join(pki, "client-key.pem")}
+	endpoint, stop := startDevWith(t, etcdctl, dir, ports, devTLS{devArgs: []string{"--tls"}, etcdctlArgs: flags})
+	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", append(flags, "put", "tls/a", "1")...); res.Stdout != "OK\n" {
+		t.Fatalf("put: %+v", res)
+	}
+	ca, err := os.ReadFile(filepath.Join(pki, "ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	endpoint, stop = startDevWith(t, etcdctl, dir, ports, devTLS{devArgs: []string{"--tls"}, etcdctlArgs: flags})
+	defer stop()
+	if res := runEtcdctl(t, etcdctl, []string{endpoint}, "", append(flags, "get", "tls/a", "--print-value-only")...); res.Stdout != "1\n" {
+		t.Fatalf("get after a restart: %+v", res)
+	}
+	if again, _ := os.ReadFile(filepath.Join(pki, "ca.pem")); !bytes.Equal(again, ca) {
+		t.Error("the CA changed across a restart")
+	}
+
+	plain := t.TempDir()
+	plainPorts, err := supervisor.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stopPlain := startDev(t, etcdctl, plain, plainPorts)
+	stopPlain()
+	out, err := exec.Command(cairnBinary, "dev", "--tls", "--data-dir", plain,
+		"--listen-client-urls", fmt.Sprintf("https://127.0.0.1:%d", plainPorts[0]),
+		"--listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", plainPorts[2])).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "new --data-dir") {
+		t.Fatalf("cairn dev --tls on a plain data dir: %v\n%s", err, out)
 	}
 }

@@ -94,7 +94,7 @@ var (
 	fieldsIDs   = regexp.MustCompile(`"(ClusterID|MemberID|RaftTerm)" : \d+`)
 	clientLog   = regexp.MustCompile(`(?m)^\{"level":.*\n`)
 	duration    = regexp.MustCompile(`\b[0-9]+(\.[0-9]+)?(µs|ns|ms|s)\b`)
-	endpointURL = regexp.MustCompile(`http://127\.0\.0\.1:\d+`)
+	endpointURL = regexp.MustCompile(`https?://127\.0\.0\.1:\d+`)
 	tablePad    = regexp.MustCompile(`[ ─]+`)
 )
 
@@ -130,17 +130,8 @@ func TestEtcdctlPrintsWhatEtcdPrints(t *testing.T) {
 	etcd := etcdreftest.StartCluster(t, 3)
 	cairn := startUp(t, t.TempDir())
 
-	etcdEndpoint, cairnEndpoint := etcd.Endpoints()[:1], cairn.endpoints[:1]
-	for _, step := range kvScript() {
-		want := runEtcdctl(t, etcdctl, etcdEndpoint, step.stdin, step.args...)
-		got := runEtcdctl(t, etcdctl, cairnEndpoint, step.stdin, step.args...)
-		if got.ExitCode != want.ExitCode || normalize(step, got.Stdout) != normalize(step, want.Stdout) ||
-			normalize(step, got.Stderr) != normalize(step, want.Stderr) {
-			t.Errorf("etcdctl %s (%s):\n  cairn: exit %d\n%s%s\n  etcd: exit %d\n%s%s", strings.Join(step.args, " "), step.name,
-				got.ExitCode, indent(got.Stdout), indent(normalize(step, got.Stderr)),
-				want.ExitCode, indent(want.Stdout), indent(normalize(step, want.Stderr)))
-		}
-	}
+	etcdEndpoint := etcd.Endpoints()[:1]
+	checkKVScript(t, etcdctl, etcdEndpoint, cairn)
 	t.Run("snapshot save", func(t *testing.T) { checkSnapshotSave(t, etcdctl, cairn.endpoints[:1]) })
 	t.Run("data survives a restart of cairn up", func(t *testing.T) {
 		dir := cairn.dir
@@ -163,6 +154,22 @@ func TestEtcdctlPrintsWhatEtcdPrints(t *testing.T) {
 			t.Errorf("after restart, cairn has\n%s\netcd has\n%s", got.Stdout, want.Stdout)
 		}
 	})
+}
+
+// checkKVScript runs kvScript with etcdctl against etcd and cairn's first endpoint, and checks that both print
+// the same.
+func checkKVScript(t *testing.T, etcdctl string, etcdEndpoint []string, cairn *upStack) {
+	t.Helper()
+	for _, step := range kvScript() {
+		want := runEtcdctl(t, etcdctl, etcdEndpoint, step.stdin, step.args...)
+		got := cairn.etcdctl(t, etcdctl, cairn.endpoints[:1], step.stdin, step.args...)
+		if got.ExitCode != want.ExitCode || normalize(step, got.Stdout) != normalize(step, want.Stdout) ||
+			normalize(step, got.Stderr) != normalize(step, want.Stderr) {
+			t.Errorf("etcdctl %s (%s):\n  cairn: exit %d\n%s%s\n  etcd: exit %d\n%s%s", strings.Join(step.args, " "), step.name,
+				got.ExitCode, indent(got.Stdout), indent(normalize(step, got.Stderr)),
+				want.ExitCode, indent(want.Stdout), indent(normalize(step, want.Stderr)))
+		}
+	}
 }
 
 // checkSnapshotSave saves a snapshot with etcdctl and opens it as the bbolt database it must be.

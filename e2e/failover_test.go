@@ -171,7 +171,7 @@ func checkHashesAgree(t *testing.T, ctx context.Context, s *upStack, c *clientv3
 		return len(hashes) == 1 && len(members) == len(s.endpoints)
 	})
 	t.Logf("HashKV at revision %d: %v", rev, last)
-	res := runEtcdctl(t, etcdctl, s.endpoints, "", "endpoint", "hashkv", "--rev", fmt.Sprint(rev))
+	res := s.etcdctl(t, etcdctl, s.endpoints, "", "endpoint", "hashkv", "--rev", fmt.Sprint(rev))
 	if res.ExitCode != 0 || strings.Count(res.Stdout, "\n") != len(s.endpoints) {
 		t.Errorf("etcdctl endpoint hashkv: %s%s", res.Stdout, res.Stderr)
 	}

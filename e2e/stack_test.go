@@ -3,12 +3,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -56,6 +59,8 @@ type upStack struct {
 	supervisorLog *syncBuffer
 	exited        chan struct{}
 	endpoints     []string
+	// clientTLS are the client certificate, key and CA of a stack started with --tls (zero otherwise).
+	clientTLS tlsconfig.Files
 }
 
 // startUp runs `cairn up` with args (plus --data-dir dir and a free --client-port) and waits until it reports
@@ -72,6 +77,11 @@ func startUp(t testing.TB, dir string, args ...string) *upStack {
 	s.cmd.Stderr = s.supervisorLog
 	if testing.Verbose() {
 		s.cmd.Stderr = io.MultiWriter(s.supervisorLog, &prefixWriter{w: os.Stderr, prefix: "cairn up: "})
+	}
+	if slices.Contains(args, "--tls") {
+		pki := filepath.Join(dir, "pki")
+		s.clientTLS = tlsconfig.Files{CertFile: filepath.Join(pki, "client.pem"), KeyFile: filepath.Join(pki, "client-key.pem"),
+			TrustedCAFile: tlsconfig.CAFile(pki)}
 	}
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
@@ -204,12 +214,23 @@ func (s *upStack) client(t testing.TB, endpoints ...string) *clientv3.Client {
 	if len(endpoints) == 0 {
 		endpoints = s.endpoints
 	}
-	return newClient(t, endpoints)
+	if s.clientTLS.Empty() {
+		return newClient(t, endpoints)
+	}
+	cfg, err := s.clientTLS.ClientConfig(tlsconfig.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newClientTLS(t, endpoints, cfg)
 }
 
 func newClient(t testing.TB, endpoints []string) *clientv3.Client {
+	return newClientTLS(t, endpoints, nil)
+}
+
+func newClientTLS(t testing.TB, endpoints []string, tlsConfig *tls.Config) *clientv3.Client {
 	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsConfig})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,6 +242,15 @@ func newClient(t testing.TB, endpoints []string) *clientv3.Client {
 type etcdctlResult struct {
 	Stdout, Stderr string
 	ExitCode       int
+}
+
+// etcdctl runs the real etcdctl against endpoints of s (with its client certificate when it runs TLS).
+func (s *upStack) etcdctl(t testing.TB, etcdctl string, endpoints []string, stdin string, args ...string) etcdctlResult {
+	t.Helper()
+	if !s.clientTLS.Empty() {
+		args = append([]string{"--cacert", s.clientTLS.TrustedCAFile, "--cert", s.clientTLS.CertFile, "--key", s.clientTLS.KeyFile}, args...)
+	}
+	return runEtcdctl(t, etcdctl, endpoints, stdin, args...)
 }
 
 // runEtcdctl runs the real etcdctl against endpoints with args and stdin.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/internal/tools/bench"
 )
 

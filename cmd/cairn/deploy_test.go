@@ -45,13 +45,21 @@ type composeFile struct {
 }
 
 func TestComposeCommandLines(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/compose/docker-compose.yml")
+	for _, file := range []string{"docker-compose.yml", "docker-compose.tls.yml"} {
+		t.Run(file, func(t *testing.T) { checkComposeFile(t, file) })
+	}
+}
+
+// checkComposeFile checks every service of deploy/compose/file: the cairn image, a command line the binary
+// takes, dependencies, volumes and hosts that exist.
+func checkComposeFile(t *testing.T, file string) {
+	raw, err := os.ReadFile("../../deploy/compose/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var compose composeFile
 	if err := yaml.Unmarshal(raw, &compose); err != nil {
-		t.Fatalf("docker-compose.yml: %v", err)
+		t.Fatalf("%s: %v", file, err)
 	}
 	kinds := map[string]int{}
 	for name, svc := range compose.Services {
@@ -112,6 +120,7 @@ func TestLocalStackCommandLines(t *testing.T) {
 	configs := map[string]localstack.Config{
 		"default":                          {},
 		"5 members, 2 frontends, pprof on": {Members: 5, Frontends: 2, EnablePprof: true, LogLevel: "debug"},
+		"every link TLS":                   {TLS: true},
 	}
 	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {

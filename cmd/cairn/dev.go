@@ -6,18 +6,19 @@ import (
 	goflag "flag"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cairn-kv/cairn/internal/clienttls"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/seal"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/frontend"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
@@ -35,7 +36,10 @@ type devOptions struct {
 	quotaBackendBytes int64
 	maxRequestBytes   int
 	maxTxnOps         int
-	tls               clienttls.Files
+	tls               tlsconfig.Files
+	peerTLS           tlsconfig.Files
+	autoTLS           bool // --tls
+	clientURLsSet     bool // --listen-client-urls was given (else --tls makes the default https)
 	fromSnapshot      string
 	encryption        encryptionFlag
 }
@@ -50,7 +54,10 @@ func newDevCommand() *cobra.Command {
 			"as the multi-process stack is (over loopback gRPC), with the data in --data-dir, kept across restarts.",
 		Example: "  cairn dev\n  cairn dev --data-dir /tmp/cairn --listen-client-urls http://127.0.0.1:12379",
 		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runDev(cmd.Context(), do, opts) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			do.clientURLsSet = cmd.Flags().Changed("listen-client-urls")
+			return runDev(cmd.Context(), do, opts)
+		},
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&do.name, "name", "default", "Human-readable name for this member.")
@@ -65,7 +72,10 @@ func newDevCommand() *cobra.Command {
 	do.encryption.register(flags)
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	do.tls.RegisterFlags(tlsFlags)
+	do.peerTLS.FlagPrefix = tlsconfig.PeerFlags
+	do.peerTLS.RegisterFlags(tlsFlags)
 	flags.AddGoFlagSet(tlsFlags)
+	flags.BoolVar(&do.autoTLS, "tls", false, "Run every link with mutual TLS and the client URLs with TLS, on a CA and per-component certificates created in --data-dir/pki (kept across restarts); prints the etcdctl flags.")
 	opts.register(flags, "http://127.0.0.1:2381")
 	return cmd
 }
@@ -77,6 +87,9 @@ func newDevCommand() *cobra.Command {
 type devStack struct {
 	do           devOptions
 	proc         *process
+	peer         *tlsconfig.Link            // the raft peer port's TLS (nil: plain)
+	links        map[string]*tlsconfig.Link // --tls: each component's internal link
+	clientFiles  tlsconfig.Files            // --tls: the certificate issued for clients
 	natsURL      string
 	storageLis   net.Listener // bound before consensus starts: consensus names it as its snapshots' source
 	storageURL   string
@@ -102,9 +115,6 @@ func devComponents() []func(ctx context.Context, d *devStack) error {
 }
 
 func runDev(ctx context.Context, do devOptions, opts processOptions) error {
-	if len(do.advertiseURLs) == 0 {
-		do.advertiseURLs = do.clientURLs
-	}
 	proc, err := newProcess(ctx, "dev", do.name, opts)
 	if err != nil {
 		return err
@@ -125,6 +135,16 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 		return err
 	}
 	d.stops = append(d.stops, func(context.Context) error { return d.keyring.Close() }) // last to stop
+	if d.peer, err = proc.link(tlsconfig.KindPeer, do.peerTLS); err == nil {
+		err = setUpDevTLS(d, do.clientURLsSet)
+	}
+	if err != nil {
+		proc.close(context.WithoutCancel(ctx))
+		return err
+	}
+	if len(d.do.advertiseURLs) == 0 {
+		d.do.advertiseURLs = d.do.clientURLs
+	}
 	for _, start := range devComponents() {
 		if err := start(ctx, d); err != nil {
 			_ = d.stop(context.WithoutCancel(ctx))
@@ -132,6 +152,10 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 			return err
 		}
 	}
+	if flags := d.etcdctlFlags(); flags != "" {
+		fmt.Fprintf(os.Stdout, "cairn dev: every link is mutual TLS; etcdctl flags: %s\n", flags)
+	}
+	do = d.do
 	proc.logger.Info("cairn dev is ready", "client-urls", do.advertiseURLs, "data-dir", do.dataDir,
 		"nats-url", d.natsURL, "consensus-url", d.consensusURL, "storage-url", d.storageURL)
 	return proc.waitForStop(ctx, d.node.Done(), d.node.Err, d.stop)
@@ -163,7 +187,9 @@ func (d *devStack) listen(what, addr string) (net.Listener, error) {
 }
 
 func startDevNATS(_ context.Context, d *devStack) error {
-	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
+	proc := d.component("nats")
+	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1,
+		TLS: proc.internal, Logger: proc.logger})
 	if err != nil {
 		return err
 	}
@@ -184,7 +210,7 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 	if err != nil {
 		return err
 	}
-	proc := d.proc.component("consensus")
+	proc := d.component("consensus")
 	cfg := consensus.DefaultConfig()
 	cfg.Name, cfg.DataDir = d.do.name, filepath.Join(d.do.dataDir, "consensus")
 	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = d.do.peerURLs, d.do.peerURLs
@@ -193,7 +219,7 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 	cfg.MaxRequestBytes = d.do.maxRequestBytes
 	cfg.ListenConsensusURL = ""
 	node, err := consensus.New(cfg, consensus.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, ConsensusListener: apiLis})
+		Registry: proc.registry, ConsensusListener: apiLis, Peer: d.peer, Internal: proc.internal})
 	if err == nil {
 		err = node.Start(ctx)
 	}
@@ -225,11 +251,11 @@ func waitHealthy(ctx context.Context, what string, health obs.HealthFunc) error 
 // startDevStorage starts the member's storage on the in-process consensus node as its log, publishing its
 // applied records on the embedded NATS.
 func startDevStorage(ctx context.Context, d *devStack) error {
-	proc := d.proc.component("storage")
+	proc := d.component("storage")
 	cfg := storage.Config{DataDir: filepath.Join(d.do.dataDir, "storage"), ListenURL: d.storageURL,
 		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: d.storageLis, Log: d.node, Keyring: d.keyring}, storage.Bus{NATSURL: d.natsURL})
+		Registry: proc.registry, Listener: d.storageLis, Log: d.node, Keyring: d.keyring, Internal: proc.internal}, storage.Bus{NATSURL: d.natsURL})
 	if err == nil {
 		err = member.Start(ctx)
 	}
@@ -247,11 +273,11 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 	if err != nil {
 		return err
 	}
-	proc := d.proc.component("leasekeeper")
+	proc := d.component("leasekeeper")
 	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: "http://" + lis.Addr().String(),
 		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL}
 	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: lis})
+		Registry: proc.registry, Listener: lis, Internal: proc.internal})
 	if err != nil {
 		return err
 	}
@@ -275,11 +301,11 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 	if err != nil {
 		return err
 	}
-	proc := d.proc.component("watchhub")
+	proc := d.component("watchhub")
 	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
 		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes}
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: lis, Keyring: d.keyring})
+		Registry: proc.registry, Listener: lis, Keyring: d.keyring, Internal: proc.internal})
 	if err != nil {
 		return err
 	}
@@ -295,18 +321,18 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 // the one place that serves /metrics (the process's registry: every service's series), /health, /readyz and
 // /livez, on the client URLs and on --listen-metrics-urls, as an etcd member serves them.
 func startDevFrontend(ctx context.Context, d *devStack) error {
-	proc := d.proc.component("frontend")
+	proc := d.component("frontend")
 	cfg := frontend.DefaultConfig()
 	cfg.Name = d.do.name // the member of this name is the frontend's home member
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
 	cfg.ListenMetricsURLs, cfg.EnablePprof = d.proc.opts.metricsURLs, d.proc.opts.enablePprof
-	cfg.TLS = d.do.tls
+	cfg.TLS, cfg.TLSPolicy = d.do.tls, d.proc.opts.tls.policy
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.WatchEndpoints = []string{d.watchURL}
 	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
 	cfg.LogLevel = d.proc.opts.logLevel
-	deps := frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry}
+	deps := frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry, Internal: proc.internal}
 	for _, u := range cfg.ListenClientURLs {
 		addr, _, err := config.ClientHostPort(u)
 		if err != nil {

@@ -14,13 +14,15 @@ func newFrontendCommand() *cobra.Command {
 	cfg := frontend.DefaultConfig()
 	fs := flag.NewFlagSet("frontend", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
+	var tlsOpts tlsOptions
+	tlsOpts.register(fs)
 	cmd := &cobra.Command{
 		Use:   "frontend",
 		Short: "Run a frontend: the etcd v3 API (gRPC, JSON gateway, /health, /metrics) in front of the members",
 		Example: "  cairn frontend --name m1 --listen-client-urls http://127.0.0.1:2379 " +
 			"--consensus-endpoints http://127.0.0.1:2390,http://127.0.0.1:2391,http://127.0.0.1:2392",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runFrontend(cmd.Context(), cfg) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runFrontend(cmd.Context(), cfg, tlsOpts) },
 	}
 	cmd.Flags().AddGoFlagSet(fs)
 	return cmd
@@ -28,12 +30,14 @@ func newFrontendCommand() *cobra.Command {
 
 // runFrontend serves until ctx ends (SIGINT or SIGTERM), then stops gracefully, as every service
 // subcommand does. The frontend serves its own --listen-metrics-urls (etcd's flags are its own).
-func runFrontend(ctx context.Context, cfg frontend.Config) error {
-	proc, err := newProcess(ctx, "frontend", cfg.Name, processOptions{logLevel: cfg.LogLevel})
+func runFrontend(ctx context.Context, cfg frontend.Config, tlsOpts tlsOptions) error {
+	proc, err := newProcess(ctx, "frontend", cfg.Name, processOptions{logLevel: cfg.LogLevel, tls: tlsOpts})
 	if err != nil {
 		return err
 	}
-	fe, err := frontend.New(cfg, frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
+	cfg.TLSPolicy = tlsOpts.policy
+	fe, err := frontend.New(cfg, frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry,
+		Internal: proc.internal})
 	if err != nil {
 		proc.close(context.WithoutCancel(ctx))
 		return err

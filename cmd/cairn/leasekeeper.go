@@ -37,7 +37,8 @@ func runLeasekeeper(ctx context.Context, cfg leasekeeper.Config, opts processOpt
 	if err != nil {
 		return err
 	}
-	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry})
+	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry,
+		Internal: proc.internal})
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,7 @@ func newRootCommand() *cobra.Command {
 		newSnapshotCommand(),
 		newBackupCommand(),
 		newEncryptionCommand(),
+		newCertsCommand(),
 	)
 	return root
 }

@@ -33,6 +33,7 @@ func runNATS(ctx context.Context, cfg eventbus.EmbeddedConfig, opts processOptio
 	if err != nil {
 		return err
 	}
+	cfg.TLS, cfg.Logger = proc.internal, proc.logger
 	server, err := eventbus.StartEmbedded(cfg)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // stopTimeout bounds a service's clean stop after SIGINT or SIGTERM.
@@ -25,6 +26,21 @@ type processOptions struct {
 	logLevel    string
 	metricsURLs []string
 	enablePprof bool
+	tls         tlsOptions
+}
+
+// tlsOptions are the TLS flags every service shares: the internal links' certificate (--internal-*) and the
+// policy of every TLS link (--tls-min-version, --tls-max-version, --cipher-suites).
+type tlsOptions struct {
+	internal tlsconfig.Files
+	policy   tlsconfig.Policy
+}
+
+// register adds the TLS flags to fs.
+func (o *tlsOptions) register(fs *flag.FlagSet) {
+	o.internal.FlagPrefix = tlsconfig.InternalFlags
+	o.internal.RegisterFlags(fs)
+	o.policy.RegisterFlags(fs)
 }
 
 // register adds the shared flags to flags; metricsURL is the subcommand's default --listen-metrics-urls.
@@ -36,6 +52,9 @@ func (o *processOptions) register(flags *pflag.FlagSet, metricsURL string) {
 	}
 	flags.StringSliceVar(&o.metricsURLs, "listen-metrics-urls", defaults, "List of URLs to serve /metrics, /health, /readyz and /livez on.")
 	flags.BoolVar(&o.enablePprof, "enable-pprof", false, "Enable runtime profiling data via HTTP server at the metrics URLs + \"/debug/pprof/\".")
+	goFlags := flag.NewFlagSet("tls", flag.ContinueOnError)
+	o.tls.register(goFlags)
+	flags.AddGoFlagSet(goFlags)
 }
 
 // addGoFlags adds flags registered on a standard library FlagSet (the services' Config.RegisterFlags) to a
@@ -56,6 +75,8 @@ type process struct {
 	telemetry *obs.Telemetry
 	registry  *prometheus.Registry
 	admins    []*obs.AdminServer
+	// internal secures every internal link the process serves and dials (nil: plain).
+	internal *tlsconfig.Link
 }
 
 // newProcess sets up logging (JSON on stderr, tagged with service and member), tracing (OTLP only when
@@ -74,14 +95,28 @@ func newProcess(ctx context.Context, service, member string, opts processOptions
 	if err != nil {
 		return nil, err
 	}
-	return &process{
+	p := &process{
 		opts:      opts,
 		member:    member,
 		level:     level,
 		logger:    obs.NewLogger(os.Stderr, service, member, level),
 		telemetry: tel,
 		registry:  obs.NewRegistry(),
-	}, nil
+	}
+	if p.internal, err = p.link(tlsconfig.KindInternal, opts.tls.internal); err != nil {
+		_ = tel.Shutdown(ctx)
+		return nil, err
+	}
+	return p, nil
+}
+
+// link is the process's TLS link of kind for files under the --tls-* policy (nil when files name no
+// certificate), reporting refusals to the process's log and registry.
+func (p *process) link(kind string, files tlsconfig.Files) (*tlsconfig.Link, error) {
+	if err := p.opts.tls.policy.Validate(); err != nil {
+		return nil, err
+	}
+	return tlsconfig.NewLink(kind, files, p.opts.tls.policy, tlsconfig.Deps{Logger: p.logger, Registry: p.registry})
 }
 
 // component is p with a logger of its own for the service named service, for the services `cairn dev` runs

@@ -56,7 +56,7 @@ func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts
 	}
 	defer lock.Release()
 	log, err := consensusclient.New(consensusclient.Config{Target: so.consensusEndpoint,
-		DialOptions: proc.telemetry.DialOptions(), Telemetry: proc.telemetry, Logger: proc.logger})
+		DialOptions: proc.telemetry.DialOptions(), Telemetry: proc.telemetry, Logger: proc.logger, TLS: proc.internal})
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,7 @@ func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts
 	}
 	defer keyring.Close()
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Log: log, Keyring: keyring}, storage.Bus{NATSURL: so.natsURL})
+		Registry: proc.registry, Log: log, Keyring: keyring, Internal: proc.internal}, storage.Bus{NATSURL: so.natsURL})
 	if err == nil {
 		err = member.Start(ctx)
 	}

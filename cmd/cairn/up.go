@@ -46,6 +46,7 @@ func newUpCommand() *cobra.Command {
 	flags.DurationVar(&cfg.BackupInterval, "backup-interval", 30*time.Minute, "Time between backups with --backup-dir.")
 	flags.IntVar(&cfg.BackupKeep, "backup-keep", 48, "Snapshots kept with --backup-dir.")
 	enc.register(flags) // passed to every storage and watchhub
+	flags.BoolVar(&cfg.TLS, "tls", false, "Run every link with mutual TLS and the client ports with TLS, on a CA and per-process certificates created in --data-dir/pki (kept across restarts; chosen on the data dir's first run).")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
@@ -91,6 +92,9 @@ func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag) error 
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "cairn is up: etcd client endpoints %s\n\n", strings.Join(stack.ClientEndpoints(), ","))
+	if flags := stack.EtcdctlFlags(); flags != "" {
+		fmt.Fprintf(out, "every link is mutual TLS; etcdctl flags: --endpoints %s %s\n\n", strings.Join(stack.ClientEndpoints(), ","), flags)
+	}
 	_ = stack.Status().WriteText(out)
 	fmt.Fprintf(out, "\nstack description: %s\nCtrl-C stops every process; the data stays for the next `cairn up`.\n", stack.StackFile())
 	<-ctx.Done()

@@ -42,7 +42,7 @@ func runWatchhub(ctx context.Context, cfg watchhub.Config, name string, enc encr
 	}
 	defer keyring.Close()
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry,
-		Keyring: keyring})
+		Keyring: keyring, Internal: proc.internal})
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Membership is etcd's Cluster service plus Maintenance.MoveLeader as consensus serves them, with etcd's
@@ -46,6 +46,9 @@ type Config struct {
 	MaxInflight int
 	// Logger receives notices about reconnects; nil discards them.
 	Logger *slog.Logger
+	// TLS secures the gRPC connection and the framed propose and committed links (the member serves its
+	// consensus port with the same internal link); nil: plain.
+	TLS *tlsconfig.Link
 }
 
 // Client talks to one consensus member.
@@ -80,7 +83,7 @@ func New(cfg Config) (*Client, error) {
 		target = target[i+3:]
 	}
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(cfg.TLS.GRPC()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
 	}, append(rpctune.DialOptions(), cfg.DialOptions...)...)
 	conn, err := grpc.NewClient(target, opts...)
@@ -89,7 +92,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	return &Client{
 		cfg: cfg, target: target, conn: conn, api: consensuspb.NewConsensusClient(conn),
-		inflight: make(chan struct{}, cfg.MaxInflight), propose: newProposeLink(target, cfg.Telemetry),
+		inflight: make(chan struct{}, cfg.MaxInflight), propose: newProposeLink(target, cfg.Telemetry, cfg.TLS),
 	}, nil
 }
 
@@ -145,7 +148,7 @@ func (e errDeliver) Error() string { return e.err.Error() }
 
 // committedOnce follows one committed link from *next until it ends.
 func (c *Client) committedOnce(ctx context.Context, next *uint64, deliver func([]commitlog.Entry) error) (bool, error) {
-	conn, err := dialStream(c.target, consensuspb.CommittedPreamble)
+	conn, err := dialStream(c.target, consensuspb.CommittedPreamble, c.cfg.TLS)
 	if err != nil {
 		return false, err
 	}

@@ -12,14 +12,15 @@ import (
 	"github.com/cairn-kv/cairn/internal/framed"
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // dialTimeout bounds the opening of a link.
 const dialTimeout = time.Second
 
 // dialStream opens a framed stream (the committed link) to target; a failed dial sent nothing.
-func dialStream(target, preamble string) (*framed.Conn, error) {
-	conn, err := framed.Dial(target, preamble, dialTimeout)
+func dialStream(target, preamble string, secure *tlsconfig.Link) (*framed.Conn, error) {
+	conn, err := framed.Dial(target, preamble, dialTimeout, secure)
 	if err != nil {
 		return nil, link.NotSent(status.Errorf(codes.Unavailable, "consensusclient: dial %s: %v", target, err))
 	}
@@ -29,9 +30,9 @@ func dialStream(target, preamble string) (*framed.Conn, error) {
 // newProposeLink returns the propose link to target (internal/link): proposals and read index calls go out from
 // the caller's own goroutine, sharing a write when several are in flight; the link opens on first use and again
 // after it breaks.
-func newProposeLink(target string, tel *obs.Telemetry) *link.Client {
+func newProposeLink(target string, tel *obs.Telemetry, secure *tlsconfig.Link) *link.Client {
 	return link.NewClient(link.ClientConfig{
-		Addr: target, Preamble: consensuspb.ProposePreamble, DialTimeout: dialTimeout,
+		Addr: target, Preamble: consensuspb.ProposePreamble, DialTimeout: dialTimeout, TLS: secure,
 		Telemetry: tel, Name: "consensus.propose", MethodNames: consensuspb.ProposeMethodNames,
 	})
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // DefaultSubjectPrefix is the subject prefix when none is configured; give each cluster sharing one NATS its own.
@@ -62,10 +64,11 @@ func prefixOrDefault(prefix string) string {
 }
 
 // Connect dials NATS at url (comma-separated for a cluster) with the options a long-running Cairn service
-// wants: reconnect forever with jittered waits, and connection state changes logged. opts come after those
-// (e.g. nats.SetCustomDialer).
-func Connect(url, name string, logger *slog.Logger, opts ...nats.Option) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, append([]nats.Option{
+// wants: reconnect forever with jittered waits, and connection state changes logged. With secure (not nil)
+// the connection is TLS with the process's certificate, whose role (RoleURI) decides what it may publish and
+// subscribe on a locked-down bus. opts come after those (e.g. nats.SetCustomDialer).
+func Connect(url, name string, logger *slog.Logger, secure *tlsconfig.Link, opts ...nats.Option) (*nats.Conn, error) {
+	options := []nats.Option{
 		nats.Name(name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
@@ -84,7 +87,11 @@ func Connect(url, name string, logger *slog.Logger, opts ...nats.Option) (*nats.
 			}
 			logger.Warn("nats error", "subject", subject, "err", err)
 		}),
-	}, opts...)...)
+	}
+	if secure.Enabled() {
+		options = append(options, nats.Secure(secure.ClientConfig()))
+	}
+	nc, err := nats.Connect(url, append(options, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to nats %s: %w", url, err)
 	}

@@ -28,6 +28,12 @@
 //     without decoding it. Each record carries the W3C trace context of its storage apply span, so a watch
 //     event's trace continues the write's.
 //
+// Locked down (EmbeddedConfig.TLS, as `cairn up --tls` and every --internal-cert-file run it), the bus is TLS
+// with client certificates, and nats-server's own authorization decides who may do what: a certificate's URI
+// SAN RoleURI(role) maps it to that role's user (verify_and_map), storages alone publish applied records,
+// lease changes and turns, watchhubs alone read applied records and announce interest, leasekeepers only read
+// lease changes. Without TLS the bus is open, as before: keep it on loopback.
+//
 // Embedded starts an in-process NATS server (github.com/nats-io/nats-server/v2) for `cairn dev`, for the
 // `cairn nats` child of `cairn up`, and for tests.
 package eventbus

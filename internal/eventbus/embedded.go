@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // EmbeddedConfig configures an in-process NATS server.
@@ -18,6 +21,13 @@ type EmbeddedConfig struct {
 	HTTPPort int
 	// ReadyTimeout bounds the wait for the server to accept connections (default 10s).
 	ReadyTimeout time.Duration
+	// TLS, when set, locks the bus down: clients must connect with TLS and a certificate of the link's CA
+	// that names a role (RoleURI), and each role may publish and subscribe only what it needs. Nil: plain
+	// and open to any client.
+	TLS *tlsconfig.Link
+	// Logger gets the server's notices, warnings and errors (refused clients, permission violations); nil:
+	// none.
+	Logger *slog.Logger
 }
 
 // Embedded is a NATS server running inside this process.
@@ -45,9 +55,19 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		WriteDeadline:         10 * time.Second,
 		DisableShortFirstPing: true,
 	}
+	if cfg.TLS.Enabled() {
+		opts.TLSConfig = cfg.TLS.ServerConfig()
+		opts.TLS, opts.TLSVerify, opts.TLSMap = true, true, true
+		opts.TLSTimeout = 5
+		opts.Users = rolePermissions()
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats server on %s:%d: %w", cfg.Host, cfg.Port, err)
+	}
+	if cfg.Logger != nil {
+		opts.NoLog = false
+		srv.SetLogger(slogNATS{cfg.Logger.With("component", "nats")}, false, false)
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(cfg.ReadyTimeout) {

@@ -68,7 +68,7 @@ func (c *collector) count(member uint64) int {
 // when it returns, and the connection closes with the test.
 func subscribeAll(t *testing.T, srv *Embedded, collectors map[*collector]bool) *nats.Conn {
 	t.Helper()
-	sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+	sub, err := Connect(srv.ClientURL(), "sub", quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestPublishSubscribeInOrderPerMember(t *testing.T) {
 
 func TestPublishNeverBlocksAndCountsDrops(t *testing.T) {
 	srv := startServer(t, -1)
-	nc, err := Connect(srv.ClientURL(), "pub", quietLogger())
+	nc, err := Connect(srv.ClientURL(), "pub", quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestPublisherSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := srv.ClientURL()
-	pubConn, err := Connect(url, "pub", quietLogger())
+	pubConn, err := Connect(url, "pub", quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestPublisherSurvivesServerRestart(t *testing.T) {
 
 	srv.Shutdown()
 	srv = startServer(t, port)
-	subConn, err := Connect(url, "sub", quietLogger())
+	subConn, err := Connect(url, "sub", quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestRecentIndexes(t *testing.T) {
 // as few messages as the batch limits allow, and stops it once they are sent.
 func publishQueued(t *testing.T, url string, member uint64, first, last uint64, rec func(uint64) *eventpb.AppliedRecord) {
 	t.Helper()
-	nc, err := Connect(url, "pub", quietLogger())
+	nc, err := Connect(url, "pub", quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := startServer(t, -1)
-			sub, err := Connect(srv.ClientURL(), "sub", quietLogger())
+			sub, err := Connect(srv.ClientURL(), "sub", quietLogger(), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,6 +23,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // MaxFrame bounds a frame's length (a range answer may be large: storage's RangeEncoded of a big LIST).
@@ -259,16 +261,22 @@ func (c *Conn) readFailed(err error) error {
 }
 
 // Dial connects to addr and announces preamble, which the server's listener (cmux) recognizes the protocol by.
-func Dial(addr, preamble string, timeout time.Duration) (*Conn, error) {
+// With secure (not nil) the connection is TLS, handshaken before the preamble; the server must serve its port
+// with the same link's Listener.
+func Dial(addr, preamble string, timeout time.Duration, secure *tlsconfig.Link) (*Conn, error) {
 	nc, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
+		return nil, err
+	}
+	if nc, err = secure.Client(nc, addr); err != nil {
 		return nil, err
 	}
 	return Open(nc, preamble, timeout)
 }
 
-// Open announces preamble on nc, a connection the caller dialed (Dial dials TCP), and returns the link on it;
-// timeout bounds the write. On failure nc is closed.
+// Open announces preamble on nc, a connection the caller dialed (and, for a TLS link, already wrapped with
+// the link's Client: Dial does both), and returns the link on it; timeout bounds the write. On failure nc is
+// closed.
 func Open(nc net.Conn, preamble string, timeout time.Duration) (*Conn, error) {
 	_ = nc.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := io.WriteString(nc, preamble); err != nil {

@@ -36,7 +36,7 @@ func pair(t *testing.T) (client, server *Conn) {
 		}
 		accepted <- c
 	}()
-	client, err = Dial(lis.Addr().String(), testPreamble, 5*time.Second)
+	client, err = Dial(lis.Addr().String(), testPreamble, 5*time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

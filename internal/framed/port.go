@@ -39,7 +39,7 @@ func Serve(lis net.Listener, s *grpc.Server, links map[string]func(*Conn), logge
 	grpcListener := m.Match(cmux.Any())
 	go func() {
 		if err := s.Serve(grpcListener); err != nil && !errors.Is(err, grpc.ErrServerStopped) &&
-			!errors.Is(err, cmux.ErrListenerClosed) && !errors.Is(err, net.ErrClosed) {
+			!errors.Is(err, cmux.ErrListenerClosed) && !errors.Is(err, cmux.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			logger.Error("gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
 	}()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/framed"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // ClientConfig configures a Client.
@@ -28,6 +29,8 @@ type ClientConfig struct {
 	Bound time.Duration
 	// DialTimeout bounds the opening of a connection (1 s when 0).
 	DialTimeout time.Duration
+	// TLS, when not nil, secures every connection (mutual TLS; the server serves TLS.Listener); nil: plain.
+	TLS *tlsconfig.Link
 	// Expired is the error of a call left unanswered past its deadline (status DeadlineExceeded when nil).
 	Expired error
 	// DialAhead opens the connections in the background at once, so the first calls need not pay for them.
@@ -218,7 +221,7 @@ func (l *lane) connection() (*framed.Conn, error) {
 		return conn, nil
 	}
 	cfg := &l.client.cfg
-	conn, err := framed.Dial(cfg.Addr, cfg.Preamble, cfg.DialTimeout)
+	conn, err := framed.Dial(cfg.Addr, cfg.Preamble, cfg.DialTimeout, cfg.TLS)
 	if err != nil {
 		return nil, NotSent(status.Errorf(grpccodes.Unavailable, "link to %s: dial: %v", cfg.Addr, err))
 	}

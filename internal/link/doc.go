@@ -27,6 +27,10 @@
 // not marked: the call may have been carried out. The mark crosses gRPC too, as a status detail (see NotSent and
 // UnaryClientInterceptor), so a decision to retry never reads an error's text.
 //
+// TLS: ClientConfig.TLS (a tlsconfig.Link) makes every connection of a client mutual TLS, handshaken before the
+// preamble; the server's port serves the same link's Listener (framed.Serve on it), so the preamble and frames
+// travel inside TLS. Plain when nil.
+//
 // Streams (the committed-log link, raft's peer messages) are not calls: they share internal/framed and a
 // preamble on the same port, not this layer.
 package link

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/framed"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 const testPreamble = "CAIRN-LINK-TEST/1\n"
@@ -40,12 +41,16 @@ type testServer struct {
 	served   []*framed.Conn
 }
 
-func startServer(t testing.TB) *testServer {
+func startServer(t testing.TB) *testServer { t.Helper(); return startServerWith(t, nil) }
+
+// startServerWith is startServer serving TLS with secure (plain when nil).
+func startServerWith(t testing.TB, secure *tlsconfig.Link) *testServer {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	lis := secure.Listener(raw, "test")
 	ts := &testServer{addr: lis.Addr().String(), stopping: make(chan struct{}), release: make(chan struct{}),
 		started: make(chan uint64, 16), ended: make(chan error, 16), lis: lis}
 	srv := NewServer(ServerConfig{Name: "test", Bound: 10 * time.Second})
@@ -161,7 +166,7 @@ func TestNotSentMarking(t *testing.T) {
 		{"broke before send", func(t *testing.T) error {
 			ts := startServer(t)
 			c := newClient(t, ts.addr)
-			conn, err := framed.Dial(ts.addr, testPreamble, time.Second)
+			conn, err := framed.Dial(ts.addr, testPreamble, time.Second, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -258,4 +263,6 @@ func TestPlainDropsTheMark(t *testing.T) {
 }
 
 // startBenchServer starts a test server for a benchmark and returns its address.
-func startBenchServer(b *testing.B) string { return startServer(b).addr }
+func startBenchServer(b *testing.B, secure *tlsconfig.Link) string {
+	return startServerWith(b, secure).addr
+}

@@ -31,7 +31,8 @@ type Client struct {
 }
 
 // Dial connects to the storage at target (http://host:port or host:port). opts are added to the defaults
-// (insecure transport, no message size limit on receive).
+// (insecure transport, no message size limit on receive); a tlsconfig.Link's DialOption among them makes the
+// connection TLS.
 func Dial(target string, opts ...grpc.DialOption) (*Client, error) {
 	if u, err := url.Parse(target); err == nil && u.Scheme == "http" && u.Host != "" {
 		target = u.Host

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // pipelineLanes is how many connections a Pipeline spreads its calls over, so that one large answer holds up only
@@ -33,9 +34,9 @@ type Pipeline struct{ link *link.Client }
 // NewPipeline returns a pipeline to the storage at addr (host:port) whose calls wait at most bound; tel, when
 // not nil, carries each call's trace context to storage (and records a span per call while spans are recorded).
 // Its connections open in the background, so the first calls need not pay for them.
-func NewPipeline(addr string, bound time.Duration, tel *obs.Telemetry) *Pipeline {
+func NewPipeline(addr string, bound time.Duration, tel *obs.Telemetry, secure *tlsconfig.Link) *Pipeline {
 	return &Pipeline{link: link.NewClient(link.ClientConfig{
-		Addr: addr, Preamble: storagepb.PipelinePreamble, Lanes: pipelineLanes, Bound: bound,
+		Addr: addr, Preamble: storagepb.PipelinePreamble, Lanes: pipelineLanes, Bound: bound, TLS: secure,
 		Expired: rpctypes.ErrGRPCTimeout, DialAhead: true,
 		Telemetry: tel, Name: "storage.pipeline", MethodNames: storagepb.PipelineMethodNames,
 	})}

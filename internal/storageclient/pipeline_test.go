@@ -102,7 +102,7 @@ func TestPipelineBoundsUnansweredCalls(t *testing.T) {
 	storage := &silentStorage{stopping: make(chan struct{}), timeouts: map[uint64]time.Duration{}, ended: map[uint64]error{}}
 	addr := listen(t, storage)
 	const bound = 100 * time.Millisecond
-	p := NewPipeline(addr, bound, nil)
+	p := NewPipeline(addr, bound, nil, nil)
 	t.Cleanup(p.Close)
 
 	tests := []struct {
@@ -152,7 +152,7 @@ func TestPipelineBoundsUnansweredCalls(t *testing.T) {
 // its own error, marked not sent.
 func TestPipelineEndedByStorage(t *testing.T) {
 	addr := listen(t, &silentStorage{ending: true, stopping: make(chan struct{})})
-	p := NewPipeline(addr, time.Minute, nil)
+	p := NewPipeline(addr, time.Minute, nil, nil)
 	t.Cleanup(p.Close)
 	if _, err := p.Range(context.Background(), &pb.RangeRequest{Key: []byte("k")}); err != nil {
 		t.Fatalf("the call storage answered before stopping: %v", err)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // PoolConfig configures a Pool.
@@ -28,6 +29,8 @@ type PoolConfig struct {
 	FailsOver func(ctx context.Context, err error) bool
 	// Logger reports a change of the preferred storage; nil discards.
 	Logger *slog.Logger
+	// TLS secures every storage's connection (the internal link); nil: plain.
+	TLS *tlsconfig.Link
 }
 
 // Pool is a set of storages a service reads from and writes through: a call goes to the preferred storage
@@ -57,7 +60,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	}
 	p := &Pool{cfg: cfg}
 	for _, e := range cfg.Endpoints {
-		c, err := Dial(e, cfg.DialOptions...)
+		c, err := Dial(e, append(cfg.DialOptions, cfg.TLS.DialOption())...)
 		if err != nil {
 			_ = p.Close()
 			return nil, fmt.Errorf("storage endpoint %s: %w", e, err)

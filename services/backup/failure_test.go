@@ -17,8 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 
-	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 )
 
 // snapshotOf returns a whole snapshot of a one-member cluster holding n keys of size bytes each.

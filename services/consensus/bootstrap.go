@@ -14,10 +14,10 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 	"github.com/cairn-kv/cairn/services/consensus/wal"
 )
@@ -104,7 +104,7 @@ func (n *Node) raftConfig(storage raft.Storage, applied uint64) *raft.Config {
 func (n *Node) newTransport() error {
 	t, err := transport.New(transport.Config{
 		MemberID: n.memberID, ClusterID: n.clusterID, Raft: n, Logger: n.log,
-		DialOptions: n.tel.DialOptions(), Faults: n.deps.Faults, Dialer: n.deps.Dialer,
+		DialOptions: n.tel.DialOptions(), Faults: n.deps.Faults, Dialer: n.deps.Dialer, TLS: n.deps.Peer,
 		MaxBackoff: min(time.Second, n.cfg.ElectionTimeout),
 	})
 	n.transport = t
@@ -282,7 +282,7 @@ func (n *Node) fetchMembers(ctx context.Context) (*consensuspb.MembersResponse, 
 		if name == n.cfg.Name {
 			continue
 		}
-		resp, err := askMembers(ctx, urls)
+		resp, err := askMembers(ctx, urls, n.deps.Peer)
 		if err == nil {
 			return resp, nil
 		}
@@ -291,12 +291,12 @@ func (n *Node) fetchMembers(ctx context.Context) (*consensuspb.MembersResponse, 
 	return nil, fmt.Errorf("consensus: cannot fetch the cluster's members from --initial-cluster: %w", errors.Join(errs...))
 }
 
-func askMembers(ctx context.Context, urls []string) (*consensuspb.MembersResponse, error) {
+func askMembers(ctx context.Context, urls []string, peerTLS *tlsconfig.Link) (*consensuspb.MembersResponse, error) {
 	target, err := transport.Target(urls)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(target, peerTLS.DialOption())
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/services/consensus/transport"
 )
 
@@ -92,6 +93,26 @@ type Deps struct {
 	// tests run members on an in-memory network (internal/testing/memnet) inside a synctest bubble. Joining
 	// and promotion calls still dial TCP.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// Peer, when set, makes the raft peer links mutual TLS (etcd's --peer-* flags): the peer port serves TLS
+	// and every member is dialed with it. Required when a peer URL is https://; nil: plain.
+	Peer *tlsconfig.Link
+	// Internal, when set, makes the Consensus port (the storage's propose and committed links, its gRPC)
+	// mutual TLS (--internal-* flags); nil: plain.
+	Internal *tlsconfig.Link
+}
+
+// checkPeerTLS refuses an https:// peer URL without peer TLS, with etcd's message, and an http:// one with it:
+// the peer port then serves only TLS, which its URL must say.
+func checkPeerTLS(cfg Config, peer *tlsconfig.Link) error {
+	for _, u := range append(slices.Clone(cfg.ListenPeerURLs), cfg.InitialAdvertisePeerURLs...) {
+		switch secure := strings.HasPrefix(u, "https://"); {
+		case secure && !peer.Enabled():
+			return config.Invalid("--peer-cert-file", "TLS key/cert (--peer-cert-file, --peer-key-file) must be provided for peer url %s with HTTPS scheme", u)
+		case !secure && peer.Enabled():
+			return config.Invalid("--listen-peer-urls", "--listen-peer-urls and --initial-advertise-peer-urls must be https:// with --peer-cert-file (got %s)", u)
+		}
+	}
+	return nil
 }
 
 // withDefaults fills what is nil with what discards.

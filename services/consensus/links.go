@@ -21,7 +21,7 @@ import (
 // serveAPI serves the Consensus port lis: the storage's propose and committed links (framed connections told
 // by their preamble, see consensuspb) and gRPC for everything else. The listener is closed on shutdown.
 func (n *Node) serveAPI(api *grpc.Server, lis net.Listener) {
-	n.serveMuxed(lis, api, map[string]func(*framed.Conn){
+	n.serveMuxed(n.deps.Internal.Listener(lis, "consensus"), api, map[string]func(*framed.Conn){
 		consensuspb.ProposePreamble:   n.serveProposeLink,
 		consensuspb.CommittedPreamble: n.serveCommittedLink,
 	})
@@ -29,7 +29,7 @@ func (n *Node) serveAPI(api *grpc.Server, lis net.Listener) {
 
 // servePeer serves the peer port lis: the other members' messages links and gRPC for everything else.
 func (n *Node) servePeer(peer *grpc.Server, lis net.Listener) {
-	n.serveMuxed(lis, peer, map[string]func(*framed.Conn){transport.MessagesPreamble: n.transport.ServeLink})
+	n.serveMuxed(n.deps.Peer.Listener(lis, "consensus-peer"), peer, map[string]func(*framed.Conn){transport.MessagesPreamble: n.transport.ServeLink})
 }
 
 // serveMuxed serves lis with s and links (framed.Serve); a link ends when the member stops.

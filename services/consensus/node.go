@@ -95,6 +95,9 @@ func New(cfg Config, deps Deps) (*Node, error) {
 	if len(deps.PeerListeners) == 0 && len(cfg.ListenPeerURLs) == 0 {
 		return nil, fmt.Errorf("consensus: %w", config.Invalid("--listen-peer-urls", "--listen-peer-urls must not be empty"))
 	}
+	if err := checkPeerTLS(cfg, deps.Peer); err != nil {
+		return nil, fmt.Errorf("consensus: %w", err)
+	}
 	deps = deps.withDefaults()
 	n := &Node{
 		cfg:      cfg,

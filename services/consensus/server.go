@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/api/consensuspb"
@@ -177,7 +176,7 @@ func (n *Node) forwardPromote(ctx context.Context, req *etcdserverpb.MemberPromo
 	if err != nil {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	conn, err := grpc.NewClient(target, append(n.tel.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	conn, err := grpc.NewClient(target, append(n.tel.DialOptions(), n.deps.Peer.DialOption())...)
 	if err != nil {
 		return nil, err
 	}

@@ -9,10 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/cairn-kv/cairn/internal/clienttls"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Defaults, etcd's where etcd has the setting.
@@ -71,7 +71,10 @@ type Config struct {
 	// EnablePprof serves /debug/pprof on the client and metrics URLs, as etcd's --enable-pprof does.
 	EnablePprof bool
 	// TLS serves the https:// client URLs (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
-	TLS clienttls.Files
+	TLS tlsconfig.Files
+	// TLSPolicy bounds the TLS versions and cipher suites of the https:// client URLs (--tls-min-version,
+	// --tls-max-version, --cipher-suites, registered by the process).
+	TLSPolicy tlsconfig.Policy
 }
 
 // Deps are what a frontend takes from the process that runs it: where it reports, and the listeners the
@@ -89,6 +92,9 @@ type Deps struct {
 	// frontend closes them when it stops.
 	ClientListeners  []net.Listener
 	MetricsListeners []net.Listener
+	// Internal, when set, makes every link to storages, consensus members, watchhubs and leasekeepers mutual TLS (--internal-* flags); nil:
+	// plain.
+	Internal *tlsconfig.Link
 }
 
 func (d Deps) withDefaults() Deps {

@@ -65,7 +65,7 @@
 // # HTTP
 //
 // gRPC and HTTP share each client port (cmux, as etcd: HTTP/2 to gRPC, HTTP/1 to the gateway), so gRPC keeps
-// its native server. An https:// client URL serves TLS (package clienttls: --cert-file, --key-file,
+// its native server. An https:// client URL serves TLS (package tlsconfig: --cert-file, --key-file,
 // --trusted-ca-file, --client-cert-auth) as etcd serves it: one HTTP server, HTTP/2 requests of content-type
 // application/grpc to the gRPC server (its ServeHTTP), everything else to the gateway and admin handlers. The
 // gateway reaches the gRPC server over an in-memory connection, whatever the client ports serve. Besides /v3/..., each client URL and each --listen-metrics-urls URL serves /metrics,

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -35,7 +34,6 @@ func dialBackends(urls []string, opts []grpc.DialOption) ([]*backend, error) {
 			return nil, err
 		}
 		conn, err := grpc.NewClient(target, append([]grpc.DialOption{
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1)),
 		}, append(rpctune.DialOptions(), opts...)...)...)
 		if err != nil {

@@ -62,15 +62,15 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	tel, logger := deps.Telemetry, deps.Logger
 	f := &Frontend{cfg: cfg, deps: deps, tel: tel, logger: logger, stopping: make(chan struct{})}
 	var err error
-	if f.pool, err = newPool(cfg, tel, logger); err != nil {
+	if f.pool, err = newPool(cfg, tel, logger, deps.Internal); err != nil {
 		return nil, err
 	}
-	watchhubs, err := dialBackends(cfg.WatchEndpoints, tel.DialOptions())
+	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption()))
 	if err != nil {
 		f.pool.close()
 		return nil, fmt.Errorf("watch endpoints: %w", err)
 	}
-	leasekeepers, err := dialBackends(cfg.LeaseEndpoints, tel.DialOptions())
+	leasekeepers, err := dialBackends(cfg.LeaseEndpoints, append(tel.DialOptions(), deps.Internal.DialOption()))
 	if err != nil {
 		f.pool.close()
 		closeBackends(watchhubs)
@@ -126,7 +126,7 @@ func (f *Frontend) Start(ctx context.Context) error {
 	clientMux.Handle("/v3/", gateway)
 	var tlsConfig *tls.Config
 	if slices.Contains(f.secure, true) {
-		if tlsConfig, err = f.cfg.TLS.ServerConfig(); err != nil {
+		if tlsConfig, err = f.cfg.TLS.ClientPortConfig(f.cfg.TLSPolicy); err != nil {
 			_ = f.Stop(ctx)
 			return err
 		}

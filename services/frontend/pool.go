@@ -14,7 +14,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/mem"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // storageReplica is one member's storage as the frontend sees it: a few warm connections and what its last
@@ -125,6 +125,8 @@ type pool struct {
 	cfg    Config
 	tel    *obs.Telemetry
 	logger *slog.Logger
+	// internal secures the links to storages and consensus members; nil: plain.
+	internal *tlsconfig.Link
 
 	mu        sync.Mutex // guards storages and consensus lists and rebuilding the view
 	storages  []*storageReplica
@@ -135,10 +137,10 @@ type pool struct {
 	kick    chan struct{}
 }
 
-func newPool(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*pool, error) {
-	p := &pool{cfg: cfg, tel: tel, logger: logger, kick: make(chan struct{}, 1)}
+func newPool(cfg Config, tel *obs.Telemetry, logger *slog.Logger, internal *tlsconfig.Link) (*pool, error) {
+	p := &pool{cfg: cfg, tel: tel, logger: logger, internal: internal, kick: make(chan struct{}, 1)}
 	for _, u := range cfg.ConsensusEndpoints {
-		client, err := consensusclient.New(consensusclient.Config{Target: u, DialOptions: p.dialOptions(),
+		client, err := consensusclient.New(consensusclient.Config{Target: u, DialOptions: p.dialOptions(), TLS: p.internal,
 			Telemetry: tel, Logger: logger})
 		if err != nil {
 			p.close()
@@ -158,7 +160,7 @@ func newPool(cfg Config, tel *obs.Telemetry, logger *slog.Logger) (*pool, error)
 
 func (p *pool) dialOptions() []grpc.DialOption {
 	opts := append(append(p.tel.DialOptions(), rpctune.DialOptions()...), link.GRPCDialOptions()...)
-	return append(opts, grpc.WithKeepaliveParams(keepalive.ClientParameters{
+	return append(opts, p.internal.DialOption(), grpc.WithKeepaliveParams(keepalive.ClientParameters{
 		Time: 10 * time.Second, Timeout: 5 * time.Second}))
 }
 
@@ -175,7 +177,7 @@ func (p *pool) addStorage(rawURL string) (*storageReplica, error) {
 		}
 	}
 	r := &storageReplica{url: canonical}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+	opts := append([]grpc.DialOption{
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1))}, p.dialOptions()...)
 	for range p.cfg.ConnsPerStorage {
 		conn, err := grpc.NewClient(target, opts...)
@@ -187,7 +189,7 @@ func (p *pool) addStorage(rawURL string) (*storageReplica, error) {
 		r.conns = append(r.conns, conn)
 		r.clients = append(r.clients, storageclient.New(conn))
 	}
-	r.pipeline = storageclient.NewPipeline(target, p.cfg.storageCallBound(), p.tel)
+	r.pipeline = storageclient.NewPipeline(target, p.cfg.storageCallBound(), p.tel, p.internal)
 	p.storages = append(p.storages, r)
 	p.logger.Info("storage replica added", "storage_url", canonical)
 	return r, nil

@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Defaults. Rates and the checkpoint batch are etcd's; the timings suit a Raft election timeout of 1s.
@@ -92,6 +93,9 @@ type Deps struct {
 	// Dialer, when set, makes the keeper's connections to storage and NATS (addr is host:port) instead of TCP:
 	// tests run keepers on an in-memory network (internal/testing/memnet) inside a synctest bubble.
 	Dialer func(ctx context.Context, addr string) (net.Conn, error)
+	// Internal, when set, makes every link this service serves and dials mutual TLS (--internal-* flags); nil:
+	// plain.
+	Internal *tlsconfig.Link
 }
 
 func (d Deps) withDefaults() Deps {

@@ -129,7 +129,7 @@ func (e *testEnv) connectBus(name string) *nats.Conn {
 	if e.network != nil {
 		opts = append(opts, eventbus.DialWith(e.network.Dial))
 	}
-	nc, err := eventbus.Connect(e.natsURL, name, testLogger(e.t), opts...)
+	nc, err := eventbus.Connect(e.natsURL, name, testLogger(e.t), nil, opts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

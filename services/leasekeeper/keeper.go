@@ -96,7 +96,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 		dialOptions = append(dialOptions, grpc.WithContextDialer(deps.Dialer))
 	}
 	pool, err := storageclient.NewPool(storageclient.PoolConfig{Endpoints: cfg.StorageEndpoints,
-		DialOptions: dialOptions, FailsOver: storageclient.FailsOverUnavailable, Logger: k.logger})
+		DialOptions: dialOptions, TLS: deps.Internal, FailsOver: storageclient.FailsOverUnavailable, Logger: k.logger})
 	if err != nil {
 		return nil, fmt.Errorf("leasekeeper: %w", err)
 	}
@@ -120,7 +120,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 	if k.deps.Dialer != nil {
 		natsOptions = append(natsOptions, eventbus.DialWith(k.deps.Dialer))
 	}
-	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger, natsOptions...)
+	nc, err := eventbus.Connect(k.cfg.NATSURL, k.id, k.logger, k.deps.Internal, natsOptions...)
 	if err != nil {
 		return err
 	}
@@ -144,7 +144,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 	k.grpcServer = grpc.NewServer(append(k.tel.ServerOptions(), rpctune.ServerOptions()...)...)
 	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
 	k.serving.Go(func() {
-		if err := k.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := k.grpcServer.Serve(k.deps.Internal.Listener(lis, "leasekeeper")); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			k.logger.Error("leasekeeper gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
 	})

@@ -51,7 +51,7 @@ func Assemble(ctx context.Context, cfg Config, deps Deps, bus Bus) (*Member, err
 	}
 	m := &Member{}
 	if bus.NATSURL != "" {
-		nc, err := eventbus.Connect(bus.NATSURL, fmt.Sprintf("cairn-storage-%x", cfg.MemberID), deps.Logger)
+		nc, err := eventbus.Connect(bus.NATSURL, fmt.Sprintf("cairn-storage-%x", cfg.MemberID), deps.Logger, deps.Internal)
 		if err != nil {
 			return nil, fmt.Errorf("storage of member %x: %w", cfg.MemberID, err)
 		}

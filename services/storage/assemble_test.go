@@ -26,7 +26,7 @@ func TestAssembleMember(t *testing.T) {
 	}
 	defer bus.Shutdown()
 	logger := slog.New(slog.DiscardHandler)
-	subConn, err := eventbus.Connect(bus.ClientURL(), "test-sub", logger)
+	subConn, err := eventbus.Connect(bus.ClientURL(), "test-sub", logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

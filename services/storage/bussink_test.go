@@ -27,7 +27,7 @@ func TestBusSinkPublishesAppliedRecords(t *testing.T) {
 	}
 	defer nats.Shutdown()
 	logger := slog.New(slog.DiscardHandler)
-	subConn, err := eventbus.Connect(nats.ClientURL(), "test-sub", logger)
+	subConn, err := eventbus.Connect(nats.ClientURL(), "test-sub", logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestBusSinkPublishesAppliedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pubConn, err := eventbus.Connect(nats.ClientURL(), "test-pub", logger)
+	pubConn, err := eventbus.Connect(nats.ClientURL(), "test-pub", logger, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/seal"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -79,6 +80,9 @@ type Deps struct {
 	// nil stores values plain. Every member of a cluster must open what the others seal: they share the
 	// encryption configuration. The caller owns it (closes it after Stop).
 	Keyring *seal.Keyring
+	// Internal, when set, makes every link this service serves and dials mutual TLS (--internal-* flags); nil:
+	// plain.
+	Internal *tlsconfig.Link
 }
 
 // ErrNoLog is returned by New when Deps.Log is nil.

@@ -20,7 +20,7 @@ import (
 
 func dialPipeline(t testing.TB, m *testMember) *storageclient.Pipeline {
 	t.Helper()
-	p := storageclient.NewPipeline(m.listener.Addr().String(), time.Minute, nil)
+	p := storageclient.NewPipeline(m.listener.Addr().String(), time.Minute, nil, nil)
 	t.Cleanup(p.Close)
 	return p
 }

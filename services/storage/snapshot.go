@@ -143,7 +143,7 @@ func (s *Storage) snapshotSources(ctx context.Context, ref *commitlog.SnapshotRe
 }
 
 func (s *Storage) downloadSnapshot(ctx context.Context, ref *commitlog.SnapshotRef, url, path string) (*storagepb.SnapshotChunk, error) {
-	client, err := storageclient.Dial(url, s.tel.DialOptions()...)
+	client, err := storageclient.Dial(url, append(s.tel.DialOptions(), s.deps.Internal.DialOption())...)
 	if err != nil {
 		return nil, err
 	}

@@ -150,7 +150,7 @@ func (s *Storage) Start(ctx context.Context) error {
 	s.grpcServer = grpc.NewServer(opts...)
 	storagepb.RegisterStorageServer(s.grpcServer, &server{s: s})
 	// One port: the frontend's pipelines (told by their preamble) and gRPC for everything else.
-	s.port = framed.Serve(lis, s.grpcServer, map[string]func(*framed.Conn){storagepb.PipelinePreamble: s.servePipeline}, s.logger)
+	s.port = framed.Serve(s.deps.Internal.Listener(lis, "storage"), s.grpcServer, map[string]func(*framed.Conn){storagepb.PipelinePreamble: s.servePipeline}, s.logger)
 	if s.cfg.AdminAddr != "" {
 		admin, err := obs.ListenAdmin(s.cfg.AdminAddr, obs.AdminMux(s.metrics.registry, s.Health), s.logger)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/seal"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Defaults, as etcd's where etcd has the setting.
@@ -89,6 +90,9 @@ type Deps struct {
 	// Keyring opens the sealed values of the bus records (see seal.go); it must be the storages' configuration.
 	// nil: values on the bus are plain. The caller owns it.
 	Keyring *seal.Keyring
+	// Internal, when set, makes every link this service serves and dials mutual TLS (--internal-* flags); nil:
+	// plain.
+	Internal *tlsconfig.Link
 }
 
 func (d Deps) withDefaults() Deps {

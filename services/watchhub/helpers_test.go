@@ -99,7 +99,7 @@ func (s *testStorage) Applied(rec storage.AppliedRecord) {
 func (env *testEnv) startStorage(i int) {
 	t := env.t
 	s := env.storages[i]
-	nc, err := eventbus.Connect(env.natsURL(), fmt.Sprintf("storage-%d", i+1), quietLogger())
+	nc, err := eventbus.Connect(env.natsURL(), fmt.Sprintf("storage-%d", i+1), quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		return fmt.Errorf("watchhub: %w", err)
 	}
 	h.listener = lis
-	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger)
+	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger, h.deps.Internal)
 	if err != nil {
 		_ = lis.Close()
 		return err
@@ -130,7 +130,7 @@ func (h *Hub) Start(ctx context.Context) error {
 	h.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(h.grpcServer, h.health)
 	h.done.Go(func() { // Stop stops the server before it waits for done
-		if err := h.grpcServer.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := h.grpcServer.Serve(h.deps.Internal.Listener(lis, "watchhub")); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			h.logger.Error("watchhub gRPC server stopped", "addr", lis.Addr().String(), "err", err)
 		}
 	})

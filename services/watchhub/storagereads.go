@@ -16,7 +16,7 @@ import (
 // over to the others in turn when it does not answer (readFailsOver).
 func newStoragePool(cfg Config, tel *obs.Telemetry, deps Deps) (*storageclient.Pool, error) {
 	return storageclient.NewPool(storageclient.PoolConfig{Endpoints: cfg.StorageEndpoints,
-		DialOptions: tel.DialOptions(), CallTimeout: cfg.StorageTimeout, FailsOver: readFailsOver, Logger: deps.Logger})
+		DialOptions: tel.DialOptions(), TLS: deps.Internal, CallTimeout: cfg.StorageTimeout, FailsOver: readFailsOver, Logger: deps.Logger})
 }
 
 // readFailsOver reports whether another storage might answer where this one failed: not for compaction

@@ -3,7 +3,7 @@ package clustertest
 import (
 	"strings"
 
-	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
 

@@ -26,8 +26,11 @@ func backupService() service {
 			}
 			args := []string{"--endpoints", strings.Join(endpoints, ","), "--dir", p.cfg.BackupDir,
 				"--interval", interval.String(), "--keep", strconv.Itoa(keep)}
-			if t := p.cfg.ClientTLS; !t.Empty() {
-				// The frontends' own certificate identifies the backup to them, as etcd's gateway does.
+			t := p.cfg.ClientTLS // the frontends' own certificate identifies the backup to them, as etcd's gateway does
+			if t.Empty() && p.tls() {
+				t = p.files(ClientCertName) // cairn up --tls: the stack's client certificate
+			}
+			if !t.Empty() {
 				args = append(args, "--cert", t.CertFile, "--key", t.KeyFile)
 				if t.TrustedCAFile != "" {
 					args = append(args, "--cacert", t.TrustedCAFile)

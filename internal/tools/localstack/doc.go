@@ -19,7 +19,8 @@
 //     every child has exited. Data stays in DataDir; the next Start carries on from it.
 //
 // Layout of DataDir: layout.json, stack.json, logs/<child>.log, member-<i>/consensus (WAL) and
-// member-<i>/storage (storage.db).
+// member-<i>/storage (storage.db); with Config.TLS, pki/ (ca.pem, ca-key.pem, <child>.pem and <child>-key.pem
+// for every child, client.pem for etcdctl).
 //
 // Adding a kind of service (a watchhub, a leasekeeper) is one entry in services(): its name, how many
 // instances, which ports each instance needs, its command line and what it depends on.

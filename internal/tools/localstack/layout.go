@@ -23,6 +23,10 @@ const layoutFile = "layout.json"
 type layout struct {
 	Members int    `json:"members"`
 	Token   string `json:"initial_cluster_token"`
+	// TLS: every link of the stack is mutual TLS (chosen on the first run; the peer URLs in the WAL are https).
+	TLS bool `json:"tls,omitempty"`
+	// fresh: no layout was found, this is the first run.
+	fresh bool
 	// Ports maps a child's name to its named ports.
 	Ports map[string]map[string]int `json:"ports"`
 }
@@ -43,7 +47,7 @@ func loadLayout(dir string, members int) (*layout, error) {
 		}
 		token := make([]byte, 6)
 		_, _ = rand.Read(token)
-		return &layout{Members: members, Token: "cairn-" + hex.EncodeToString(token), Ports: map[string]map[string]int{}}, nil
+		return &layout{Members: members, Token: "cairn-" + hex.EncodeToString(token), Ports: map[string]map[string]int{}, fresh: true}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("localstack: read layout: %w", err)

@@ -48,8 +48,8 @@ func consensusService() service {
 			return []string{
 				"--name", memberName(i),
 				"--data-dir", p.memberDir(i, "consensus"),
-				"--listen-peer-urls", p.url(self, "peer"),
-				"--initial-advertise-peer-urls", p.url(self, "peer"),
+				"--listen-peer-urls", p.peerURL(self),
+				"--initial-advertise-peer-urls", p.peerURL(self),
 				"--initial-cluster", p.initialCluster(),
 				"--initial-cluster-state", "new", // ignored once the member has a WAL
 				"--initial-cluster-token", p.layout.Token,
@@ -229,7 +229,16 @@ func (p *plan) url(child, port string) string {
 // clientURL is frontend i's client URL: https when the stack serves client TLS.
 func (p *plan) clientURL(i int) string {
 	u := p.url(p.child("frontend", i), "client")
-	if !p.cfg.ClientTLS.Empty() {
+	if !p.cfg.ClientTLS.Empty() || p.tls() {
+		u = "https" + strings.TrimPrefix(u, "http")
+	}
+	return u
+}
+
+// peerURL is a consensus member's peer URL: https in a TLS stack.
+func (p *plan) peerURL(child string) string {
+	u := p.url(child, "peer")
+	if p.tls() {
 		u = "https" + strings.TrimPrefix(u, "http")
 	}
 	return u
@@ -262,7 +271,7 @@ func (p *plan) memberDir(i int, service string) string {
 func (p *plan) initialCluster() string {
 	parts := make([]string, p.layout.Members)
 	for i := range parts {
-		parts[i] = memberName(i+1) + "=" + p.url(p.child("consensus", i+1), "peer")
+		parts[i] = memberName(i+1) + "=" + p.peerURL(p.child("consensus", i+1))
 	}
 	return strings.Join(parts, ",")
 }

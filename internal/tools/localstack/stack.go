@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cairn-kv/cairn/internal/clienttls"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -42,8 +42,12 @@ type Config struct {
 	// EnablePprof serves /debug/pprof on the metrics port of every child whose subcommand has --enable-pprof.
 	EnablePprof bool
 	// ClientTLS, when it names a certificate, makes every frontend serve https:// with it (etcd's
-	// --cert-file, --key-file, --trusted-ca-file, --client-cert-auth); the services' own links stay plain.
-	ClientTLS clienttls.Files
+	// --cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
+	ClientTLS tlsconfig.Files
+	// TLS runs every link with mutual TLS (raft peers on https, the internal links, NATS locked down) and the
+	// client ports with TLS, on certificates of a CA kept in DataDir/pki (created on the first run). Chosen on
+	// a stack's first run and kept: a stack started plain refuses it, one started with it keeps it.
+	TLS bool
 	// ExtraArgs are appended to the command line of every instance of the named service (e.g. "consensus":
 	// {"--heartbeat-interval", "50"}).
 	ExtraArgs map[string][]string
@@ -192,6 +196,11 @@ func (s *Stack) Start(ctx context.Context) error {
 	if err := s.plan.layout.save(s.cfg.DataDir); err != nil {
 		return err
 	}
+	if s.plan.tls() {
+		if err := s.issueCertificates(); err != nil {
+			return err
+		}
+	}
 	sup, err := supervisor.New(supervisor.Config{
 		Children:     children,
 		StackFile:    s.StackFile(),
@@ -216,6 +225,13 @@ func (s *Stack) Plan() ([]supervisor.ChildSpec, error) {
 	l, err := loadLayout(s.cfg.DataDir, s.cfg.Members)
 	if err != nil {
 		return nil, err
+	}
+	switch {
+	case l.fresh:
+		l.TLS = s.cfg.TLS
+	case s.cfg.TLS && !l.TLS:
+		return nil, fmt.Errorf("localstack: %s holds a plain stack (its raft peer URLs, recorded in the WAL, are http://); "+
+			"run `cairn up --tls` with a new --data-dir, or this one without --tls", s.cfg.DataDir)
 	}
 	s.plan = &plan{cfg: s.cfg, layout: l}
 	if err := l.assignPorts(s.wantedPorts(), map[string]map[string]int{"frontend-1": {"client": s.cfg.ClientPort}}); err != nil {
@@ -249,6 +265,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 	s.eachInstance(func(svc service, i int, name string) {
 		argv := append([]string{s.cfg.Binary, svc.name}, svc.args(s.plan, i)...)
 		argv = append(argv, "--listen-metrics-urls", s.plan.url(name, "metrics"), "--log-level", s.cfg.LogLevel)
+		argv = append(argv, s.plan.tlsArgs(svc, name)...)
 		if s.cfg.EnablePprof && svc.pprof {
 			argv = append(argv, "--enable-pprof")
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cairn-kv/cairn/internal/clienttls"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
 
@@ -215,14 +215,14 @@ func TestChildGOMAXPROCS(t *testing.T) {
 // TestClientTLS: with a certificate every frontend serves https with etcd's TLS flags, and the members
 // advertise those https URLs; without one nothing changes.
 func TestClientTLS(t *testing.T) {
-	files := clienttls.Files{CertFile: "/c.pem", KeyFile: "/k.pem", TrustedCAFile: "/ca.pem", ClientCertAuth: true}
+	files := tlsconfig.Files{CertFile: "/c.pem", KeyFile: "/k.pem", TrustedCAFile: "/ca.pem", ClientCertAuth: true}
 	for _, tc := range []struct {
 		name       string
-		tls        clienttls.Files
+		tls        tlsconfig.Files
 		wantScheme string
 		wantArgs   []string
 	}{
-		{"plain", clienttls.Files{}, "http://", nil},
+		{"plain", tlsconfig.Files{}, "http://", nil},
 		{"client certificates", files, "https://", []string{"--cert-file", "/c.pem", "--key-file", "/k.pem",
 			"--trusted-ca-file", "/ca.pem", "--client-cert-auth"}},
 	} {

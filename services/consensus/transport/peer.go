@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -59,7 +58,7 @@ type peer struct {
 
 func startPeer(t *Transport, id uint64, target string) (*peer, error) {
 	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		t.cfg.TLS.DialOption(),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff: backoff.Config{
 				BaseDelay: t.cfg.MinBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: t.cfg.MaxBackoff,
@@ -152,15 +151,18 @@ func (p *peer) streamLoop(c class) {
 	}
 }
 
-// dial opens a messages link to the peer, through Config.Dialer when set.
+// dial opens a messages link to the peer, through Config.Dialer when set, over TLS when Config.TLS is.
 func (p *peer) dial() (*framed.Conn, error) {
 	if p.t.cfg.Dialer == nil {
-		return framed.Dial(p.target, MessagesPreamble, dialTimeout)
+		return framed.Dial(p.target, MessagesPreamble, dialTimeout, p.t.cfg.TLS)
 	}
 	ctx, cancel := context.WithTimeout(p.ctx, dialTimeout)
 	defer cancel()
 	nc, err := p.t.cfg.Dialer(ctx, p.target)
 	if err != nil {
+		return nil, err
+	}
+	if nc, err = p.t.cfg.TLS.Client(nc, p.target); err != nil {
 		return nil, err
 	}
 	return framed.Open(nc, MessagesPreamble, dialTimeout)

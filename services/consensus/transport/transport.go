@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
 // Raft is what the transport needs from the local raft node.
@@ -48,6 +49,8 @@ type Config struct {
 	Logger    *slog.Logger
 	// DialOptions are added to every peer connection (for example obs.Telemetry.DialOptions).
 	DialOptions []grpc.DialOption
+	// TLS secures every connection to a peer (the peers serve their port with the same link); nil: plain.
+	TLS *tlsconfig.Link
 	// QueueSize is the number of messages queued per peer and class; 0 means 4096.
 	QueueSize int
 	// MinBackoff and MaxBackoff bound the wait before re-opening a broken stream; 0 means 25 ms and 1 s.

@@ -1,11 +1,11 @@
-package clienttls
+package tlsconfig
 
 import (
 	"crypto/tls"
 	"strings"
 	"testing"
 
-	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 )
 
 func TestServerConfig(t *testing.T) {
@@ -26,7 +26,7 @@ func TestServerConfig(t *testing.T) {
 		{"client-cert-auth without a CA", Files{CertFile: certs.ServerCert, KeyFile: certs.ServerKey,
 			ClientCertAuth: true}, "--client-cert-auth needs --trusted-ca-file", 0},
 	} {
-		cfg, err := tc.files.ServerConfig()
+		cfg, err := tc.files.ClientPortConfig(Policy{})
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("%s: error %v, want %q", tc.name, err, tc.wantErr)

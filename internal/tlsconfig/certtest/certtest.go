@@ -1,5 +1,5 @@
 // Package certtest writes throwaway PEM certificates for TLS tests: a CA, a server certificate for 127.0.0.1
-// and localhost, a client certificate the CA signed and one it did not.
+// and localhost (also good as a client: the internal and peer links present it both ways), a client certificate the CA signed and one it did not.
 package certtest
 
 import (
@@ -56,7 +56,7 @@ func Write(t testing.TB) Files {
 	f := Files{CA: write(t, dir, "ca.pem", "CERTIFICATE", ca.Raw)}
 	server, serverKey := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "cairn"},
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, ca, caKey)
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}, ca, caKey)
 	f.ServerCert, f.ServerKey = write(t, dir, "server.pem", "CERTIFICATE", server.Raw), writeKey(t, dir, "server-key.pem", serverKey)
 	client, clientKey := issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "client"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, ca, caKey)
