@@ -62,6 +62,14 @@
 // ErrGRPCAuthNotEnabled, AuthDisable succeeds; users, roles and AuthEnable are codes.Unimplemented. Downgrade
 // answers as etcd does when no downgrade is possible.
 //
+// # Lock, Election, health
+//
+// etcd's v3lockpb.Lock and v3electionpb.Election services (api/v3lockpb, api/v3electionpb: etcd's protos, so
+// the wire names are etcd's) are etcd's server-side recipes: client/v3's concurrency package over an etcd
+// client of this frontend's own gRPC server (the gateway's in-memory connection), carrying the caller's token,
+// so the recipes' calls are routed and checked as the caller's own. grpc.health.v1.Health answers for the
+// server ("") SERVING while the last view knows a raft leader, NOT_SERVING otherwise and once Stop begins.
+//
 // # HTTP
 //
 // gRPC and HTTP share each client port (cmux, as etcd: HTTP/2 to gRPC, HTTP/1 to the gateway), so gRPC keeps

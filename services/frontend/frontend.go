@@ -12,13 +12,19 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/cairn-kv/cairn/api/v3electionpb"
+	"github.com/cairn-kv/cairn/api/v3lockpb"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
@@ -49,6 +55,11 @@ type Frontend struct {
 	// resume elsewhere) instead of holding the graceful stop until its deadline.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
+
+	// self is an etcd client of this frontend's own gRPC server (Lock and Election use it), set by Start.
+	self atomic.Pointer[clientv3.Client]
+	// health is grpc.health.v1 on the client ports: SERVING while the frontend knows a leader.
+	health *health.Server
 }
 
 // New checks cfg and prepares the frontend (connections are opened in the background); nothing is served
@@ -77,6 +88,9 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	}
 	f.watch, f.lease = &rotation{backends: watchhubs}, &rotation{backends: leasekeepers}
 	f.metrics = newMetrics(f)
+	f.health = health.NewServer()
+	f.pool.published = f.publishHealth
+	f.publishHealth(f.pool.view())
 	f.grpcServer = f.newGRPCServer()
 	return f, nil
 }
@@ -100,6 +114,10 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	pb.RegisterAuthServer(s, &authServer{f: f})
 	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping})
 	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader})
+	recipes := &recipes{client: f.self.Load}
+	v3lockpb.RegisterLockServer(s, recipes)
+	v3electionpb.RegisterElectionServer(s, recipes)
+	healthpb.RegisterHealthServer(s, f.health)
 	return s
 }
 
@@ -254,6 +272,10 @@ func (f *Frontend) Stop(ctx context.Context) error {
 
 func (f *Frontend) stop(ctx context.Context) {
 	close(f.stopping)
+	f.health.Shutdown()
+	if self := f.self.Load(); self != nil {
+		_ = self.Close() // its streams (a session's keep-alive, a lock's watch) would hold the graceful stop
+	}
 	stopped := make(chan struct{})
 	go func() { f.grpcServer.GracefulStop(); close(stopped) }()
 	select {
