@@ -240,6 +240,12 @@ func (c *Client) SnapshotChunks(ctx context.Context, each func(*storagepb.Snapsh
 	}
 }
 
+// AuthState reads the whole auth store (users, roles, enabled flag, auth revision), linearizably unless
+// serializable.
+func (c *Client) AuthState(ctx context.Context, serializable bool) (*storagepb.AuthStateResponse, error) {
+	return c.rpc.AuthState(ctx, &storagepb.AuthStateRequest{Serializable: serializable})
+}
+
 // Status reports the storage's position and health.
 func (c *Client) Status(ctx context.Context) (*storagepb.StatusResponse, error) {
 	return c.rpc.Status(ctx, &storagepb.StatusRequest{})
