@@ -104,8 +104,8 @@ func TestCheck(t *testing.T) {
 	rev := s.Revision
 	tests := []struct {
 		user, key, end string
-		perm            authpb.Permission_Type
-		want            error
+		perm           authpb.Permission_Type
+		want           error
 	}{
 		{"u", "k", "", authpb.Permission_READ, nil},
 		{"u", "k", "", authpb.Permission_WRITE, rpctypes.ErrGRPCPermissionDenied},
