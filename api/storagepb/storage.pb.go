@@ -1199,7 +1199,9 @@ type StatusResponse struct {
 	// etcd's response header from storage alone (watchhubs).
 	ClusterId uint64 `protobuf:"varint,14,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// auth_revision is the auth store's revision (a frontend refreshes its copy when it changes).
-	AuthRevision  uint64 `protobuf:"varint,15,opt,name=auth_revision,json=authRevision,proto3" json:"auth_revision,omitempty"`
+	AuthRevision uint64 `protobuf:"varint,15,opt,name=auth_revision,json=authRevision,proto3" json:"auth_revision,omitempty"`
+	// auth_enabled says whether authentication is on (enabling does not change the auth revision).
+	AuthEnabled   bool `protobuf:"varint,16,opt,name=auth_enabled,json=authEnabled,proto3" json:"auth_enabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1337,6 +1339,13 @@ func (x *StatusResponse) GetAuthRevision() uint64 {
 		return x.AuthRevision
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetAuthEnabled() bool {
+	if x != nil {
+		return x.AuthEnabled
+	}
+	return false
 }
 
 type AuthStateRequest struct {
@@ -1699,7 +1708,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
 	"total_size\x18\x04 \x01(\x04R\ttotalSize\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"\x0f\n" +
-	"\rStatusRequest\"\x89\x04\n" +
+	"\rStatusRequest\"\xac\x04\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12#\n" +
@@ -1718,7 +1727,8 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\rdb_size_quota\x18\r \x01(\x03R\vdbSizeQuota\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x0e \x01(\x04R\tclusterId\x12#\n" +
-	"\rauth_revision\x18\x0f \x01(\x04R\fauthRevision\"6\n" +
+	"\rauth_revision\x18\x0f \x01(\x04R\fauthRevision\x12!\n" +
+	"\fauth_enabled\x18\x10 \x01(\bR\vauthEnabled\"6\n" +
 	"\x10AuthStateRequest\x12\"\n" +
 	"\fserializable\x18\x01 \x01(\bR\fserializable\"\xb6\x01\n" +
 	"\x11AuthStateResponse\x12\x18\n" +

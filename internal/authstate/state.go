@@ -111,8 +111,8 @@ func (s *State) Apply(req *pb.InternalRaftRequest) (resp proto.Message, change C
 		next := &authpb.User{Name: u.Name, Roles: u.Roles, Options: u.Options}
 		if u.Options == nil || !u.Options.NoPassword {
 			hash, err := base64.StdEncoding.DecodeString(r.HashedPassword)
-			if err != nil || len(hash) == 0 {
-				return nil, change, rpctypes.ErrGRPCAuthFailed
+			if err != nil {
+				return nil, change, ErrNoPasswordUser
 			}
 			next.Password = hash
 		}
@@ -172,7 +172,7 @@ func (s *State) userAdd(r *pb.AuthUserAddRequest, change Change) (proto.Message,
 	if !options.NoPassword {
 		hash, err := base64.StdEncoding.DecodeString(r.HashedPassword)
 		if err != nil {
-			return nil, change, rpctypes.ErrGRPCAuthFailed
+			return nil, change, ErrNoPasswordUser
 		}
 		u.Password = hash
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/cairn-kv/cairn/api/v3electionpb"
 	"github.com/cairn-kv/cairn/api/v3lockpb"
+	"github.com/cairn-kv/cairn/internal/authtoken"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
@@ -60,6 +61,8 @@ type Frontend struct {
 	self atomic.Pointer[clientv3.Client]
 	// health is grpc.health.v1 on the client ports: SERVING while the frontend knows a leader.
 	health *health.Server
+	// auth is the auth store's copy and the token provider every request is checked with.
+	auth *authGate
 }
 
 // New checks cfg and prepares the frontend (connections are opened in the background); nothing is served
@@ -88,8 +91,16 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	}
 	f.watch, f.lease = &rotation{backends: watchhubs}, &rotation{backends: leasekeepers}
 	f.metrics = newMetrics(f)
+	tokens, err := authtoken.New(cfg.AuthToken, time.Duration(cfg.AuthTokenTTL)*time.Second, time.Now)
+	if err != nil {
+		f.pool.close()
+		closeBackends(watchhubs)
+		closeBackends(leasekeepers)
+		return nil, fmt.Errorf("--auth-token: %w", err)
+	}
+	f.auth = newAuthGate(f, tokens)
 	f.health = health.NewServer()
-	f.pool.published = f.publishHealth
+	f.pool.published = f.viewPublished
 	f.publishHealth(f.pool.view())
 	f.grpcServer = f.newGRPCServer()
 	return f, nil
@@ -105,15 +116,16 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor, kv.relayRange),
+		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor, f.auth.unaryInterceptor, kv.relayRange),
+		grpc.ChainStreamInterceptor(f.auth.streamInterceptor),
 	)
 	s := grpc.NewServer(opts...)
 	pb.RegisterKVServer(s, kv)
 	pb.RegisterClusterServer(s, &clusterServer{f: f})
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
 	pb.RegisterAuthServer(s, &authServer{f: f})
-	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping})
-	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader})
+	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping, auth: f.auth})
+	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader, auth: f.auth})
 	recipes := &recipes{client: f.self.Load}
 	v3lockpb.RegisterLockServer(s, recipes)
 	v3electionpb.RegisterElectionServer(s, recipes)
@@ -130,6 +142,12 @@ func (f *Frontend) Start(ctx context.Context) error {
 	f.pool.probe(probeCtx)
 	probeCancel()
 	f.done.Go(func() { f.pool.run(runCtx) })
+	f.done.Go(func() { f.auth.run(runCtx) })
+	authCtx, authCancel := context.WithTimeout(ctx, 2*time.Second)
+	if _, err := f.auth.refresh(authCtx); err != nil { // requests wait for it (errAuthUnknown) until it is read
+		f.logger.Warn("auth store not read at start; retrying in the background", "err", err)
+	}
+	authCancel()
 	if err := f.listen(); err != nil {
 		_ = f.Stop(ctx)
 		return err

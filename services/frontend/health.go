@@ -177,6 +177,12 @@ func (f *Frontend) installChecks(mux *http.ServeMux, root string, checks []named
 	}
 }
 
+// viewPublished is told of every new view of the pool.
+func (f *Frontend) viewPublished(v *view) {
+	f.publishHealth(v)
+	f.auth.observe(v)
+}
+
 // publishHealth sets grpc.health.v1's status (of the server, service "") from a new view: SERVING while
 // the frontend knows the raft leader, as etcd serves only while it has one.
 func (f *Frontend) publishHealth(v *view) {

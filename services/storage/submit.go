@@ -176,6 +176,7 @@ func (s *Storage) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) e
 func wrapResponse(res *mvcc.Result) (*storagepb.SubmitResponse, error) {
 	out := &storagepb.SubmitResponse{Index: res.Index, AuthRevision: res.AuthRevision}
 	if wrapAuthResponse(out, res.Response) {
+		out.ResponseHeader().Revision = res.Revision // etcd's auth responses carry the KV revision
 		return out, nil
 	}
 	switch r := res.Response.(type) {
@@ -360,7 +361,8 @@ func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error)
 	resp := &storagepb.StatusResponse{MemberId: s.cfg.MemberID, AppliedIndex: pos.AppliedIndex,
 		DurableIndex: pos.DurableIndex, Revision: pos.Revision, CompactRevision: pos.CompactRev, DbSize: size,
 		DbSizeInUse: inUse, Alarms: st.Alarms(pb.AlarmType_NONE), Unhealthy: s.unhealthyReason(),
-		DbSizeQuota: max(s.cfg.QuotaBackendBytes, 0), AuthRevision: st.AuthRevision()}
+		DbSizeQuota: max(s.cfg.QuotaBackendBytes, 0), AuthRevision: st.AuthRevision(),
+		AuthEnabled: st.AuthEnabled()}
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if ls, err := s.log.Status(lctx); err == nil {

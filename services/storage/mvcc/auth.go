@@ -123,6 +123,13 @@ func (s *Store) AuthRevision() uint64 {
 	return s.auth.Revision
 }
 
+// AuthEnabled reports whether authentication is enabled.
+func (s *Store) AuthEnabled() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.auth.Enabled
+}
+
 // authRefusal is etcd's check at apply time of a request made by an authenticated user: with authentication
 // enabled, a request whose header carries an auth revision older than the store's was checked against
 // permissions that may have changed since, and is refused with ErrAuthOldRevision (the client authenticates

@@ -1,0 +1,219 @@
+package frontend
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/authstate"
+	"github.com/cairn-kv/cairn/internal/authtoken"
+)
+
+// errAuthUnknown answers while the frontend has not yet read the auth store: it never lets a request through
+// unchecked.
+var errAuthUnknown = status.Error(codes.Unavailable, "cairn frontend: auth state not loaded yet")
+
+// authGate holds this frontend's copy of the auth store (read from storage, refreshed when a probe shows it
+// changed, after every auth change made here, and when a token is newer than the copy) and the token
+// provider, and tells who a request comes from.
+type authGate struct {
+	f      *Frontend
+	tokens authtoken.Provider
+	// state is immutable once stored (sealed); nil until first read.
+	state atomic.Pointer[gateState]
+	// refreshMu makes concurrent refreshes wait for one read of the store.
+	refreshMu sync.Mutex
+	kick      chan struct{}
+	// passwordChecks bounds the bcrypt comparisons running at once (one per CPU).
+	passwordChecks chan struct{}
+}
+
+// gateState is one read of the auth store.
+type gateState struct {
+	*authstate.State
+	appliedIndex uint64 // the storage's applied index the state was read at
+}
+
+// caller is who a request comes from: the user and the auth revision its token was issued at. The zero
+// caller is anonymous.
+type caller struct {
+	user string
+	rev  uint64
+}
+
+type callerKey struct{}
+
+func newAuthGate(f *Frontend, tokens authtoken.Provider) *authGate {
+	return &authGate{f: f, tokens: tokens, kick: make(chan struct{}, 1),
+		passwordChecks: make(chan struct{}, runtime.GOMAXPROCS(0))}
+}
+
+// run refreshes the copy whenever kicked, until ctx ends.
+func (g *authGate) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-g.kick:
+		}
+		rctx, cancel := context.WithTimeout(ctx, g.f.cfg.RequestTimeout)
+		if _, err := g.refresh(rctx); err != nil && ctx.Err() == nil {
+			g.f.logger.Warn("reading the auth store failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// observe is told of every new view: a storage reporting another auth revision or enabled flag than the copy
+// asks for a refresh.
+func (g *authGate) observe(v *view) {
+	cur := g.state.Load()
+	for _, r := range v.leaderFirst {
+		st := r.status.Load()
+		if st == nil || !r.healthy.Load() {
+			continue
+		}
+		if cur == nil || (st.AppliedIndex > cur.appliedIndex &&
+			(st.AuthRevision != cur.Revision || st.AuthEnabled != cur.Enabled)) {
+			g.kickRefresh()
+			return
+		}
+	}
+}
+
+// kickRefresh asks for a refresh soon.
+func (g *authGate) kickRefresh() {
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+}
+
+// refresh reads the auth store linearizably and keeps it unless a newer read was kept meanwhile.
+func (g *authGate) refresh(ctx context.Context) (*gateState, error) {
+	g.refreshMu.Lock()
+	defer g.refreshMu.Unlock()
+	var resp *storagepb.AuthStateResponse
+	_, err := g.f.readOn(ctx, g.f.pool.view().leaderFirst, func(r *storageReplica) (err error) {
+		resp, err = r.client().AuthState(ctx, false)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read auth state: %w", err)
+	}
+	st := authstate.New()
+	st.Enabled, st.Revision = resp.Enabled, resp.Revision
+	for _, u := range resp.Users {
+		st.Users[string(u.Name)] = u
+	}
+	for _, r := range resp.Roles {
+		st.Roles[string(r.Name)] = r
+	}
+	st.Seal()
+	next := &gateState{State: st, appliedIndex: resp.AppliedIndex}
+	if cur := g.state.Load(); cur != nil && cur.appliedIndex > next.appliedIndex {
+		return cur, nil
+	}
+	g.state.Store(next)
+	return next, nil
+}
+
+// current returns the copy, reading the store first when there is none or when it is older than atLeast.
+func (g *authGate) current(ctx context.Context, atLeast uint64) (*gateState, error) {
+	cur := g.state.Load()
+	if cur != nil && cur.Revision >= atLeast {
+		return cur, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	next, err := g.refresh(rctx)
+	if err != nil {
+		if cur != nil {
+			return cur, nil
+		}
+		return nil, errAuthUnknown
+	}
+	return next, nil
+}
+
+// identify returns the auth store and who ctx's request comes from: the user of its token ("token" or
+// "authorization" metadata; an unknown, expired or forged one is ErrInvalidAuthToken), else with
+// --client-cert-auth the common name of its verified client certificate (not through the gateway), as etcd.
+// With authentication disabled the caller is anonymous and tokens are ignored.
+func (g *authGate) identify(ctx context.Context) (*gateState, caller, error) {
+	st, err := g.current(ctx, 0)
+	if err != nil {
+		return nil, caller{}, err
+	}
+	if !st.Enabled {
+		return st, caller{}, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	tokens := md.Get(rpctypes.TokenFieldNameGRPC)
+	if len(tokens) == 0 {
+		tokens = md.Get(rpctypes.TokenFieldNameSwagger)
+	}
+	if len(tokens) > 0 {
+		info, ok := g.tokens.Info(strings.TrimPrefix(tokens[0], "Bearer "))
+		if !ok {
+			return st, caller{}, rpctypes.ErrGRPCInvalidAuthToken
+		}
+		if info.Revision > st.Revision { // issued after our copy was read: catch up first
+			if st, err = g.current(ctx, info.Revision); err != nil {
+				return nil, caller{}, err
+			}
+		}
+		return st, caller{user: info.Username, rev: info.Revision}, nil
+	}
+	if cn := g.certCommonName(ctx, md); cn != "" {
+		return st, caller{user: cn, rev: st.Revision}, nil
+	}
+	return st, caller{}, nil
+}
+
+// certCommonName is the CN of the request's verified client certificate, with --client-cert-auth.
+func (g *authGate) certCommonName(ctx context.Context, md metadata.MD) string {
+	if !g.f.cfg.TLS.ClientCertAuth || len(md.Get("grpcgateway-accept")) > 0 {
+		return ""
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.AuthInfo == nil {
+		return ""
+	}
+	tlsInfo, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return ""
+	}
+	for _, chain := range tlsInfo.State.VerifiedChains {
+		if len(chain) > 0 {
+			return chain[0].Subject.CommonName
+		}
+	}
+	return ""
+}
+
+// callerOf returns the caller the interceptor recorded in ctx.
+func callerOf(ctx context.Context) caller {
+	c, _ := ctx.Value(callerKey{}).(caller)
+	return c
+}
+
+// requireUser is etcd's requireAuthInfo: with authentication enabled, a request must name a user.
+func requireUser(st *gateState, c caller) error {
+	if st.Enabled && c.user == "" {
+		return rpctypes.ErrGRPCUserEmpty
+	}
+	return nil
+}
