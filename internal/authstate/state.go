@@ -28,9 +28,13 @@ type State struct {
 	perms map[string]*userPerms // merged permissions per user, rebuilt after every change
 }
 
-// New returns an empty, disabled auth store at revision 0, etcd's initial one.
+// InitialRevision is the auth revision of a store that was never changed: etcd commits revision 1 when it
+// creates its auth store.
+const InitialRevision = 1
+
+// New returns an empty, disabled auth store at InitialRevision.
 func New() *State {
-	return &State{Users: map[string]*authpb.User{}, Roles: map[string]*authpb.Role{}}
+	return &State{Revision: InitialRevision, Users: map[string]*authpb.User{}, Roles: map[string]*authpb.Role{}}
 }
 
 // Clone is a deep copy (the frontend's copy must not share messages with storage's).

@@ -32,7 +32,7 @@ func (s *Store) restoreAuth(tx *bolt.Tx) error {
 		st.Enabled = v[0] == 1
 	}
 	if v := meta.Get(authRevisionKey); len(v) == 8 {
-		st.Revision = binary.BigEndian.Uint64(v)
+		st.Revision = max(binary.BigEndian.Uint64(v), authstate.InitialRevision)
 	}
 	err := tx.Bucket(bucketAuthUsers).ForEach(func(k, v []byte) error {
 		u := &authpb.User{}

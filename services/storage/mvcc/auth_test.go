@@ -31,12 +31,12 @@ func TestAuthPersistsInEtcdLayout(t *testing.T) {
 			t.Fatalf("apply %v: %v", req, res.Err)
 		}
 	}
-	res := ts.apply(&pb.InternalRaftRequest{Header: &pb.RequestHeader{Username: "root", AuthRevision: 3},
+	res := ts.apply(&pb.InternalRaftRequest{Header: &pb.RequestHeader{Username: "root", AuthRevision: 4},
 		Put: &pb.PutRequest{Key: []byte("k")}})
 	if !errors.Is(res.Err, rpctypes.ErrGRPCAuthOldRevision) {
-		t.Fatalf("put at auth revision 3 of 4 = %v, want ErrAuthOldRevision", res.Err)
+		t.Fatalf("put at auth revision 4 of 5 = %v, want ErrAuthOldRevision", res.Err)
 	}
-	if res := ts.apply(&pb.InternalRaftRequest{Header: &pb.RequestHeader{Username: "root", AuthRevision: 4},
+	if res := ts.apply(&pb.InternalRaftRequest{Header: &pb.RequestHeader{Username: "root", AuthRevision: 5},
 		Put: &pb.PutRequest{Key: []byte("k")}}); res.Err != nil {
 		t.Fatalf("put at the current auth revision: %v", res.Err)
 	}
@@ -68,7 +68,7 @@ func TestAuthPersistsInEtcdLayout(t *testing.T) {
 
 	reopened := openTestStore(t, Config{Path: path})
 	auth := reopened.Auth()
-	if !auth.Enabled || auth.Revision != 4 || len(auth.Roles["reader"].KeyPermission) != 1 {
+	if !auth.Enabled || auth.Revision != 5 || len(auth.Roles["reader"].KeyPermission) != 1 {
 		t.Fatalf("reopened auth = enabled %v revision %d roles %v", auth.Enabled, auth.Revision, auth.Roles)
 	}
 }
