@@ -34,6 +34,9 @@ type devOptions struct {
 	maxRequestBytes   int
 	maxTxnOps         int
 	tls               clienttls.Files
+	authToken         string
+	authTokenTTL      uint
+	bcryptCost        int
 }
 
 func newDevCommand() *cobra.Command {
@@ -57,6 +60,10 @@ func newDevCommand() *cobra.Command {
 	flags.Int64Var(&do.quotaBackendBytes, "quota-backend-bytes", storage.DefaultQuotaBackendBytes, "Raise alarms when backend size exceeds the given quota.")
 	flags.IntVar(&do.maxRequestBytes, "max-request-bytes", 1572864, "Maximum client request size in bytes the server will accept.")
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
+	defaults := frontend.DefaultConfig()
+	flags.StringVar(&do.authToken, "auth-token", defaults.AuthToken, "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
+	flags.UintVar(&do.authTokenTTL, "auth-token-ttl", defaults.AuthTokenTTL, "The lifetime in seconds of the auth token.")
+	flags.IntVar(&do.bcryptCost, "bcrypt-cost", defaults.BcryptCost, "Specify bcrypt algorithm cost factor for auth password hashing.")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	do.tls.RegisterFlags(tlsFlags)
 	flags.AddGoFlagSet(tlsFlags)
@@ -279,6 +286,7 @@ func startDevFrontend(ctx context.Context, d *devStack) error {
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
 	cfg.ListenMetricsURLs, cfg.EnablePprof = d.proc.opts.metricsURLs, d.proc.opts.enablePprof
 	cfg.TLS = d.do.tls
+	cfg.AuthToken, cfg.AuthTokenTTL, cfg.BcryptCost = d.do.authToken, d.do.authTokenTTL, d.do.bcryptCost
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.WatchEndpoints = []string{d.watchURL}
