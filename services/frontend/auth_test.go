@@ -2,7 +2,19 @@ package frontend_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cairn-kv/cairn/api/v3lockpb"
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
@@ -160,4 +173,113 @@ func TestAuthRBAC(t *testing.T) {
 	mustOK("disable", err)
 	_, err = admin.Get(ctx, "other")
 	mustOK("anonymous get after disable", err)
+}
+
+// TestAuthJWTGatewayAndRecipes: with --auth-token jwt a token from one frontend is accepted by another, on
+// gRPC and on the JSON gateway (Authorization header); Lock runs as its caller (allowed on a prefix the
+// caller may write, refused elsewhere); a forged token is refused.
+func TestAuthJWTGatewayAndRecipes(t *testing.T) {
+	priv, pub := writeJWTKeys(t)
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Frontends: 2, Leasekeepers: 1, Watchhubs: 1,
+		ConfigureFrontend: func(cfg *frontend.Config) {
+			cfg.BcryptCost = 4
+			cfg.AuthToken = "jwt,pub-key=" + pub + ",priv-key=" + priv + ",sign-method=ES256"
+		}})
+	c.ActiveLeasekeeper(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := c.Client(t)
+	for _, step := range []func() error{
+		func() error { _, err := admin.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := admin.RoleAdd(ctx, "locker"); return err },
+		func() error {
+			_, err := admin.RoleGrantPermission(ctx, "locker", "locks/", clientv3.GetPrefixRangeEnd("locks/"),
+				clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := admin.UserAdd(ctx, "bob", "bobpw"); return err },
+		func() error { _, err := admin.UserGrantRole(ctx, "bob", "locker"); return err },
+		func() error { _, err := admin.Put(ctx, "locks/x", "v"); return err },
+		func() error { _, err := admin.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Authenticate on frontend 0's gateway, use the token on frontend 1's gateway.
+	token := gatewayPost(t, c.Endpoints()[0]+"/v3/auth/authenticate", "", `{"name":"bob","password":"bobpw"}`)["token"].(string)
+	key := base64.StdEncoding.EncodeToString([]byte("locks/x"))
+	got := gatewayPost(t, c.Endpoints()[1]+"/v3/kv/range", token, `{"key":"`+key+`"}`)
+	if kvs, _ := got["kvs"].([]any); len(kvs) != 1 {
+		t.Fatalf("range with bob's token on the other frontend = %v", got)
+	}
+	denied := gatewayPost(t, c.Endpoints()[1]+"/v3/kv/range", token,
+		`{"key":"`+base64.StdEncoding.EncodeToString([]byte("other"))+`"}`)
+	if !strings.Contains(fmt.Sprint(denied["message"]), "permission denied") {
+		t.Fatalf("range outside bob's prefix = %v, want permission denied", denied)
+	}
+	forged := gatewayPost(t, c.Endpoints()[1]+"/v3/kv/range", token[:len(token)-4]+"AAAA", `{"key":"`+key+`"}`)
+	if !strings.Contains(fmt.Sprint(forged["message"]), "invalid auth token") {
+		t.Fatalf("range with a forged token = %v, want invalid auth token", forged)
+	}
+
+	bob := authClient(t, c, "bob", "bobpw", c.Endpoints()[1])
+	lease, err := bob.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks := v3lockpb.NewLockClient(bob.ActiveConnection())
+	if _, err := locks.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("locks/a"), Lease: int64(lease.ID)}); err != nil {
+		t.Fatalf("bob locks under locks/: %v", err)
+	}
+	if _, err := locks.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("elsewhere"), Lease: int64(lease.ID)}); err == nil ||
+		!strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("bob locks elsewhere: %v, want permission denied", err)
+	}
+}
+
+// gatewayPost posts body to a /v3 gateway URL (with token in Authorization, when set) and decodes the JSON
+// answer, whatever its status.
+func gatewayPost(t *testing.T, url, token, body string) map[string]any {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("%s: decode: %v", url, err)
+	}
+	return out
+}
+
+// writeJWTKeys writes a fresh ECDSA P-256 key pair as PEM files for --auth-token jwt.
+func writeJWTKeys(t *testing.T) (priv, pub string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalECPrivateKey(key)
+	pubDER, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	dir := t.TempDir()
+	priv, pub = filepath.Join(dir, "priv.pem"), filepath.Join(dir, "pub.pem")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return priv, pub
 }
