@@ -54,7 +54,8 @@ func (g *authGate) confirmed(ctx context.Context, st *gateState, check func(*gat
 // streamInterceptor identifies the caller of every stream; the messages are checked by the stream's handler
 // (Watch creates, keep-alives) or are the caller's to make (Snapshot: root only, checked here).
 func (g *authGate) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod == healthpb.Health_Watch_FullMethodName {
+	if info.FullMethod == healthpb.Health_Watch_FullMethodName || info.FullMethod == pb.Watch_Watch_FullMethodName {
+		// Each Watch create is checked as it is relayed (screenWatch): etcd refuses creates, not the stream.
 		return handler(srv, ss)
 	}
 	st, c, err := g.identify(ss.Context())
@@ -249,16 +250,23 @@ func (g *authGate) leaseKeys(ctx context.Context, id int64) ([][]byte, error) {
 	return resp.Keys, nil
 }
 
-// watchCreatePermitted is etcd's isWatchPermitted: with authentication enabled, the caller must read the
-// whole watched range.
-func (g *authGate) watchCreatePermitted(ctx context.Context, r *pb.WatchCreateRequest) bool {
+// watchRefusal is etcd's isWatchPermitted: with authentication enabled, the caller must read the whole
+// watched range. It returns the cancel reason etcd gives a refused create ("" when permitted).
+func (g *authGate) watchRefusal(ctx context.Context, r *pb.WatchCreateRequest) string {
 	st, c, err := g.identify(ctx)
-	if err != nil {
-		return false
+	if err == nil {
+		err = g.confirmed(ctx, st, func(st *gateState) error {
+			return st.Check(c.user, c.rev, r.Key, r.RangeEnd, authpb.Permission_READ)
+		})
 	}
-	return g.confirmed(ctx, st, func(st *gateState) error {
-		return st.Check(c.user, c.rev, r.Key, r.RangeEnd, authpb.Permission_READ)
-	}) == nil
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken), errors.Is(err, rpctypes.ErrGRPCAuthOldRevision),
+		errors.Is(err, rpctypes.ErrGRPCUserEmpty):
+		return err.Error()
+	}
+	return rpctypes.ErrGRPCPermissionDenied.Error()
 }
 
 // screenWatch checks each Watch request of a relayed stream: a create the caller may not read is answered
@@ -277,11 +285,15 @@ func (g *authGate) screenWatch(ctx context.Context) func(any) (any, error) {
 			return nil, nil // the hub answers a malformed request as it does without auth
 		}
 		create := req.GetCreateRequest()
-		if create == nil || g.watchCreatePermitted(ctx, create) {
+		if create == nil {
+			return nil, nil
+		}
+		reason := g.watchRefusal(ctx, create)
+		if reason == "" {
 			return nil, nil
 		}
 		return &pb.WatchResponse{Header: g.f.header(), WatchId: -1, Created: true, Canceled: true,
-			CancelReason: rpctypes.ErrGRPCPermissionDenied.Error()}, nil
+			CancelReason: reason}, nil
 	}
 }
 

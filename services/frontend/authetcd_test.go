@@ -49,6 +49,7 @@ var authScript = []struct {
 	{"", []string{"auth", "disable", "--user=alice:alicepw"}},
 	{"", []string{"auth", "enable", "--user=root:rootpw"}},
 	{"", []string{"get", "foo"}},
+	{"", []string{"watch", "foo"}},
 	{"", []string{"get", "foo", "--user=alice:wrong"}},
 	{"", []string{"get", "foo", "--user=nobody:x"}},
 	{"", []string{"get", "foo", "--user=nopass:x"}},
