@@ -18,12 +18,16 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/cairn-kv/cairn/api/v3lockpb"
+	"github.com/cairn-kv/cairn/internal/clienttls/certtest"
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
 
@@ -282,4 +286,88 @@ func writeJWTKeys(t *testing.T) (priv, pub string) {
 		t.Fatal(err)
 	}
 	return priv, pub
+}
+
+// TestAuthClientCertCommonName: with --client-cert-auth and auth enabled, a request without a token is the
+// user its certificate's common name names ("client" here), as in etcd.
+func TestAuthClientCertCommonName(t *testing.T) {
+	certs := certtest.Write(t)
+	c := clustertest.Start(t, clustertest.Options{Members: 1,
+		ConfigureFrontend: func(cfg *frontend.Config) { clustertest.ServeHTTPS(certs)(cfg); cfg.BcryptCost = 4 },
+		ClientTLS:         certs.ClientTLS(t, certs.ClientCert, certs.ClientKey)})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli := c.Client(t)
+	for _, step := range []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.UserAdd(ctx, "client", "pw"); return err },
+		func() error { _, err := cli.RoleAdd(ctx, "tls"); return err },
+		func() error {
+			_, err := cli.RoleGrantPermission(ctx, "tls", "tls/", clientv3.GetPrefixRangeEnd("tls/"),
+				clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := cli.UserGrantRole(ctx, "client", "tls"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := cli.Put(ctx, "tls/a", "v"); err != nil {
+		t.Fatalf("put as the certificate's user: %v", err)
+	}
+	if _, err := cli.Put(ctx, "other", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("put outside the certificate user's prefix: %v, want permission denied", err)
+	}
+}
+
+// TestAuthSimpleTokenExpires: a simple token unused for --auth-token-ttl seconds is refused with etcd's
+// ErrInvalidAuthToken; a wrong password changes nothing.
+func TestAuthSimpleTokenExpires(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Members: 1,
+		ConfigureFrontend: func(cfg *frontend.Config) { cfg.BcryptCost, cfg.AuthTokenTTL = 4, 1 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	auth := pb.NewAuthClient(rawConn(t, c.Endpoints()[0]))
+	kv := pb.NewKVClient(rawConn(t, c.Endpoints()[0]))
+	for _, step := range []func() error{
+		func() error {
+			_, err := auth.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "pw"})
+			return err
+		},
+		func() error {
+			_, err := auth.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"})
+			return err
+		},
+		func() error { _, err := auth.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := auth.AuthStatus(ctx, &pb.AuthStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth.Authenticate(ctx, &pb.AuthenticateRequest{Name: "root", Password: "guess"}); !errors.Is(err, rpctypes.ErrGRPCAuthFailed) {
+		t.Fatalf("wrong password: %v, want ErrGRPCAuthFailed", err)
+	}
+	resp, err := auth.Authenticate(ctx, &pb.AuthenticateRequest{Name: "root", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	withToken := metadata.AppendToOutgoingContext(ctx, "token", resp.Token)
+	if _, err := kv.Range(withToken, &pb.RangeRequest{Key: []byte("k")}); err != nil {
+		t.Fatalf("range with a fresh token: %v", err)
+	}
+	if after, err := auth.AuthStatus(withToken, &pb.AuthStatusRequest{}); err != nil || after.AuthRevision != before.AuthRevision {
+		t.Fatalf("auth revision after a failed and a good login = %v, %v; want %d (nothing changed)", after, err, before.AuthRevision)
+	}
+	// Each use renews the token, so look less often than its TTL.
+	waittest.Until(t, 10*time.Second, 1500*time.Millisecond, "the token expires", func() bool {
+		_, err := kv.Range(withToken, &pb.RangeRequest{Key: []byte("k")})
+		return errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken)
+	})
 }
