@@ -54,11 +54,8 @@ func (s *authServer) change(ctx context.Context, req *pb.InternalRaftRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.f.auth.current(ctx, resp.AuthRevision); err != nil {
-		s.f.logger.Warn("auth store not re-read after a change", "err", err)
-	}
-	if _, err := s.f.auth.refresh(ctx); err != nil { // enable keeps the revision: read it anyway
-		s.f.logger.Warn("auth store not re-read after a change", "err", err)
+	if _, err := s.f.auth.refresh(ctx); err != nil { // the prober's view catches up later
+		s.f.logger.Warn("auth store not re-read after a change", "auth_revision", resp.AuthRevision, "err", err)
 	}
 	return resp, nil
 }
