@@ -1348,6 +1348,119 @@ func (x *StatusResponse) GetAuthEnabled() bool {
 	return false
 }
 
+type AuthTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// ttl_seconds is how long a token may go unused (the asking frontend's --auth-token-ttl); a lookup renews it.
+	TtlSeconds    uint64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthTokenRequest) Reset() {
+	*x = AuthTokenRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthTokenRequest) ProtoMessage() {}
+
+func (x *AuthTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthTokenRequest.ProtoReflect.Descriptor instead.
+func (*AuthTokenRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AuthTokenRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *AuthTokenRequest) GetTtlSeconds() uint64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type AuthTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Username      string                 `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	Revision      uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthTokenResponse) Reset() {
+	*x = AuthTokenResponse{}
+	mi := &file_storagepb_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthTokenResponse) ProtoMessage() {}
+
+func (x *AuthTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthTokenResponse.ProtoReflect.Descriptor instead.
+func (*AuthTokenResponse) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AuthTokenResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *AuthTokenResponse) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *AuthTokenResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 type AuthStateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Serializable  bool                   `protobuf:"varint,1,opt,name=serializable,proto3" json:"serializable,omitempty"`
@@ -1357,7 +1470,7 @@ type AuthStateRequest struct {
 
 func (x *AuthStateRequest) Reset() {
 	*x = AuthStateRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1482,7 @@ func (x *AuthStateRequest) String() string {
 func (*AuthStateRequest) ProtoMessage() {}
 
 func (x *AuthStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1495,7 @@ func (x *AuthStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthStateRequest.ProtoReflect.Descriptor instead.
 func (*AuthStateRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AuthStateRequest) GetSerializable() bool {
@@ -1406,7 +1519,7 @@ type AuthStateResponse struct {
 
 func (x *AuthStateResponse) Reset() {
 	*x = AuthStateResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1531,7 @@ func (x *AuthStateResponse) String() string {
 func (*AuthStateResponse) ProtoMessage() {}
 
 func (x *AuthStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1544,7 @@ func (x *AuthStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuthStateResponse.ProtoReflect.Descriptor instead.
 func (*AuthStateResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AuthStateResponse) GetEnabled() bool {
@@ -1477,7 +1590,7 @@ type DefragmentRequest struct {
 
 func (x *DefragmentRequest) Reset() {
 	*x = DefragmentRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1489,7 +1602,7 @@ func (x *DefragmentRequest) String() string {
 func (*DefragmentRequest) ProtoMessage() {}
 
 func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1502,7 +1615,7 @@ func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
 func (*DefragmentRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{18}
 }
 
 type DefragmentResponse struct {
@@ -1515,7 +1628,7 @@ type DefragmentResponse struct {
 
 func (x *DefragmentResponse) Reset() {
 	*x = DefragmentResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[17]
+	mi := &file_storagepb_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1527,7 +1640,7 @@ func (x *DefragmentResponse) String() string {
 func (*DefragmentResponse) ProtoMessage() {}
 
 func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[17]
+	mi := &file_storagepb_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1540,7 +1653,7 @@ func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
 func (*DefragmentResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{17}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DefragmentResponse) GetDbSize() int64 {
@@ -1565,7 +1678,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[18]
+	mi := &file_storagepb_storage_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1690,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[18]
+	mi := &file_storagepb_storage_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1703,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{18}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -1728,7 +1841,15 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\x0e \x01(\x04R\tclusterId\x12#\n" +
 	"\rauth_revision\x18\x0f \x01(\x04R\fauthRevision\x12!\n" +
-	"\fauth_enabled\x18\x10 \x01(\bR\vauthEnabled\"6\n" +
+	"\fauth_enabled\x18\x10 \x01(\bR\vauthEnabled\"I\n" +
+	"\x10AuthTokenRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x04R\n" +
+	"ttlSeconds\"a\n" +
+	"\x11AuthTokenResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"6\n" +
 	"\x10AuthStateRequest\x12\"\n" +
 	"\fserializable\x18\x01 \x01(\bR\fserializable\"\xb6\x01\n" +
 	"\x11AuthStateResponse\x12\x18\n" +
@@ -1744,7 +1865,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
 	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl\x12)\n" +
-	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xfc\a\n" +
+	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xcc\b\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
@@ -1759,7 +1880,8 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponse\x12Y\n" +
 	"\fLeaseRecords\x12\".cairn.storage.LeaseRecordsRequest\x1a#.cairn.storage.LeaseRecordsResponse0\x01\x12N\n" +
 	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperState\x12N\n" +
-	"\tAuthState\x12\x1f.cairn.storage.AuthStateRequest\x1a .cairn.storage.AuthStateResponseB)Z'github.com/cairn-kv/cairn/api/storagepbb\x06proto3"
+	"\tAuthState\x12\x1f.cairn.storage.AuthStateRequest\x1a .cairn.storage.AuthStateResponse\x12N\n" +
+	"\tAuthToken\x12\x1f.cairn.storage.AuthTokenRequest\x1a .cairn.storage.AuthTokenResponseB)Z'github.com/cairn-kv/cairn/api/storagepbb\x06proto3"
 
 var (
 	file_storagepb_storage_proto_rawDescOnce sync.Once
@@ -1773,7 +1895,7 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_storagepb_storage_proto_goTypes = []any{
 	(*Entry)(nil),                                         // 0: cairn.storage.Entry
 	(*KeeperClaim)(nil),                                   // 1: cairn.storage.KeeperClaim
@@ -1789,108 +1911,112 @@ var file_storagepb_storage_proto_goTypes = []any{
 	(*SnapshotChunk)(nil),                                 // 11: cairn.storage.SnapshotChunk
 	(*StatusRequest)(nil),                                 // 12: cairn.storage.StatusRequest
 	(*StatusResponse)(nil),                                // 13: cairn.storage.StatusResponse
-	(*AuthStateRequest)(nil),                              // 14: cairn.storage.AuthStateRequest
-	(*AuthStateResponse)(nil),                             // 15: cairn.storage.AuthStateResponse
-	(*DefragmentRequest)(nil),                             // 16: cairn.storage.DefragmentRequest
-	(*DefragmentResponse)(nil),                            // 17: cairn.storage.DefragmentResponse
-	(*LeaseRecord)(nil),                                   // 18: cairn.storage.LeaseRecord
-	nil,                                                   // 19: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.InternalRaftRequest)(nil),              // 20: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),                      // 21: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),              // 22: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),                      // 23: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),               // 24: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),               // 25: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),              // 26: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil),          // 27: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),                    // 28: etcdserverpb.AlarmResponse
-	(*etcdserverpb.AuthEnableResponse)(nil),               // 29: etcdserverpb.AuthEnableResponse
-	(*etcdserverpb.AuthDisableResponse)(nil),              // 30: etcdserverpb.AuthDisableResponse
-	(*etcdserverpb.AuthenticateResponse)(nil),             // 31: etcdserverpb.AuthenticateResponse
-	(*etcdserverpb.AuthUserAddResponse)(nil),              // 32: etcdserverpb.AuthUserAddResponse
-	(*etcdserverpb.AuthUserDeleteResponse)(nil),           // 33: etcdserverpb.AuthUserDeleteResponse
-	(*etcdserverpb.AuthUserChangePasswordResponse)(nil),   // 34: etcdserverpb.AuthUserChangePasswordResponse
-	(*etcdserverpb.AuthUserGrantRoleResponse)(nil),        // 35: etcdserverpb.AuthUserGrantRoleResponse
-	(*etcdserverpb.AuthUserRevokeRoleResponse)(nil),       // 36: etcdserverpb.AuthUserRevokeRoleResponse
-	(*etcdserverpb.AuthRoleAddResponse)(nil),              // 37: etcdserverpb.AuthRoleAddResponse
-	(*etcdserverpb.AuthRoleDeleteResponse)(nil),           // 38: etcdserverpb.AuthRoleDeleteResponse
-	(*etcdserverpb.AuthRoleGrantPermissionResponse)(nil),  // 39: etcdserverpb.AuthRoleGrantPermissionResponse
-	(*etcdserverpb.AuthRoleRevokePermissionResponse)(nil), // 40: etcdserverpb.AuthRoleRevokePermissionResponse
-	(*mvccpb.Event)(nil),                                  // 41: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),                      // 42: etcdserverpb.AlarmMember
-	(*authpb.User)(nil),                                   // 43: authpb.User
-	(*authpb.Role)(nil),                                   // 44: authpb.Role
-	(*etcdserverpb.RangeRequest)(nil),                     // 45: etcdserverpb.RangeRequest
-	(*etcdserverpb.HashKVRequest)(nil),                    // 46: etcdserverpb.HashKVRequest
-	(*etcdserverpb.HashRequest)(nil),                      // 47: etcdserverpb.HashRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),           // 48: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),               // 49: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.RangeResponse)(nil),                    // 50: etcdserverpb.RangeResponse
-	(*etcdserverpb.HashKVResponse)(nil),                   // 51: etcdserverpb.HashKVResponse
-	(*etcdserverpb.HashResponse)(nil),                     // 52: etcdserverpb.HashResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil),          // 53: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),              // 54: etcdserverpb.LeaseLeasesResponse
+	(*AuthTokenRequest)(nil),                              // 14: cairn.storage.AuthTokenRequest
+	(*AuthTokenResponse)(nil),                             // 15: cairn.storage.AuthTokenResponse
+	(*AuthStateRequest)(nil),                              // 16: cairn.storage.AuthStateRequest
+	(*AuthStateResponse)(nil),                             // 17: cairn.storage.AuthStateResponse
+	(*DefragmentRequest)(nil),                             // 18: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                            // 19: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                                   // 20: cairn.storage.LeaseRecord
+	nil,                                                   // 21: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.InternalRaftRequest)(nil),              // 22: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),                      // 23: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),              // 24: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),                      // 25: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),               // 26: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),               // 27: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),              // 28: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil),          // 29: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),                    // 30: etcdserverpb.AlarmResponse
+	(*etcdserverpb.AuthEnableResponse)(nil),               // 31: etcdserverpb.AuthEnableResponse
+	(*etcdserverpb.AuthDisableResponse)(nil),              // 32: etcdserverpb.AuthDisableResponse
+	(*etcdserverpb.AuthenticateResponse)(nil),             // 33: etcdserverpb.AuthenticateResponse
+	(*etcdserverpb.AuthUserAddResponse)(nil),              // 34: etcdserverpb.AuthUserAddResponse
+	(*etcdserverpb.AuthUserDeleteResponse)(nil),           // 35: etcdserverpb.AuthUserDeleteResponse
+	(*etcdserverpb.AuthUserChangePasswordResponse)(nil),   // 36: etcdserverpb.AuthUserChangePasswordResponse
+	(*etcdserverpb.AuthUserGrantRoleResponse)(nil),        // 37: etcdserverpb.AuthUserGrantRoleResponse
+	(*etcdserverpb.AuthUserRevokeRoleResponse)(nil),       // 38: etcdserverpb.AuthUserRevokeRoleResponse
+	(*etcdserverpb.AuthRoleAddResponse)(nil),              // 39: etcdserverpb.AuthRoleAddResponse
+	(*etcdserverpb.AuthRoleDeleteResponse)(nil),           // 40: etcdserverpb.AuthRoleDeleteResponse
+	(*etcdserverpb.AuthRoleGrantPermissionResponse)(nil),  // 41: etcdserverpb.AuthRoleGrantPermissionResponse
+	(*etcdserverpb.AuthRoleRevokePermissionResponse)(nil), // 42: etcdserverpb.AuthRoleRevokePermissionResponse
+	(*mvccpb.Event)(nil),                                  // 43: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),                      // 44: etcdserverpb.AlarmMember
+	(*authpb.User)(nil),                                   // 45: authpb.User
+	(*authpb.Role)(nil),                                   // 46: authpb.Role
+	(*etcdserverpb.RangeRequest)(nil),                     // 47: etcdserverpb.RangeRequest
+	(*etcdserverpb.HashKVRequest)(nil),                    // 48: etcdserverpb.HashKVRequest
+	(*etcdserverpb.HashRequest)(nil),                      // 49: etcdserverpb.HashRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),           // 50: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),               // 51: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.RangeResponse)(nil),                    // 52: etcdserverpb.RangeResponse
+	(*etcdserverpb.HashKVResponse)(nil),                   // 53: etcdserverpb.HashKVResponse
+	(*etcdserverpb.HashResponse)(nil),                     // 54: etcdserverpb.HashResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil),          // 55: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),              // 56: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	20, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	19, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	22, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	21, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
 	1,  // 2: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	18, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
-	20, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	20, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
+	22, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
 	1,  // 5: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	21, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	22, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	23, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	24, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	25, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	26, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	27, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	28, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	23, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	24, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	25, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	26, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	27, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	28, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	29, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	30, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
 	2,  // 14: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
-	29, // 15: cairn.storage.SubmitResponse.auth_enable:type_name -> etcdserverpb.AuthEnableResponse
-	30, // 16: cairn.storage.SubmitResponse.auth_disable:type_name -> etcdserverpb.AuthDisableResponse
-	31, // 17: cairn.storage.SubmitResponse.authenticate:type_name -> etcdserverpb.AuthenticateResponse
-	32, // 18: cairn.storage.SubmitResponse.user_add:type_name -> etcdserverpb.AuthUserAddResponse
-	33, // 19: cairn.storage.SubmitResponse.user_delete:type_name -> etcdserverpb.AuthUserDeleteResponse
-	34, // 20: cairn.storage.SubmitResponse.user_change_password:type_name -> etcdserverpb.AuthUserChangePasswordResponse
-	35, // 21: cairn.storage.SubmitResponse.user_grant_role:type_name -> etcdserverpb.AuthUserGrantRoleResponse
-	36, // 22: cairn.storage.SubmitResponse.user_revoke_role:type_name -> etcdserverpb.AuthUserRevokeRoleResponse
-	37, // 23: cairn.storage.SubmitResponse.role_add:type_name -> etcdserverpb.AuthRoleAddResponse
-	38, // 24: cairn.storage.SubmitResponse.role_delete:type_name -> etcdserverpb.AuthRoleDeleteResponse
-	39, // 25: cairn.storage.SubmitResponse.role_grant_permission:type_name -> etcdserverpb.AuthRoleGrantPermissionResponse
-	40, // 26: cairn.storage.SubmitResponse.role_revoke_permission:type_name -> etcdserverpb.AuthRoleRevokePermissionResponse
-	41, // 27: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	42, // 28: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
-	43, // 29: cairn.storage.AuthStateResponse.users:type_name -> authpb.User
-	44, // 30: cairn.storage.AuthStateResponse.roles:type_name -> authpb.Role
+	31, // 15: cairn.storage.SubmitResponse.auth_enable:type_name -> etcdserverpb.AuthEnableResponse
+	32, // 16: cairn.storage.SubmitResponse.auth_disable:type_name -> etcdserverpb.AuthDisableResponse
+	33, // 17: cairn.storage.SubmitResponse.authenticate:type_name -> etcdserverpb.AuthenticateResponse
+	34, // 18: cairn.storage.SubmitResponse.user_add:type_name -> etcdserverpb.AuthUserAddResponse
+	35, // 19: cairn.storage.SubmitResponse.user_delete:type_name -> etcdserverpb.AuthUserDeleteResponse
+	36, // 20: cairn.storage.SubmitResponse.user_change_password:type_name -> etcdserverpb.AuthUserChangePasswordResponse
+	37, // 21: cairn.storage.SubmitResponse.user_grant_role:type_name -> etcdserverpb.AuthUserGrantRoleResponse
+	38, // 22: cairn.storage.SubmitResponse.user_revoke_role:type_name -> etcdserverpb.AuthUserRevokeRoleResponse
+	39, // 23: cairn.storage.SubmitResponse.role_add:type_name -> etcdserverpb.AuthRoleAddResponse
+	40, // 24: cairn.storage.SubmitResponse.role_delete:type_name -> etcdserverpb.AuthRoleDeleteResponse
+	41, // 25: cairn.storage.SubmitResponse.role_grant_permission:type_name -> etcdserverpb.AuthRoleGrantPermissionResponse
+	42, // 26: cairn.storage.SubmitResponse.role_revoke_permission:type_name -> etcdserverpb.AuthRoleRevokePermissionResponse
+	43, // 27: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	44, // 28: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	45, // 29: cairn.storage.AuthStateResponse.users:type_name -> authpb.User
+	46, // 30: cairn.storage.AuthStateResponse.roles:type_name -> authpb.Role
 	6,  // 31: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	45, // 32: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	47, // 32: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
 	8,  // 33: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	46, // 34: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
-	47, // 35: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
+	48, // 34: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	49, // 35: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
 	10, // 36: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
 	12, // 37: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	16, // 38: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
-	48, // 39: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	49, // 40: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	18, // 38: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	50, // 39: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	51, // 40: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
 	4,  // 41: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
 	3,  // 42: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	14, // 43: cairn.storage.Storage.AuthState:input_type -> cairn.storage.AuthStateRequest
-	7,  // 44: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	50, // 45: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	9,  // 46: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	51, // 47: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	52, // 48: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
-	11, // 49: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	13, // 50: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	17, // 51: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	53, // 52: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	54, // 53: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	5,  // 54: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	2,  // 55: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	15, // 56: cairn.storage.Storage.AuthState:output_type -> cairn.storage.AuthStateResponse
-	44, // [44:57] is the sub-list for method output_type
-	31, // [31:44] is the sub-list for method input_type
+	16, // 43: cairn.storage.Storage.AuthState:input_type -> cairn.storage.AuthStateRequest
+	14, // 44: cairn.storage.Storage.AuthToken:input_type -> cairn.storage.AuthTokenRequest
+	7,  // 45: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	52, // 46: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	9,  // 47: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	53, // 48: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	54, // 49: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
+	11, // 50: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	13, // 51: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	19, // 52: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	55, // 53: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	56, // 54: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	5,  // 55: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	2,  // 56: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	17, // 57: cairn.storage.Storage.AuthState:output_type -> cairn.storage.AuthStateResponse
+	15, // 58: cairn.storage.Storage.AuthToken:output_type -> cairn.storage.AuthTokenResponse
+	45, // [45:59] is the sub-list for method output_type
+	31, // [31:45] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -1930,7 +2056,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

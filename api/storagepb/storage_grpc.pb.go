@@ -38,6 +38,7 @@ const (
 	Storage_LeaseRecords_FullMethodName    = "/cairn.storage.Storage/LeaseRecords"
 	Storage_KeeperStatus_FullMethodName    = "/cairn.storage.Storage/KeeperStatus"
 	Storage_AuthState_FullMethodName       = "/cairn.storage.Storage/AuthState"
+	Storage_AuthToken_FullMethodName       = "/cairn.storage.Storage/AuthToken"
 )
 
 // StorageClient is the client API for Storage service.
@@ -85,6 +86,9 @@ type StorageClient interface {
 	// AuthState returns the whole auth store (users with their password hashes, roles, enabled flag, auth
 	// revision), after a ReadIndex unless serializable: what a frontend checks requests against.
 	AuthState(ctx context.Context, in *AuthStateRequest, opts ...grpc.CallOption) (*AuthStateResponse, error)
+	// AuthToken looks up a simple token issued by any frontend: every storage records the tokens of the
+	// Authenticate entries it applies (in memory, as etcd's members do).
+	AuthToken(ctx context.Context, in *AuthTokenRequest, opts ...grpc.CallOption) (*AuthTokenResponse, error)
 }
 
 type storageClient struct {
@@ -252,6 +256,16 @@ func (c *storageClient) AuthState(ctx context.Context, in *AuthStateRequest, opt
 	return out, nil
 }
 
+func (c *storageClient) AuthToken(ctx context.Context, in *AuthTokenRequest, opts ...grpc.CallOption) (*AuthTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthTokenResponse)
+	err := c.cc.Invoke(ctx, Storage_AuthToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServer is the server API for Storage service.
 // All implementations must embed UnimplementedStorageServer
 // for forward compatibility.
@@ -297,6 +311,9 @@ type StorageServer interface {
 	// AuthState returns the whole auth store (users with their password hashes, roles, enabled flag, auth
 	// revision), after a ReadIndex unless serializable: what a frontend checks requests against.
 	AuthState(context.Context, *AuthStateRequest) (*AuthStateResponse, error)
+	// AuthToken looks up a simple token issued by any frontend: every storage records the tokens of the
+	// Authenticate entries it applies (in memory, as etcd's members do).
+	AuthToken(context.Context, *AuthTokenRequest) (*AuthTokenResponse, error)
 	mustEmbedUnimplementedStorageServer()
 }
 
@@ -345,6 +362,9 @@ func (UnimplementedStorageServer) KeeperStatus(context.Context, *KeeperStatusReq
 }
 func (UnimplementedStorageServer) AuthState(context.Context, *AuthStateRequest) (*AuthStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method AuthState not implemented")
+}
+func (UnimplementedStorageServer) AuthToken(context.Context, *AuthTokenRequest) (*AuthTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuthToken not implemented")
 }
 func (UnimplementedStorageServer) mustEmbedUnimplementedStorageServer() {}
 func (UnimplementedStorageServer) testEmbeddedByValue()                 {}
@@ -580,6 +600,24 @@ func _Storage_AuthState_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Storage_AuthToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServer).AuthToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Storage_AuthToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServer).AuthToken(ctx, req.(*AuthTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Storage_ServiceDesc is the grpc.ServiceDesc for Storage service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -626,6 +664,10 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AuthState",
 			Handler:    _Storage_AuthState_Handler,
+		},
+		{
+			MethodName: "AuthToken",
+			Handler:    _Storage_AuthToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

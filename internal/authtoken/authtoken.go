@@ -111,6 +111,17 @@ func (s *Simple) Assign(prefix string, index uint64, user string, rev uint64) (s
 	return token, nil
 }
 
+// TTL is how long a token may go unused.
+func (s *Simple) TTL() time.Duration { return s.ttl }
+
+// Remember records a token another process issued (a storage answered who it is), from now on as if issued
+// here.
+func (s *Simple) Remember(token string, info Info) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokens[token] = &simpleToken{info: info, expires: s.now().Add(s.ttl)}
+}
+
 // Info reads a live token and extends its life by the TTL, as etcd's simple tokens.
 func (s *Simple) Info(token string) (Info, bool) {
 	s.mu.Lock()

@@ -371,3 +371,58 @@ func TestAuthSimpleTokenExpires(t *testing.T) {
 		return errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken)
 	})
 }
+
+// TestAuthSimpleTokenAcrossFrontends: a simple token issued by one frontend is accepted by another (every
+// storage records the tokens of the Authenticate entries it applies, as etcd's members do), and no longer once
+// its user is deleted.
+func TestAuthSimpleTokenAcrossFrontends(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Members: 3, Frontends: 2,
+		ConfigureFrontend: func(cfg *frontend.Config) { cfg.BcryptCost = 4 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	auth0 := pb.NewAuthClient(rawConn(t, c.Endpoints()[0]))
+	kv1 := pb.NewKVClient(rawConn(t, c.Endpoints()[1]))
+	for _, req := range []*pb.AuthUserAddRequest{{Name: "root", Password: "pw"}, {Name: "carol", Password: "pw"}} {
+		if _, err := auth0.UserAdd(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := auth0.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth0.UserGrantRole(ctx, &pb.AuthUserGrantRoleRequest{User: "carol", Role: "root"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := auth0.AuthEnable(ctx, &pb.AuthEnableRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Until(t, 5*time.Second, 10*time.Millisecond, "frontend 1 knows auth is enabled", func() bool {
+		_, err := kv1.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+		return errors.Is(err, rpctypes.ErrGRPCUserEmpty)
+	})
+	login := func(name string) context.Context {
+		resp, err := auth0.Authenticate(ctx, &pb.AuthenticateRequest{Name: name, Password: "pw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return metadata.AppendToOutgoingContext(ctx, "token", resp.Token)
+	}
+	asRoot, asCarol := login("root"), login("carol")
+	if _, err := kv1.Put(asCarol, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatalf("frontend 1 with frontend 0's token: %v", err)
+	}
+	if _, err := auth0.UserDelete(asRoot, &pb.AuthUserDeleteRequest{Name: "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Until(t, 5*time.Second, 10*time.Millisecond, "frontend 1 refuses the deleted user's token", func() bool {
+		_, err := kv1.Range(asCarol, &pb.RangeRequest{Key: []byte("k")})
+		return errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken)
+	})
+	fresh := login("root")
+	if _, err := kv1.Range(metadata.AppendToOutgoingContext(ctx, "token", "forged.1"), &pb.RangeRequest{Key: []byte("k")}); !errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) {
+		t.Fatalf("forged simple token: %v, want ErrGRPCInvalidAuthToken", err)
+	}
+	if _, err := kv1.Range(fresh, &pb.RangeRequest{Key: []byte("k")}); err != nil {
+		t.Fatalf("root's new token on frontend 1: %v", err)
+	}
+}

@@ -43,8 +43,13 @@ type authGate struct {
 // gateState is one read of the auth store.
 type gateState struct {
 	*authstate.State
-	appliedIndex uint64 // the storage's applied index the state was read at
+	appliedIndex uint64    // the storage's applied index the state was read at
+	readAt       time.Time // when it was read
 }
+
+// staleDisabledAfter is how old a copy saying "disabled" may be before a request carrying a token makes the
+// frontend read the store again (tokens exist only once auth is enabled, perhaps through another frontend).
+const staleDisabledAfter = 50 * time.Millisecond
 
 // caller is who a request comes from: the user and the auth revision its token was issued at. The zero
 // caller is anonymous.
@@ -122,7 +127,7 @@ func (g *authGate) refresh(ctx context.Context) (*gateState, error) {
 		st.Roles[string(r.Name)] = r
 	}
 	st.Seal()
-	next := &gateState{State: st, appliedIndex: resp.AppliedIndex}
+	next := &gateState{State: st, appliedIndex: resp.AppliedIndex, readAt: time.Now()}
 	if cur := g.state.Load(); cur != nil && cur.appliedIndex > next.appliedIndex {
 		return cur, nil
 	}
@@ -157,23 +162,36 @@ func (g *authGate) identify(ctx context.Context) (*gateState, caller, error) {
 	if err != nil {
 		return nil, caller{}, err
 	}
-	if !st.Enabled {
-		return st, caller{}, nil
-	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	tokens := md.Get(rpctypes.TokenFieldNameGRPC)
 	if len(tokens) == 0 {
 		tokens = md.Get(rpctypes.TokenFieldNameSwagger)
 	}
+	if !st.Enabled && len(tokens) > 0 && time.Since(st.readAt) > staleDisabledAfter {
+		if fresh, err := g.refresh(ctx); err == nil {
+			st = fresh
+		}
+	}
+	if !st.Enabled {
+		return st, caller{}, nil
+	}
 	if len(tokens) > 0 {
-		info, ok := g.tokens.Info(strings.TrimPrefix(tokens[0], "Bearer "))
+		token := strings.TrimPrefix(tokens[0], "Bearer ")
+		info, ok := g.tokens.Info(token)
 		if !ok {
-			return st, caller{}, rpctypes.ErrGRPCInvalidAuthToken
+			if info, ok = g.lookupSimpleToken(ctx, token); !ok {
+				return st, caller{}, rpctypes.ErrGRPCInvalidAuthToken
+			}
 		}
 		if info.Revision > st.Revision { // issued after our copy was read: catch up first
 			if st, err = g.current(ctx, info.Revision); err != nil {
 				return nil, caller{}, err
 			}
+		}
+		if _, simple := g.tokens.(*authtoken.Simple); simple && st.Users[info.Username] == nil {
+			// Deleted (through any frontend): etcd's members drop the user's simple tokens.
+			g.tokens.InvalidateUser(info.Username)
+			return st, caller{}, rpctypes.ErrGRPCInvalidAuthToken
 		}
 		return st, caller{user: info.Username, rev: info.Revision}, nil
 	}
@@ -181,6 +199,26 @@ func (g *authGate) identify(ctx context.Context) (*gateState, caller, error) {
 		return st, caller{user: cn, rev: st.Revision}, nil
 	}
 	return st, caller{}, nil
+}
+
+// lookupSimpleToken asks the storages about a simple token this frontend did not issue (another frontend
+// did: every storage recorded it when it applied its Authenticate entry) and remembers it when found.
+func (g *authGate) lookupSimpleToken(ctx context.Context, token string) (authtoken.Info, bool) {
+	simple, ok := g.tokens.(*authtoken.Simple)
+	if !ok || !strings.Contains(token, ".") {
+		return authtoken.Info{}, false
+	}
+	lctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for _, r := range g.f.pool.view().leaderFirst { // a storage that has not applied it yet may not know it
+		resp, err := r.client().AuthToken(lctx, token, simple.TTL())
+		if err == nil && resp.Found {
+			info := authtoken.Info{Username: resp.Username, Revision: resp.Revision}
+			simple.Remember(token, info)
+			return info, true
+		}
+	}
+	return authtoken.Info{}, false
 }
 
 // certCommonName is the CN of the request's verified client certificate, with --client-cert-auth.

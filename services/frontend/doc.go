@@ -68,8 +68,10 @@
 // AuthStatus answer from a linearizable read of it. Authenticate checks the password against such a read, then
 // proposes an Authenticate entry carrying the auth revision it checked at (refused and retried if the store
 // changed meanwhile, as etcd) and issues a token at the revision it was applied at: --auth-token simple (etcd's
-// "<prefix>.<index>", --auth-token-ttl, known to the frontend that issued it) or jwt (etcd's claims, accepted by
-// every frontend with the same keys; package authtoken). With --client-cert-auth a request without a token is
+// "<prefix>.<index>", --auth-token-ttl; every storage records it when applying the entry, and a frontend asks
+// the storages about a simple token it did not issue, refusing those of deleted users) or jwt (etcd's claims,
+// accepted by every frontend with the same keys; package authtoken). A copy saying "disabled" older than 50 ms
+// is read again when a request carries a token (auth may have been enabled through another frontend). With --client-cert-auth a request without a token is
 // the user its certificate's CN names, except through the gateway, as etcd.
 //
 // The gate (authgate.go) keeps a copy of the auth store, read at start, when a probe shows another auth

@@ -34,6 +34,10 @@ func (g *server) AuthState(ctx context.Context, r *storagepb.AuthStateRequest) (
 	return g.s.AuthState(ctx, r)
 }
 
+func (g *server) AuthToken(ctx context.Context, r *storagepb.AuthTokenRequest) (*storagepb.AuthTokenResponse, error) {
+	return g.s.AuthToken(ctx, r)
+}
+
 func (g *server) LeaseRecords(r *storagepb.LeaseRecordsRequest, stream grpc.ServerStreamingServer[storagepb.LeaseRecordsResponse]) error {
 	return g.s.LeaseRecords(stream.Context(), r, stream.Send)
 }
