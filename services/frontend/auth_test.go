@@ -212,6 +212,14 @@ func TestAuthJWTGatewayAndRecipes(t *testing.T) {
 		}
 	}
 
+	// Frontend 1 learns that auth is on within a probe interval (as a lagging etcd member applies the enable
+	// late); until then it serves as before.
+	kv1 := pb.NewKVClient(rawConn(t, c.Endpoints()[1]))
+	waittest.Until(t, 5*time.Second, 10*time.Millisecond, "frontend 1 knows auth is enabled", func() bool {
+		_, err := kv1.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+		return errors.Is(err, rpctypes.ErrGRPCUserEmpty)
+	})
+
 	// Authenticate on frontend 0's gateway, use the token on frontend 1's gateway.
 	token := gatewayPost(t, c.Endpoints()[0]+"/v3/auth/authenticate", "", `{"name":"bob","password":"bobpw"}`)["token"].(string)
 	key := base64.StdEncoding.EncodeToString([]byte("locks/x"))
@@ -289,10 +297,10 @@ func writeJWTKeys(t *testing.T) (priv, pub string) {
 }
 
 // TestAuthClientCertCommonName: with --client-cert-auth and auth enabled, a request without a token is the
-// user its certificate's common name names ("client" here), as in etcd.
+// user its certificate's common name names ("client" here), as in etcd; Lock runs as that user too.
 func TestAuthClientCertCommonName(t *testing.T) {
 	certs := certtest.Write(t)
-	c := clustertest.Start(t, clustertest.Options{Members: 1,
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Leasekeepers: 1, Watchhubs: 1,
 		ConfigureFrontend: func(cfg *frontend.Config) { clustertest.ServeHTTPS(certs)(cfg); cfg.BcryptCost = 4 },
 		ClientTLS:         certs.ClientTLS(t, certs.ClientCert, certs.ClientKey)})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -320,6 +328,15 @@ func TestAuthClientCertCommonName(t *testing.T) {
 	}
 	if _, err := cli.Put(ctx, "other", "v"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
 		t.Fatalf("put outside the certificate user's prefix: %v, want permission denied", err)
+	}
+	c.ActiveLeasekeeper(10 * time.Second)
+	locks := v3lockpb.NewLockClient(cli.ActiveConnection())
+	if _, err := locks.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("tls/lock")}); err != nil {
+		t.Fatalf("lock as the certificate's user: %v", err)
+	}
+	if _, err := locks.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("other/lock")}); err == nil ||
+		!strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("lock outside the certificate user's prefix: %v, want permission denied", err)
 	}
 }
 

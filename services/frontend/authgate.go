@@ -242,6 +242,24 @@ func (g *authGate) certCommonName(ctx context.Context, md metadata.MD) string {
 	return ""
 }
 
+// mint issues a token for ctx's caller when it has a user but came without a token (a client certificate), so
+// calls this frontend makes on its behalf (Lock, Election) are checked as its own; "" otherwise.
+func (g *authGate) mint(ctx context.Context) string {
+	c := callerOf(ctx)
+	if c.user == "" {
+		return ""
+	}
+	prefix, err := g.tokens.Prefix()
+	if err != nil {
+		return ""
+	}
+	token, err := g.tokens.Assign(prefix, 0, c.user, c.rev)
+	if err != nil {
+		return "" // a verify-only JWT frontend: the calls go anonymous and are refused
+	}
+	return token
+}
+
 // callerOf returns the caller the interceptor recorded in ctx.
 func callerOf(ctx context.Context) caller {
 	c, _ := ctx.Value(callerKey{}).(caller)

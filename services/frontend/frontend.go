@@ -126,7 +126,7 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	pb.RegisterAuthServer(s, &authServer{f: f})
 	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping, auth: f.auth})
 	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader, auth: f.auth})
-	recipes := &recipes{client: f.self.Load}
+	recipes := &recipes{client: f.self.Load, mint: f.auth.mint}
 	v3lockpb.RegisterLockServer(s, recipes)
 	v3electionpb.RegisterElectionServer(s, recipes)
 	healthpb.RegisterHealthServer(s, f.health)

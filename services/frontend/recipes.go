@@ -30,16 +30,17 @@ func newSelfClient(ctx context.Context, conn *grpc.ClientConn) *clientv3.Client 
 }
 
 // asCaller carries the caller's auth token (gRPC metadata "token", or the gateway's "authorization") into
-// the recipe's own calls, so they are checked as the caller's.
-func asCaller(ctx context.Context) context.Context {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return ctx
-	}
+// the recipe's own calls, so they are checked as the caller's. A caller known by its client certificate has
+// no token, and the recipe's calls travel without TLS: it gets one from this frontend (mint).
+func asCaller(ctx context.Context, mint func(context.Context) string) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
 	for _, key := range []string{rpctypes.TokenFieldNameGRPC, rpctypes.TokenFieldNameSwagger} {
 		if v := md.Get(key); len(v) > 0 {
 			return metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, v[0])
 		}
+	}
+	if token := mint(ctx); token != "" {
+		return metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, token)
 	}
 	return ctx
 }
@@ -51,6 +52,8 @@ type recipes struct {
 	v3electionpb.UnsafeElectionServer
 	// client is set by Start, before anything is served.
 	client func() *clientv3.Client
+	// mint issues a token for a caller known without one (by its certificate); "" when there is none.
+	mint func(context.Context) string
 }
 
 // session is a concurrency session on lease (a new one when 0), orphaned at once, as etcd's: the lease is
@@ -67,7 +70,7 @@ func (s *recipes) session(ctx context.Context, lease int64) (*concurrency.Sessio
 
 // Lock acquires the named lock under req.Lease (etcd's v3lock).
 func (s *recipes) Lock(ctx context.Context, req *v3lockpb.LockRequest) (*v3lockpb.LockResponse, error) {
-	ctx = asCaller(ctx)
+	ctx = asCaller(ctx, s.mint)
 	sess, err := s.session(ctx, req.Lease)
 	if err != nil {
 		return nil, err
@@ -81,7 +84,7 @@ func (s *recipes) Lock(ctx context.Context, req *v3lockpb.LockRequest) (*v3lockp
 
 // Unlock deletes the key Lock returned.
 func (s *recipes) Unlock(ctx context.Context, req *v3lockpb.UnlockRequest) (*v3lockpb.UnlockResponse, error) {
-	resp, err := s.client().Delete(asCaller(ctx), string(req.Key))
+	resp, err := s.client().Delete(asCaller(ctx, s.mint), string(req.Key))
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +93,7 @@ func (s *recipes) Unlock(ctx context.Context, req *v3lockpb.UnlockRequest) (*v3l
 
 // Campaign waits until the caller leads the named election, under req.Lease.
 func (s *recipes) Campaign(ctx context.Context, req *v3electionpb.CampaignRequest) (*v3electionpb.CampaignResponse, error) {
-	ctx = asCaller(ctx)
+	ctx = asCaller(ctx, s.mint)
 	sess, err := s.session(ctx, req.Lease)
 	if err != nil {
 		return nil, err
@@ -109,7 +112,7 @@ func (s *recipes) Proclaim(ctx context.Context, req *v3electionpb.ProclaimReques
 	if req.Leader == nil {
 		return nil, errMissingLeaderKey
 	}
-	ctx = asCaller(ctx)
+	ctx = asCaller(ctx, s.mint)
 	sess, err := s.session(ctx, req.Leader.Lease)
 	if err != nil {
 		return nil, err
@@ -123,7 +126,7 @@ func (s *recipes) Proclaim(ctx context.Context, req *v3electionpb.ProclaimReques
 
 // Observe streams the election's leaders as they change.
 func (s *recipes) Observe(req *v3electionpb.LeaderRequest, stream v3electionpb.Election_ObserveServer) error {
-	ctx := asCaller(stream.Context())
+	ctx := asCaller(stream.Context(), s.mint)
 	sess, err := s.session(ctx, -1)
 	if err != nil {
 		return err
@@ -146,7 +149,7 @@ func (s *recipes) Observe(req *v3electionpb.LeaderRequest, stream v3electionpb.E
 
 // Leader answers the election's current leader.
 func (s *recipes) Leader(ctx context.Context, req *v3electionpb.LeaderRequest) (*v3electionpb.LeaderResponse, error) {
-	ctx = asCaller(ctx)
+	ctx = asCaller(ctx, s.mint)
 	sess, err := s.session(ctx, -1)
 	if err != nil {
 		return nil, err
@@ -163,7 +166,7 @@ func (s *recipes) Resign(ctx context.Context, req *v3electionpb.ResignRequest) (
 	if req.Leader == nil {
 		return nil, errMissingLeaderKey
 	}
-	ctx = asCaller(ctx)
+	ctx = asCaller(ctx, s.mint)
 	sess, err := s.session(ctx, req.Leader.Lease)
 	if err != nil {
 		return nil, err
