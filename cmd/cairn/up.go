@@ -37,7 +37,7 @@ func newUpCommand() *cobra.Command {
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
-	flags.StringVar(&cfg.AuthToken, "auth-token", "", "Every frontend's --auth-token (simple, or jwt,pub-key=...,priv-key=...,sign-method=... for tokens every frontend accepts).")
+	flags.StringVar(&cfg.AuthToken, "auth-token", "", "Every frontend's --auth-token (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)

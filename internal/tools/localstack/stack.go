@@ -44,8 +44,8 @@ type Config struct {
 	// ClientTLS, when it names a certificate, makes every frontend serve https:// with it (etcd's
 	// --cert-file, --key-file, --trusted-ca-file, --client-cert-auth); the services' own links stay plain.
 	ClientTLS clienttls.Files
-	// AuthToken is every frontend's --auth-token (empty: the frontends' default, simple). Use
-	// "jwt,pub-key=...,priv-key=...,sign-method=..." so a token from one frontend is accepted by the others.
+	// AuthToken is every frontend's --auth-token (empty: the frontends' default, simple); either kind of token
+	// is accepted by every frontend.
 	AuthToken string
 	// ExtraArgs are appended to the command line of every instance of the named service (e.g. "consensus":
 	// {"--heartbeat-interval", "50"}).
