@@ -15,6 +15,7 @@ import (
 	sync "sync"
 	unsafe "unsafe"
 
+	authpb "go.etcd.io/etcd/api/v3/authpb"
 	etcdserverpb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	mvccpb "go.etcd.io/etcd/api/v3/mvccpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
@@ -482,7 +483,21 @@ type SubmitResponse struct {
 	//	*SubmitResponse_LeaseCheckpoint
 	//	*SubmitResponse_Alarm
 	//	*SubmitResponse_KeeperClaim
+	//	*SubmitResponse_AuthEnable
+	//	*SubmitResponse_AuthDisable
+	//	*SubmitResponse_Authenticate
+	//	*SubmitResponse_UserAdd
+	//	*SubmitResponse_UserDelete
+	//	*SubmitResponse_UserChangePassword
+	//	*SubmitResponse_UserGrantRole
+	//	*SubmitResponse_UserRevokeRole
+	//	*SubmitResponse_RoleAdd
+	//	*SubmitResponse_RoleDelete
+	//	*SubmitResponse_RoleGrantPermission
+	//	*SubmitResponse_RoleRevokePermission
 	Response isSubmitResponse_Response `protobuf_oneof:"response"`
+	// auth_revision is the auth store's revision after an auth request (0 for other requests).
+	AuthRevision uint64 `protobuf:"varint,21,opt,name=auth_revision,json=authRevision,proto3" json:"auth_revision,omitempty"`
 	// index is the log index of the entry that carried the request (0 for requests answered without the log).
 	Index         uint64 `protobuf:"varint,20,opt,name=index,proto3" json:"index,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -607,6 +622,121 @@ func (x *SubmitResponse) GetKeeperClaim() *KeeperState {
 	return nil
 }
 
+func (x *SubmitResponse) GetAuthEnable() *etcdserverpb.AuthEnableResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_AuthEnable); ok {
+			return x.AuthEnable
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetAuthDisable() *etcdserverpb.AuthDisableResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_AuthDisable); ok {
+			return x.AuthDisable
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetAuthenticate() *etcdserverpb.AuthenticateResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_Authenticate); ok {
+			return x.Authenticate
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetUserAdd() *etcdserverpb.AuthUserAddResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_UserAdd); ok {
+			return x.UserAdd
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetUserDelete() *etcdserverpb.AuthUserDeleteResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_UserDelete); ok {
+			return x.UserDelete
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetUserChangePassword() *etcdserverpb.AuthUserChangePasswordResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_UserChangePassword); ok {
+			return x.UserChangePassword
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetUserGrantRole() *etcdserverpb.AuthUserGrantRoleResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_UserGrantRole); ok {
+			return x.UserGrantRole
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetUserRevokeRole() *etcdserverpb.AuthUserRevokeRoleResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_UserRevokeRole); ok {
+			return x.UserRevokeRole
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetRoleAdd() *etcdserverpb.AuthRoleAddResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_RoleAdd); ok {
+			return x.RoleAdd
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetRoleDelete() *etcdserverpb.AuthRoleDeleteResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_RoleDelete); ok {
+			return x.RoleDelete
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetRoleGrantPermission() *etcdserverpb.AuthRoleGrantPermissionResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_RoleGrantPermission); ok {
+			return x.RoleGrantPermission
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetRoleRevokePermission() *etcdserverpb.AuthRoleRevokePermissionResponse {
+	if x != nil {
+		if x, ok := x.Response.(*SubmitResponse_RoleRevokePermission); ok {
+			return x.RoleRevokePermission
+		}
+	}
+	return nil
+}
+
+func (x *SubmitResponse) GetAuthRevision() uint64 {
+	if x != nil {
+		return x.AuthRevision
+	}
+	return 0
+}
+
 func (x *SubmitResponse) GetIndex() uint64 {
 	if x != nil {
 		return x.Index
@@ -655,6 +785,55 @@ type SubmitResponse_KeeperClaim struct {
 	KeeperClaim *KeeperState `protobuf:"bytes,9,opt,name=keeper_claim,json=keeperClaim,proto3,oneof"`
 }
 
+type SubmitResponse_AuthEnable struct {
+	// The auth requests' responses (field 30 on): the auth store's revision after them is auth_revision.
+	AuthEnable *etcdserverpb.AuthEnableResponse `protobuf:"bytes,30,opt,name=auth_enable,json=authEnable,proto3,oneof"`
+}
+
+type SubmitResponse_AuthDisable struct {
+	AuthDisable *etcdserverpb.AuthDisableResponse `protobuf:"bytes,31,opt,name=auth_disable,json=authDisable,proto3,oneof"`
+}
+
+type SubmitResponse_Authenticate struct {
+	Authenticate *etcdserverpb.AuthenticateResponse `protobuf:"bytes,32,opt,name=authenticate,proto3,oneof"`
+}
+
+type SubmitResponse_UserAdd struct {
+	UserAdd *etcdserverpb.AuthUserAddResponse `protobuf:"bytes,33,opt,name=user_add,json=userAdd,proto3,oneof"`
+}
+
+type SubmitResponse_UserDelete struct {
+	UserDelete *etcdserverpb.AuthUserDeleteResponse `protobuf:"bytes,34,opt,name=user_delete,json=userDelete,proto3,oneof"`
+}
+
+type SubmitResponse_UserChangePassword struct {
+	UserChangePassword *etcdserverpb.AuthUserChangePasswordResponse `protobuf:"bytes,35,opt,name=user_change_password,json=userChangePassword,proto3,oneof"`
+}
+
+type SubmitResponse_UserGrantRole struct {
+	UserGrantRole *etcdserverpb.AuthUserGrantRoleResponse `protobuf:"bytes,36,opt,name=user_grant_role,json=userGrantRole,proto3,oneof"`
+}
+
+type SubmitResponse_UserRevokeRole struct {
+	UserRevokeRole *etcdserverpb.AuthUserRevokeRoleResponse `protobuf:"bytes,37,opt,name=user_revoke_role,json=userRevokeRole,proto3,oneof"`
+}
+
+type SubmitResponse_RoleAdd struct {
+	RoleAdd *etcdserverpb.AuthRoleAddResponse `protobuf:"bytes,38,opt,name=role_add,json=roleAdd,proto3,oneof"`
+}
+
+type SubmitResponse_RoleDelete struct {
+	RoleDelete *etcdserverpb.AuthRoleDeleteResponse `protobuf:"bytes,39,opt,name=role_delete,json=roleDelete,proto3,oneof"`
+}
+
+type SubmitResponse_RoleGrantPermission struct {
+	RoleGrantPermission *etcdserverpb.AuthRoleGrantPermissionResponse `protobuf:"bytes,40,opt,name=role_grant_permission,json=roleGrantPermission,proto3,oneof"`
+}
+
+type SubmitResponse_RoleRevokePermission struct {
+	RoleRevokePermission *etcdserverpb.AuthRoleRevokePermissionResponse `protobuf:"bytes,41,opt,name=role_revoke_permission,json=roleRevokePermission,proto3,oneof"`
+}
+
 func (*SubmitResponse_Put) isSubmitResponse_Response() {}
 
 func (*SubmitResponse_DeleteRange) isSubmitResponse_Response() {}
@@ -672,6 +851,30 @@ func (*SubmitResponse_LeaseCheckpoint) isSubmitResponse_Response() {}
 func (*SubmitResponse_Alarm) isSubmitResponse_Response() {}
 
 func (*SubmitResponse_KeeperClaim) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_AuthEnable) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_AuthDisable) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_Authenticate) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_UserAdd) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_UserDelete) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_UserChangePassword) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_UserGrantRole) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_UserRevokeRole) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_RoleAdd) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_RoleDelete) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_RoleGrantPermission) isSubmitResponse_Response() {}
+
+func (*SubmitResponse_RoleRevokePermission) isSubmitResponse_Response() {}
 
 type HistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -994,7 +1197,11 @@ type StatusResponse struct {
 	DbSizeQuota int64 `protobuf:"varint,13,opt,name=db_size_quota,json=dbSizeQuota,proto3" json:"db_size_quota,omitempty"`
 	// cluster_id comes from the log's Status too (0 when it does not know), for services that answer with
 	// etcd's response header from storage alone (watchhubs).
-	ClusterId     uint64 `protobuf:"varint,14,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId uint64 `protobuf:"varint,14,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// auth_revision is the auth store's revision (a frontend refreshes its copy when it changes).
+	AuthRevision uint64 `protobuf:"varint,15,opt,name=auth_revision,json=authRevision,proto3" json:"auth_revision,omitempty"`
+	// auth_enabled says whether authentication is on (enabling does not change the auth revision).
+	AuthEnabled   bool `protobuf:"varint,16,opt,name=auth_enabled,json=authEnabled,proto3" json:"auth_enabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1127,6 +1334,254 @@ func (x *StatusResponse) GetClusterId() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetAuthRevision() uint64 {
+	if x != nil {
+		return x.AuthRevision
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetAuthEnabled() bool {
+	if x != nil {
+		return x.AuthEnabled
+	}
+	return false
+}
+
+type AuthTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// ttl_seconds is how long a token may go unused (the asking frontend's --auth-token-ttl); a lookup renews it.
+	TtlSeconds    uint64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthTokenRequest) Reset() {
+	*x = AuthTokenRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthTokenRequest) ProtoMessage() {}
+
+func (x *AuthTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthTokenRequest.ProtoReflect.Descriptor instead.
+func (*AuthTokenRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *AuthTokenRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *AuthTokenRequest) GetTtlSeconds() uint64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type AuthTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Username      string                 `protobuf:"bytes,2,opt,name=username,proto3" json:"username,omitempty"`
+	Revision      uint64                 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthTokenResponse) Reset() {
+	*x = AuthTokenResponse{}
+	mi := &file_storagepb_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthTokenResponse) ProtoMessage() {}
+
+func (x *AuthTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthTokenResponse.ProtoReflect.Descriptor instead.
+func (*AuthTokenResponse) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AuthTokenResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *AuthTokenResponse) GetUsername() string {
+	if x != nil {
+		return x.Username
+	}
+	return ""
+}
+
+func (x *AuthTokenResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+type AuthStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Serializable  bool                   `protobuf:"varint,1,opt,name=serializable,proto3" json:"serializable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthStateRequest) Reset() {
+	*x = AuthStateRequest{}
+	mi := &file_storagepb_storage_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthStateRequest) ProtoMessage() {}
+
+func (x *AuthStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthStateRequest.ProtoReflect.Descriptor instead.
+func (*AuthStateRequest) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AuthStateRequest) GetSerializable() bool {
+	if x != nil {
+		return x.Serializable
+	}
+	return false
+}
+
+// AuthStateResponse is the auth store as of applied_index.
+type AuthStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	Users         []*authpb.User         `protobuf:"bytes,3,rep,name=users,proto3" json:"users,omitempty"`
+	Roles         []*authpb.Role         `protobuf:"bytes,4,rep,name=roles,proto3" json:"roles,omitempty"`
+	AppliedIndex  uint64                 `protobuf:"varint,5,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuthStateResponse) Reset() {
+	*x = AuthStateResponse{}
+	mi := &file_storagepb_storage_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuthStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuthStateResponse) ProtoMessage() {}
+
+func (x *AuthStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storagepb_storage_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuthStateResponse.ProtoReflect.Descriptor instead.
+func (*AuthStateResponse) Descriptor() ([]byte, []int) {
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AuthStateResponse) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *AuthStateResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *AuthStateResponse) GetUsers() []*authpb.User {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *AuthStateResponse) GetRoles() []*authpb.Role {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *AuthStateResponse) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 type DefragmentRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1135,7 +1590,7 @@ type DefragmentRequest struct {
 
 func (x *DefragmentRequest) Reset() {
 	*x = DefragmentRequest{}
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1602,7 @@ func (x *DefragmentRequest) String() string {
 func (*DefragmentRequest) ProtoMessage() {}
 
 func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[14]
+	mi := &file_storagepb_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1615,7 @@ func (x *DefragmentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentRequest.ProtoReflect.Descriptor instead.
 func (*DefragmentRequest) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{14}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{18}
 }
 
 type DefragmentResponse struct {
@@ -1173,7 +1628,7 @@ type DefragmentResponse struct {
 
 func (x *DefragmentResponse) Reset() {
 	*x = DefragmentResponse{}
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1640,7 @@ func (x *DefragmentResponse) String() string {
 func (*DefragmentResponse) ProtoMessage() {}
 
 func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[15]
+	mi := &file_storagepb_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1653,7 @@ func (x *DefragmentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DefragmentResponse.ProtoReflect.Descriptor instead.
 func (*DefragmentResponse) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{15}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DefragmentResponse) GetDbSize() int64 {
@@ -1223,7 +1678,7 @@ type LeaseRecord struct {
 
 func (x *LeaseRecord) Reset() {
 	*x = LeaseRecord{}
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1690,7 @@ func (x *LeaseRecord) String() string {
 func (*LeaseRecord) ProtoMessage() {}
 
 func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_storagepb_storage_proto_msgTypes[16]
+	mi := &file_storagepb_storage_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1703,7 @@ func (x *LeaseRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRecord.ProtoReflect.Descriptor instead.
 func (*LeaseRecord) Descriptor() ([]byte, []int) {
-	return file_storagepb_storage_proto_rawDescGZIP(), []int{16}
+	return file_storagepb_storage_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaseRecord) GetId() int64 {
@@ -1283,7 +1738,7 @@ var File_storagepb_storage_proto protoreflect.FileDescriptor
 
 const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
-	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\"\xc6\x02\n" +
+	"\x17storagepb/storage.proto\x12\rcairn.storage\x1a\trpc.proto\x1a\x13raft_internal.proto\x1a\x18etcd/api/mvccpb/kv.proto\x1a\x1aetcd/api/authpb/auth.proto\"\xc6\x02\n" +
 	"\x05Entry\x12;\n" +
 	"\arequest\x18\x01 \x01(\v2!.etcdserverpb.InternalRaftRequestR\arequest\x125\n" +
 	"\x05trace\x18\x02 \x03(\v2\x1f.cairn.storage.Entry.TraceEntryR\x05trace\x12'\n" +
@@ -1314,7 +1769,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\rSubmitRequest\x12;\n" +
 	"\arequest\x18\x01 \x01(\v2!.etcdserverpb.InternalRaftRequestR\arequest\x12!\n" +
 	"\fkeeper_epoch\x18\x02 \x01(\x04R\vkeeperEpoch\x12=\n" +
-	"\fkeeper_claim\x18\x03 \x01(\v2\x1a.cairn.storage.KeeperClaimR\vkeeperClaim\"\xf3\x04\n" +
+	"\fkeeper_claim\x18\x03 \x01(\v2\x1a.cairn.storage.KeeperClaimR\vkeeperClaim\"\xd9\f\n" +
 	"\x0eSubmitResponse\x12-\n" +
 	"\x03put\x18\x01 \x01(\v2\x19.etcdserverpb.PutResponseH\x00R\x03put\x12F\n" +
 	"\fdelete_range\x18\x02 \x01(\v2!.etcdserverpb.DeleteRangeResponseH\x00R\vdeleteRange\x12-\n" +
@@ -1327,7 +1782,23 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\flease_revoke\x18\x06 \x01(\v2!.etcdserverpb.LeaseRevokeResponseH\x00R\vleaseRevoke\x12R\n" +
 	"\x10lease_checkpoint\x18\a \x01(\v2%.etcdserverpb.LeaseCheckpointResponseH\x00R\x0fleaseCheckpoint\x123\n" +
 	"\x05alarm\x18\b \x01(\v2\x1b.etcdserverpb.AlarmResponseH\x00R\x05alarm\x12?\n" +
-	"\fkeeper_claim\x18\t \x01(\v2\x1a.cairn.storage.KeeperStateH\x00R\vkeeperClaim\x12\x14\n" +
+	"\fkeeper_claim\x18\t \x01(\v2\x1a.cairn.storage.KeeperStateH\x00R\vkeeperClaim\x12C\n" +
+	"\vauth_enable\x18\x1e \x01(\v2 .etcdserverpb.AuthEnableResponseH\x00R\n" +
+	"authEnable\x12F\n" +
+	"\fauth_disable\x18\x1f \x01(\v2!.etcdserverpb.AuthDisableResponseH\x00R\vauthDisable\x12H\n" +
+	"\fauthenticate\x18  \x01(\v2\".etcdserverpb.AuthenticateResponseH\x00R\fauthenticate\x12>\n" +
+	"\buser_add\x18! \x01(\v2!.etcdserverpb.AuthUserAddResponseH\x00R\auserAdd\x12G\n" +
+	"\vuser_delete\x18\" \x01(\v2$.etcdserverpb.AuthUserDeleteResponseH\x00R\n" +
+	"userDelete\x12`\n" +
+	"\x14user_change_password\x18# \x01(\v2,.etcdserverpb.AuthUserChangePasswordResponseH\x00R\x12userChangePassword\x12Q\n" +
+	"\x0fuser_grant_role\x18$ \x01(\v2'.etcdserverpb.AuthUserGrantRoleResponseH\x00R\ruserGrantRole\x12T\n" +
+	"\x10user_revoke_role\x18% \x01(\v2(.etcdserverpb.AuthUserRevokeRoleResponseH\x00R\x0euserRevokeRole\x12>\n" +
+	"\brole_add\x18& \x01(\v2!.etcdserverpb.AuthRoleAddResponseH\x00R\aroleAdd\x12G\n" +
+	"\vrole_delete\x18' \x01(\v2$.etcdserverpb.AuthRoleDeleteResponseH\x00R\n" +
+	"roleDelete\x12c\n" +
+	"\x15role_grant_permission\x18( \x01(\v2-.etcdserverpb.AuthRoleGrantPermissionResponseH\x00R\x13roleGrantPermission\x12f\n" +
+	"\x16role_revoke_permission\x18) \x01(\v2..etcdserverpb.AuthRoleRevokePermissionResponseH\x00R\x14roleRevokePermission\x12#\n" +
+	"\rauth_revision\x18\x15 \x01(\x04R\fauthRevision\x12\x14\n" +
 	"\x05index\x18\x14 \x01(\x04R\x05indexB\n" +
 	"\n" +
 	"\bresponse\"\xbf\x01\n" +
@@ -1350,7 +1821,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\n" +
 	"total_size\x18\x04 \x01(\x04R\ttotalSize\x12\x16\n" +
 	"\x06sha256\x18\x05 \x01(\fR\x06sha256\"\x0f\n" +
-	"\rStatusRequest\"\xe4\x03\n" +
+	"\rStatusRequest\"\xac\x04\n" +
 	"\x0eStatusResponse\x12\x1b\n" +
 	"\tmember_id\x18\x01 \x01(\x04R\bmemberId\x12#\n" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x12#\n" +
@@ -1368,7 +1839,25 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\tunhealthy\x18\f \x01(\tR\tunhealthy\x12\"\n" +
 	"\rdb_size_quota\x18\r \x01(\x03R\vdbSizeQuota\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x0e \x01(\x04R\tclusterId\"\x13\n" +
+	"cluster_id\x18\x0e \x01(\x04R\tclusterId\x12#\n" +
+	"\rauth_revision\x18\x0f \x01(\x04R\fauthRevision\x12!\n" +
+	"\fauth_enabled\x18\x10 \x01(\bR\vauthEnabled\"I\n" +
+	"\x10AuthTokenRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x04R\n" +
+	"ttlSeconds\"a\n" +
+	"\x11AuthTokenResponse\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x1a\n" +
+	"\busername\x18\x02 \x01(\tR\busername\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"6\n" +
+	"\x10AuthStateRequest\x12\"\n" +
+	"\fserializable\x18\x01 \x01(\bR\fserializable\"\xb6\x01\n" +
+	"\x11AuthStateResponse\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\"\n" +
+	"\x05users\x18\x03 \x03(\v2\f.authpb.UserR\x05users\x12\"\n" +
+	"\x05roles\x18\x04 \x03(\v2\f.authpb.RoleR\x05roles\x12#\n" +
+	"\rapplied_index\x18\x05 \x01(\x04R\fappliedIndex\"\x13\n" +
 	"\x11DefragmentRequest\"-\n" +
 	"\x12DefragmentResponse\x12\x17\n" +
 	"\adb_size\x18\x01 \x01(\x03R\x06dbSize\"\x7f\n" +
@@ -1376,7 +1865,7 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x10\n" +
 	"\x03ttl\x18\x02 \x01(\x03R\x03ttl\x12#\n" +
 	"\rremaining_ttl\x18\x03 \x01(\x03R\fremainingTtl\x12)\n" +
-	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xac\a\n" +
+	"\x10checkpoint_index\x18\x04 \x01(\x04R\x0fcheckpointIndex2\xcc\b\n" +
 	"\aStorage\x12E\n" +
 	"\x06Submit\x12\x1c.cairn.storage.SubmitRequest\x1a\x1d.cairn.storage.SubmitResponse\x12@\n" +
 	"\x05Range\x12\x1a.etcdserverpb.RangeRequest\x1a\x1b.etcdserverpb.RangeResponse\x12J\n" +
@@ -1390,7 +1879,9 @@ const file_storagepb_storage_proto_rawDesc = "" +
 	"\x0fLeaseTimeToLive\x12$.etcdserverpb.LeaseTimeToLiveRequest\x1a%.etcdserverpb.LeaseTimeToLiveResponse\x12R\n" +
 	"\vLeaseLeases\x12 .etcdserverpb.LeaseLeasesRequest\x1a!.etcdserverpb.LeaseLeasesResponse\x12Y\n" +
 	"\fLeaseRecords\x12\".cairn.storage.LeaseRecordsRequest\x1a#.cairn.storage.LeaseRecordsResponse0\x01\x12N\n" +
-	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperStateB)Z'github.com/cairn-kv/cairn/api/storagepbb\x06proto3"
+	"\fKeeperStatus\x12\".cairn.storage.KeeperStatusRequest\x1a\x1a.cairn.storage.KeeperState\x12N\n" +
+	"\tAuthState\x12\x1f.cairn.storage.AuthStateRequest\x1a .cairn.storage.AuthStateResponse\x12N\n" +
+	"\tAuthToken\x12\x1f.cairn.storage.AuthTokenRequest\x1a .cairn.storage.AuthTokenResponseB)Z'github.com/cairn-kv/cairn/api/storagepbb\x06proto3"
 
 var (
 	file_storagepb_storage_proto_rawDescOnce sync.Once
@@ -1404,95 +1895,131 @@ func file_storagepb_storage_proto_rawDescGZIP() []byte {
 	return file_storagepb_storage_proto_rawDescData
 }
 
-var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_storagepb_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_storagepb_storage_proto_goTypes = []any{
-	(*Entry)(nil),                                // 0: cairn.storage.Entry
-	(*KeeperClaim)(nil),                          // 1: cairn.storage.KeeperClaim
-	(*KeeperState)(nil),                          // 2: cairn.storage.KeeperState
-	(*KeeperStatusRequest)(nil),                  // 3: cairn.storage.KeeperStatusRequest
-	(*LeaseRecordsRequest)(nil),                  // 4: cairn.storage.LeaseRecordsRequest
-	(*LeaseRecordsResponse)(nil),                 // 5: cairn.storage.LeaseRecordsResponse
-	(*SubmitRequest)(nil),                        // 6: cairn.storage.SubmitRequest
-	(*SubmitResponse)(nil),                       // 7: cairn.storage.SubmitResponse
-	(*HistoryRequest)(nil),                       // 8: cairn.storage.HistoryRequest
-	(*HistoryResponse)(nil),                      // 9: cairn.storage.HistoryResponse
-	(*SnapshotRequest)(nil),                      // 10: cairn.storage.SnapshotRequest
-	(*SnapshotChunk)(nil),                        // 11: cairn.storage.SnapshotChunk
-	(*StatusRequest)(nil),                        // 12: cairn.storage.StatusRequest
-	(*StatusResponse)(nil),                       // 13: cairn.storage.StatusResponse
-	(*DefragmentRequest)(nil),                    // 14: cairn.storage.DefragmentRequest
-	(*DefragmentResponse)(nil),                   // 15: cairn.storage.DefragmentResponse
-	(*LeaseRecord)(nil),                          // 16: cairn.storage.LeaseRecord
-	nil,                                          // 17: cairn.storage.Entry.TraceEntry
-	(*etcdserverpb.InternalRaftRequest)(nil),     // 18: etcdserverpb.InternalRaftRequest
-	(*etcdserverpb.PutResponse)(nil),             // 19: etcdserverpb.PutResponse
-	(*etcdserverpb.DeleteRangeResponse)(nil),     // 20: etcdserverpb.DeleteRangeResponse
-	(*etcdserverpb.TxnResponse)(nil),             // 21: etcdserverpb.TxnResponse
-	(*etcdserverpb.CompactionResponse)(nil),      // 22: etcdserverpb.CompactionResponse
-	(*etcdserverpb.LeaseGrantResponse)(nil),      // 23: etcdserverpb.LeaseGrantResponse
-	(*etcdserverpb.LeaseRevokeResponse)(nil),     // 24: etcdserverpb.LeaseRevokeResponse
-	(*etcdserverpb.LeaseCheckpointResponse)(nil), // 25: etcdserverpb.LeaseCheckpointResponse
-	(*etcdserverpb.AlarmResponse)(nil),           // 26: etcdserverpb.AlarmResponse
-	(*mvccpb.Event)(nil),                         // 27: mvccpb.Event
-	(*etcdserverpb.AlarmMember)(nil),             // 28: etcdserverpb.AlarmMember
-	(*etcdserverpb.RangeRequest)(nil),            // 29: etcdserverpb.RangeRequest
-	(*etcdserverpb.HashKVRequest)(nil),           // 30: etcdserverpb.HashKVRequest
-	(*etcdserverpb.HashRequest)(nil),             // 31: etcdserverpb.HashRequest
-	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),  // 32: etcdserverpb.LeaseTimeToLiveRequest
-	(*etcdserverpb.LeaseLeasesRequest)(nil),      // 33: etcdserverpb.LeaseLeasesRequest
-	(*etcdserverpb.RangeResponse)(nil),           // 34: etcdserverpb.RangeResponse
-	(*etcdserverpb.HashKVResponse)(nil),          // 35: etcdserverpb.HashKVResponse
-	(*etcdserverpb.HashResponse)(nil),            // 36: etcdserverpb.HashResponse
-	(*etcdserverpb.LeaseTimeToLiveResponse)(nil), // 37: etcdserverpb.LeaseTimeToLiveResponse
-	(*etcdserverpb.LeaseLeasesResponse)(nil),     // 38: etcdserverpb.LeaseLeasesResponse
+	(*Entry)(nil),                                         // 0: cairn.storage.Entry
+	(*KeeperClaim)(nil),                                   // 1: cairn.storage.KeeperClaim
+	(*KeeperState)(nil),                                   // 2: cairn.storage.KeeperState
+	(*KeeperStatusRequest)(nil),                           // 3: cairn.storage.KeeperStatusRequest
+	(*LeaseRecordsRequest)(nil),                           // 4: cairn.storage.LeaseRecordsRequest
+	(*LeaseRecordsResponse)(nil),                          // 5: cairn.storage.LeaseRecordsResponse
+	(*SubmitRequest)(nil),                                 // 6: cairn.storage.SubmitRequest
+	(*SubmitResponse)(nil),                                // 7: cairn.storage.SubmitResponse
+	(*HistoryRequest)(nil),                                // 8: cairn.storage.HistoryRequest
+	(*HistoryResponse)(nil),                               // 9: cairn.storage.HistoryResponse
+	(*SnapshotRequest)(nil),                               // 10: cairn.storage.SnapshotRequest
+	(*SnapshotChunk)(nil),                                 // 11: cairn.storage.SnapshotChunk
+	(*StatusRequest)(nil),                                 // 12: cairn.storage.StatusRequest
+	(*StatusResponse)(nil),                                // 13: cairn.storage.StatusResponse
+	(*AuthTokenRequest)(nil),                              // 14: cairn.storage.AuthTokenRequest
+	(*AuthTokenResponse)(nil),                             // 15: cairn.storage.AuthTokenResponse
+	(*AuthStateRequest)(nil),                              // 16: cairn.storage.AuthStateRequest
+	(*AuthStateResponse)(nil),                             // 17: cairn.storage.AuthStateResponse
+	(*DefragmentRequest)(nil),                             // 18: cairn.storage.DefragmentRequest
+	(*DefragmentResponse)(nil),                            // 19: cairn.storage.DefragmentResponse
+	(*LeaseRecord)(nil),                                   // 20: cairn.storage.LeaseRecord
+	nil,                                                   // 21: cairn.storage.Entry.TraceEntry
+	(*etcdserverpb.InternalRaftRequest)(nil),              // 22: etcdserverpb.InternalRaftRequest
+	(*etcdserverpb.PutResponse)(nil),                      // 23: etcdserverpb.PutResponse
+	(*etcdserverpb.DeleteRangeResponse)(nil),              // 24: etcdserverpb.DeleteRangeResponse
+	(*etcdserverpb.TxnResponse)(nil),                      // 25: etcdserverpb.TxnResponse
+	(*etcdserverpb.CompactionResponse)(nil),               // 26: etcdserverpb.CompactionResponse
+	(*etcdserverpb.LeaseGrantResponse)(nil),               // 27: etcdserverpb.LeaseGrantResponse
+	(*etcdserverpb.LeaseRevokeResponse)(nil),              // 28: etcdserverpb.LeaseRevokeResponse
+	(*etcdserverpb.LeaseCheckpointResponse)(nil),          // 29: etcdserverpb.LeaseCheckpointResponse
+	(*etcdserverpb.AlarmResponse)(nil),                    // 30: etcdserverpb.AlarmResponse
+	(*etcdserverpb.AuthEnableResponse)(nil),               // 31: etcdserverpb.AuthEnableResponse
+	(*etcdserverpb.AuthDisableResponse)(nil),              // 32: etcdserverpb.AuthDisableResponse
+	(*etcdserverpb.AuthenticateResponse)(nil),             // 33: etcdserverpb.AuthenticateResponse
+	(*etcdserverpb.AuthUserAddResponse)(nil),              // 34: etcdserverpb.AuthUserAddResponse
+	(*etcdserverpb.AuthUserDeleteResponse)(nil),           // 35: etcdserverpb.AuthUserDeleteResponse
+	(*etcdserverpb.AuthUserChangePasswordResponse)(nil),   // 36: etcdserverpb.AuthUserChangePasswordResponse
+	(*etcdserverpb.AuthUserGrantRoleResponse)(nil),        // 37: etcdserverpb.AuthUserGrantRoleResponse
+	(*etcdserverpb.AuthUserRevokeRoleResponse)(nil),       // 38: etcdserverpb.AuthUserRevokeRoleResponse
+	(*etcdserverpb.AuthRoleAddResponse)(nil),              // 39: etcdserverpb.AuthRoleAddResponse
+	(*etcdserverpb.AuthRoleDeleteResponse)(nil),           // 40: etcdserverpb.AuthRoleDeleteResponse
+	(*etcdserverpb.AuthRoleGrantPermissionResponse)(nil),  // 41: etcdserverpb.AuthRoleGrantPermissionResponse
+	(*etcdserverpb.AuthRoleRevokePermissionResponse)(nil), // 42: etcdserverpb.AuthRoleRevokePermissionResponse
+	(*mvccpb.Event)(nil),                                  // 43: mvccpb.Event
+	(*etcdserverpb.AlarmMember)(nil),                      // 44: etcdserverpb.AlarmMember
+	(*authpb.User)(nil),                                   // 45: authpb.User
+	(*authpb.Role)(nil),                                   // 46: authpb.Role
+	(*etcdserverpb.RangeRequest)(nil),                     // 47: etcdserverpb.RangeRequest
+	(*etcdserverpb.HashKVRequest)(nil),                    // 48: etcdserverpb.HashKVRequest
+	(*etcdserverpb.HashRequest)(nil),                      // 49: etcdserverpb.HashRequest
+	(*etcdserverpb.LeaseTimeToLiveRequest)(nil),           // 50: etcdserverpb.LeaseTimeToLiveRequest
+	(*etcdserverpb.LeaseLeasesRequest)(nil),               // 51: etcdserverpb.LeaseLeasesRequest
+	(*etcdserverpb.RangeResponse)(nil),                    // 52: etcdserverpb.RangeResponse
+	(*etcdserverpb.HashKVResponse)(nil),                   // 53: etcdserverpb.HashKVResponse
+	(*etcdserverpb.HashResponse)(nil),                     // 54: etcdserverpb.HashResponse
+	(*etcdserverpb.LeaseTimeToLiveResponse)(nil),          // 55: etcdserverpb.LeaseTimeToLiveResponse
+	(*etcdserverpb.LeaseLeasesResponse)(nil),              // 56: etcdserverpb.LeaseLeasesResponse
 }
 var file_storagepb_storage_proto_depIdxs = []int32{
-	18, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
-	17, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
+	22, // 0: cairn.storage.Entry.request:type_name -> etcdserverpb.InternalRaftRequest
+	21, // 1: cairn.storage.Entry.trace:type_name -> cairn.storage.Entry.TraceEntry
 	1,  // 2: cairn.storage.Entry.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	16, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
-	18, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
+	20, // 3: cairn.storage.LeaseRecordsResponse.records:type_name -> cairn.storage.LeaseRecord
+	22, // 4: cairn.storage.SubmitRequest.request:type_name -> etcdserverpb.InternalRaftRequest
 	1,  // 5: cairn.storage.SubmitRequest.keeper_claim:type_name -> cairn.storage.KeeperClaim
-	19, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
-	20, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
-	21, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
-	22, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
-	23, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
-	24, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
-	25, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
-	26, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
+	23, // 6: cairn.storage.SubmitResponse.put:type_name -> etcdserverpb.PutResponse
+	24, // 7: cairn.storage.SubmitResponse.delete_range:type_name -> etcdserverpb.DeleteRangeResponse
+	25, // 8: cairn.storage.SubmitResponse.txn:type_name -> etcdserverpb.TxnResponse
+	26, // 9: cairn.storage.SubmitResponse.compaction:type_name -> etcdserverpb.CompactionResponse
+	27, // 10: cairn.storage.SubmitResponse.lease_grant:type_name -> etcdserverpb.LeaseGrantResponse
+	28, // 11: cairn.storage.SubmitResponse.lease_revoke:type_name -> etcdserverpb.LeaseRevokeResponse
+	29, // 12: cairn.storage.SubmitResponse.lease_checkpoint:type_name -> etcdserverpb.LeaseCheckpointResponse
+	30, // 13: cairn.storage.SubmitResponse.alarm:type_name -> etcdserverpb.AlarmResponse
 	2,  // 14: cairn.storage.SubmitResponse.keeper_claim:type_name -> cairn.storage.KeeperState
-	27, // 15: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
-	28, // 16: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
-	6,  // 17: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
-	29, // 18: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
-	8,  // 19: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
-	30, // 20: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
-	31, // 21: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
-	10, // 22: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
-	12, // 23: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
-	14, // 24: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
-	32, // 25: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
-	33, // 26: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
-	4,  // 27: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
-	3,  // 28: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
-	7,  // 29: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
-	34, // 30: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
-	9,  // 31: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
-	35, // 32: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
-	36, // 33: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
-	11, // 34: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
-	13, // 35: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
-	15, // 36: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
-	37, // 37: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
-	38, // 38: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
-	5,  // 39: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
-	2,  // 40: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
-	29, // [29:41] is the sub-list for method output_type
-	17, // [17:29] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	31, // 15: cairn.storage.SubmitResponse.auth_enable:type_name -> etcdserverpb.AuthEnableResponse
+	32, // 16: cairn.storage.SubmitResponse.auth_disable:type_name -> etcdserverpb.AuthDisableResponse
+	33, // 17: cairn.storage.SubmitResponse.authenticate:type_name -> etcdserverpb.AuthenticateResponse
+	34, // 18: cairn.storage.SubmitResponse.user_add:type_name -> etcdserverpb.AuthUserAddResponse
+	35, // 19: cairn.storage.SubmitResponse.user_delete:type_name -> etcdserverpb.AuthUserDeleteResponse
+	36, // 20: cairn.storage.SubmitResponse.user_change_password:type_name -> etcdserverpb.AuthUserChangePasswordResponse
+	37, // 21: cairn.storage.SubmitResponse.user_grant_role:type_name -> etcdserverpb.AuthUserGrantRoleResponse
+	38, // 22: cairn.storage.SubmitResponse.user_revoke_role:type_name -> etcdserverpb.AuthUserRevokeRoleResponse
+	39, // 23: cairn.storage.SubmitResponse.role_add:type_name -> etcdserverpb.AuthRoleAddResponse
+	40, // 24: cairn.storage.SubmitResponse.role_delete:type_name -> etcdserverpb.AuthRoleDeleteResponse
+	41, // 25: cairn.storage.SubmitResponse.role_grant_permission:type_name -> etcdserverpb.AuthRoleGrantPermissionResponse
+	42, // 26: cairn.storage.SubmitResponse.role_revoke_permission:type_name -> etcdserverpb.AuthRoleRevokePermissionResponse
+	43, // 27: cairn.storage.HistoryResponse.events:type_name -> mvccpb.Event
+	44, // 28: cairn.storage.StatusResponse.alarms:type_name -> etcdserverpb.AlarmMember
+	45, // 29: cairn.storage.AuthStateResponse.users:type_name -> authpb.User
+	46, // 30: cairn.storage.AuthStateResponse.roles:type_name -> authpb.Role
+	6,  // 31: cairn.storage.Storage.Submit:input_type -> cairn.storage.SubmitRequest
+	47, // 32: cairn.storage.Storage.Range:input_type -> etcdserverpb.RangeRequest
+	8,  // 33: cairn.storage.Storage.History:input_type -> cairn.storage.HistoryRequest
+	48, // 34: cairn.storage.Storage.Hash:input_type -> etcdserverpb.HashKVRequest
+	49, // 35: cairn.storage.Storage.BackendHash:input_type -> etcdserverpb.HashRequest
+	10, // 36: cairn.storage.Storage.Snapshot:input_type -> cairn.storage.SnapshotRequest
+	12, // 37: cairn.storage.Storage.Status:input_type -> cairn.storage.StatusRequest
+	18, // 38: cairn.storage.Storage.Defragment:input_type -> cairn.storage.DefragmentRequest
+	50, // 39: cairn.storage.Storage.LeaseTimeToLive:input_type -> etcdserverpb.LeaseTimeToLiveRequest
+	51, // 40: cairn.storage.Storage.LeaseLeases:input_type -> etcdserverpb.LeaseLeasesRequest
+	4,  // 41: cairn.storage.Storage.LeaseRecords:input_type -> cairn.storage.LeaseRecordsRequest
+	3,  // 42: cairn.storage.Storage.KeeperStatus:input_type -> cairn.storage.KeeperStatusRequest
+	16, // 43: cairn.storage.Storage.AuthState:input_type -> cairn.storage.AuthStateRequest
+	14, // 44: cairn.storage.Storage.AuthToken:input_type -> cairn.storage.AuthTokenRequest
+	7,  // 45: cairn.storage.Storage.Submit:output_type -> cairn.storage.SubmitResponse
+	52, // 46: cairn.storage.Storage.Range:output_type -> etcdserverpb.RangeResponse
+	9,  // 47: cairn.storage.Storage.History:output_type -> cairn.storage.HistoryResponse
+	53, // 48: cairn.storage.Storage.Hash:output_type -> etcdserverpb.HashKVResponse
+	54, // 49: cairn.storage.Storage.BackendHash:output_type -> etcdserverpb.HashResponse
+	11, // 50: cairn.storage.Storage.Snapshot:output_type -> cairn.storage.SnapshotChunk
+	13, // 51: cairn.storage.Storage.Status:output_type -> cairn.storage.StatusResponse
+	19, // 52: cairn.storage.Storage.Defragment:output_type -> cairn.storage.DefragmentResponse
+	55, // 53: cairn.storage.Storage.LeaseTimeToLive:output_type -> etcdserverpb.LeaseTimeToLiveResponse
+	56, // 54: cairn.storage.Storage.LeaseLeases:output_type -> etcdserverpb.LeaseLeasesResponse
+	5,  // 55: cairn.storage.Storage.LeaseRecords:output_type -> cairn.storage.LeaseRecordsResponse
+	2,  // 56: cairn.storage.Storage.KeeperStatus:output_type -> cairn.storage.KeeperState
+	17, // 57: cairn.storage.Storage.AuthState:output_type -> cairn.storage.AuthStateResponse
+	15, // 58: cairn.storage.Storage.AuthToken:output_type -> cairn.storage.AuthTokenResponse
+	45, // [45:59] is the sub-list for method output_type
+	31, // [31:45] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_storagepb_storage_proto_init() }
@@ -1510,6 +2037,18 @@ func file_storagepb_storage_proto_init() {
 		(*SubmitResponse_LeaseCheckpoint)(nil),
 		(*SubmitResponse_Alarm)(nil),
 		(*SubmitResponse_KeeperClaim)(nil),
+		(*SubmitResponse_AuthEnable)(nil),
+		(*SubmitResponse_AuthDisable)(nil),
+		(*SubmitResponse_Authenticate)(nil),
+		(*SubmitResponse_UserAdd)(nil),
+		(*SubmitResponse_UserDelete)(nil),
+		(*SubmitResponse_UserChangePassword)(nil),
+		(*SubmitResponse_UserGrantRole)(nil),
+		(*SubmitResponse_UserRevokeRole)(nil),
+		(*SubmitResponse_RoleAdd)(nil),
+		(*SubmitResponse_RoleDelete)(nil),
+		(*SubmitResponse_RoleGrantPermission)(nil),
+		(*SubmitResponse_RoleRevokePermission)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1517,7 +2056,7 @@ func file_storagepb_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storagepb_storage_proto_rawDesc), len(file_storagepb_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -37,6 +37,8 @@ const (
 	Storage_LeaseLeases_FullMethodName     = "/cairn.storage.Storage/LeaseLeases"
 	Storage_LeaseRecords_FullMethodName    = "/cairn.storage.Storage/LeaseRecords"
 	Storage_KeeperStatus_FullMethodName    = "/cairn.storage.Storage/KeeperStatus"
+	Storage_AuthState_FullMethodName       = "/cairn.storage.Storage/AuthState"
+	Storage_AuthToken_FullMethodName       = "/cairn.storage.Storage/AuthToken"
 )
 
 // StorageClient is the client API for Storage service.
@@ -81,6 +83,12 @@ type StorageClient interface {
 	// KeeperStatus reports, read linearizably, the leasekeeper claim: which keeper is active, its epoch and how many
 	// times it has renewed the claim. Standbys poll it to decide when to take over.
 	KeeperStatus(ctx context.Context, in *KeeperStatusRequest, opts ...grpc.CallOption) (*KeeperState, error)
+	// AuthState returns the whole auth store (users with their password hashes, roles, enabled flag, auth
+	// revision), after a ReadIndex unless serializable: what a frontend checks requests against.
+	AuthState(ctx context.Context, in *AuthStateRequest, opts ...grpc.CallOption) (*AuthStateResponse, error)
+	// AuthToken looks up a simple token issued by any frontend: every storage records the tokens of the
+	// Authenticate entries it applies (in memory, as etcd's members do).
+	AuthToken(ctx context.Context, in *AuthTokenRequest, opts ...grpc.CallOption) (*AuthTokenResponse, error)
 }
 
 type storageClient struct {
@@ -238,6 +246,26 @@ func (c *storageClient) KeeperStatus(ctx context.Context, in *KeeperStatusReques
 	return out, nil
 }
 
+func (c *storageClient) AuthState(ctx context.Context, in *AuthStateRequest, opts ...grpc.CallOption) (*AuthStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthStateResponse)
+	err := c.cc.Invoke(ctx, Storage_AuthState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storageClient) AuthToken(ctx context.Context, in *AuthTokenRequest, opts ...grpc.CallOption) (*AuthTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AuthTokenResponse)
+	err := c.cc.Invoke(ctx, Storage_AuthToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServer is the server API for Storage service.
 // All implementations must embed UnimplementedStorageServer
 // for forward compatibility.
@@ -280,6 +308,12 @@ type StorageServer interface {
 	// KeeperStatus reports, read linearizably, the leasekeeper claim: which keeper is active, its epoch and how many
 	// times it has renewed the claim. Standbys poll it to decide when to take over.
 	KeeperStatus(context.Context, *KeeperStatusRequest) (*KeeperState, error)
+	// AuthState returns the whole auth store (users with their password hashes, roles, enabled flag, auth
+	// revision), after a ReadIndex unless serializable: what a frontend checks requests against.
+	AuthState(context.Context, *AuthStateRequest) (*AuthStateResponse, error)
+	// AuthToken looks up a simple token issued by any frontend: every storage records the tokens of the
+	// Authenticate entries it applies (in memory, as etcd's members do).
+	AuthToken(context.Context, *AuthTokenRequest) (*AuthTokenResponse, error)
 	mustEmbedUnimplementedStorageServer()
 }
 
@@ -325,6 +359,12 @@ func (UnimplementedStorageServer) LeaseRecords(*LeaseRecordsRequest, grpc.Server
 }
 func (UnimplementedStorageServer) KeeperStatus(context.Context, *KeeperStatusRequest) (*KeeperState, error) {
 	return nil, status.Error(codes.Unimplemented, "method KeeperStatus not implemented")
+}
+func (UnimplementedStorageServer) AuthState(context.Context, *AuthStateRequest) (*AuthStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuthState not implemented")
+}
+func (UnimplementedStorageServer) AuthToken(context.Context, *AuthTokenRequest) (*AuthTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AuthToken not implemented")
 }
 func (UnimplementedStorageServer) mustEmbedUnimplementedStorageServer() {}
 func (UnimplementedStorageServer) testEmbeddedByValue()                 {}
@@ -542,6 +582,42 @@ func _Storage_KeeperStatus_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Storage_AuthState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServer).AuthState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Storage_AuthState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServer).AuthState(ctx, req.(*AuthStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Storage_AuthToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AuthTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServer).AuthToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Storage_AuthToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServer).AuthToken(ctx, req.(*AuthTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Storage_ServiceDesc is the grpc.ServiceDesc for Storage service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -584,6 +660,14 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KeeperStatus",
 			Handler:    _Storage_KeeperStatus_Handler,
+		},
+		{
+			MethodName: "AuthState",
+			Handler:    _Storage_AuthState_Handler,
+		},
+		{
+			MethodName: "AuthToken",
+			Handler:    _Storage_AuthToken_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +28,7 @@ type benchOptions struct {
 	output         string
 	dialTimeout    time.Duration
 	requestTimeout time.Duration
+	user           string // USER:PASSWORD
 }
 
 func newBenchCommand() *cobra.Command {
@@ -52,6 +54,7 @@ func newBenchCommand() *cobra.Command {
 	flags.StringVar(&opts.output, "output", "text", "Summary format: text (etcd's layout) or json (one object)")
 	flags.DurationVar(&opts.dialTimeout, "dial-timeout", 5*time.Second, "dial timeout for client connections")
 	flags.DurationVar(&opts.requestTimeout, "request-timeout", 30*time.Second, "timeout of each request (counted as an error)")
+	flags.StringVar(&opts.user, "user", "", "username:password to authenticate every connection with (auth enabled)")
 	cmd.AddCommand(
 		newBenchPutCommand(opts),
 		newBenchRangeCommand(opts),
@@ -79,6 +82,10 @@ func (o *benchOptions) runnerConfig(cmd *cobra.Command) (bench.RunnerConfig, err
 			return bench.RunnerConfig{}, fmt.Errorf("--cacert, --cert, --key: %w", err)
 		}
 	}
+	username, password, hasPassword := strings.Cut(o.user, ":")
+	if o.user != "" && !hasPassword {
+		return bench.RunnerConfig{}, fmt.Errorf("--user must be USER:PASSWORD, got %q", o.user)
+	}
 	total := o.total
 	if o.duration > 0 && !cmd.Flags().Changed("total") {
 		total = 0
@@ -87,6 +94,8 @@ func (o *benchOptions) runnerConfig(cmd *cobra.Command) (bench.RunnerConfig, err
 		Endpoints:      o.endpoints,
 		TargetLeader:   o.targetLeader,
 		TLS:            clientTLS,
+		Username:       username,
+		Password:       password,
 		Conns:          o.conns,
 		Clients:        o.clients,
 		Total:          total,

@@ -42,6 +42,9 @@ type devOptions struct {
 	clientURLsSet     bool // --listen-client-urls was given (else --tls makes the default https)
 	fromSnapshot      string
 	encryption        encryptionFlag
+	authToken         string
+	authTokenTTL      uint
+	bcryptCost        int
 }
 
 func newDevCommand() *cobra.Command {
@@ -70,6 +73,10 @@ func newDevCommand() *cobra.Command {
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
 	flags.StringVar(&do.fromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into a new --data-dir, then start.")
 	do.encryption.register(flags)
+	defaults := frontend.DefaultConfig()
+	flags.StringVar(&do.authToken, "auth-token", defaults.AuthToken, "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
+	flags.UintVar(&do.authTokenTTL, "auth-token-ttl", defaults.AuthTokenTTL, "The lifetime in seconds of the auth token.")
+	flags.IntVar(&do.bcryptCost, "bcrypt-cost", defaults.BcryptCost, "Specify bcrypt algorithm cost factor for auth password hashing.")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	do.tls.RegisterFlags(tlsFlags)
 	do.peerTLS.FlagPrefix = tlsconfig.PeerFlags
@@ -327,6 +334,7 @@ func startDevFrontend(ctx context.Context, d *devStack) error {
 	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = d.do.clientURLs, d.do.advertiseURLs
 	cfg.ListenMetricsURLs, cfg.EnablePprof = d.proc.opts.metricsURLs, d.proc.opts.enablePprof
 	cfg.TLS, cfg.TLSPolicy = d.do.tls, d.proc.opts.tls.policy
+	cfg.AuthToken, cfg.AuthTokenTTL, cfg.BcryptCost = d.do.authToken, d.do.authTokenTTL, d.do.bcryptCost
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.WatchEndpoints = []string{d.watchURL}

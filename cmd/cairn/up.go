@@ -47,6 +47,7 @@ func newUpCommand() *cobra.Command {
 	flags.IntVar(&cfg.BackupKeep, "backup-keep", 48, "Snapshots kept with --backup-dir.")
 	enc.register(flags) // passed to every storage and watchhub
 	flags.BoolVar(&cfg.TLS, "tls", false, "Run every link with mutual TLS and the client ports with TLS, on a CA and per-process certificates created in --data-dir/pki (kept across restarts; chosen on the data dir's first run).")
+	flags.StringVar(&cfg.AuthToken, "auth-token", "", "Every frontend's --auth-token (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)

@@ -5,6 +5,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/pkg/v3/adt"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/authstate"
 )
 
 // Defaults of etcd's limits.
@@ -197,7 +199,7 @@ func Write(req *pb.InternalRaftRequest, lim Limits) error {
 	case req.Range != nil:
 		err = Range(req.Range)
 	case req.Compaction != nil, req.LeaseGrant != nil, req.LeaseRevoke != nil, req.LeaseCheckpoint != nil,
-		req.Alarm != nil:
+		req.Alarm != nil, authstate.IsAuthRequest(req):
 	default:
 		return rpctypes.ErrGRPCNotCapable
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/url"
 	"strconv"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -239,6 +240,17 @@ func (c *Client) SnapshotChunks(ctx context.Context, each func(*storagepb.Snapsh
 			return nil
 		}
 	}
+}
+
+// AuthState reads the whole auth store (users, roles, enabled flag, auth revision), linearizably unless
+// serializable.
+func (c *Client) AuthState(ctx context.Context, serializable bool) (*storagepb.AuthStateResponse, error) {
+	return c.rpc.AuthState(ctx, &storagepb.AuthStateRequest{Serializable: serializable})
+}
+
+// AuthToken looks up a simple auth token any frontend issued; ttl is how long it may go unused.
+func (c *Client) AuthToken(ctx context.Context, token string, ttl time.Duration) (*storagepb.AuthTokenResponse, error) {
+	return c.rpc.AuthToken(ctx, &storagepb.AuthTokenRequest{Token: token, TtlSeconds: uint64(ttl / time.Second)})
 }
 
 // Status reports the storage's position and health.

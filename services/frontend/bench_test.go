@@ -1,6 +1,7 @@
 package frontend_test
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"strings"
@@ -8,10 +9,13 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/internal/tools/bench"
+	"github.com/cairn-kv/cairn/services/frontend"
 )
 
 // BenchmarkRangeList measures a Kubernetes-style LIST through a frontend: a serializable range over 5000 keys
@@ -47,4 +51,66 @@ func BenchmarkRangeList(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "lists/s")
 	b.ReportMetric(float64((bench.ProcessCPU()-cpu0).Microseconds())/float64(b.N), "cpu-µs/list")
+}
+
+// BenchmarkAuth measures what authentication costs on the hot paths, off and on in the same run: a put from
+// one client, linearizable point reads from parallel clients, and watch creates (each waits for its created
+// response), through a frontend of a 1-member in-process cluster, as root (etcd's own cost is the reference:
+// `cairn bench --user root:PW` against etcd with auth enabled gives it).
+func BenchmarkAuth(b *testing.B) {
+	for _, mode := range []string{"off", "on"} {
+		c := clustertest.Start(b, clustertest.Options{Members: 1, Watchhubs: 1,
+			ConfigureFrontend: func(cfg *frontend.Config) { cfg.BcryptCost = 4 }})
+		ctx := b.Context()
+		cli := c.Client(b)
+		if mode == "on" {
+			for _, step := range []func() error{
+				func() error { _, err := cli.UserAdd(ctx, "root", "pw"); return err },
+				func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+				func() error { _, err := cli.AuthEnable(ctx); return err },
+			} {
+				if err := step(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			var err error
+			if cli, err = clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), Username: "root", Password: "pw",
+				DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = cli.Close() })
+		}
+		if _, err := cli.Put(ctx, "bench/key", "v"); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("put/auth="+mode, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := cli.Put(ctx, "bench/key", "v"); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("range-l/auth="+mode, func(b *testing.B) {
+			b.SetParallelism(16)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := cli.Get(ctx, "bench/key"); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+		b.Run("watch-create/auth="+mode, func(b *testing.B) {
+			for b.Loop() {
+				wctx, cancel := context.WithCancel(ctx)
+				w := cli.Watch(wctx, "bench/key", clientv3.WithCreatedNotify())
+				if resp := <-w; !resp.Created {
+					b.Fatalf("watch not created: %v", resp.Err())
+				}
+				cancel()
+			}
+		})
+		c.Stop()
+	}
 }

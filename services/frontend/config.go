@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/crypto/bcrypt"
 
+	"github.com/cairn-kv/cairn/internal/authtoken"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/obs"
@@ -71,10 +73,19 @@ type Config struct {
 	// EnablePprof serves /debug/pprof on the client and metrics URLs, as etcd's --enable-pprof does.
 	EnablePprof bool
 	// TLS serves the https:// client URLs (--cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
+	// With ClientCertAuth and authentication enabled, a request without a token is the user named by its
+	// certificate's common name, as in etcd.
 	TLS tlsconfig.Files
 	// TLSPolicy bounds the TLS versions and cipher suites of the https:// client URLs (--tls-min-version,
 	// --tls-max-version, --cipher-suites, registered by the process).
 	TLSPolicy tlsconfig.Policy
+	// AuthToken is etcd's --auth-token: "simple" or "jwt,pub-key=FILE,priv-key=FILE,sign-method=METHOD[,ttl=D]"
+	// (package authtoken).
+	AuthToken string
+	// AuthTokenTTL is etcd's --auth-token-ttl: a simple token's life after its last use, in seconds.
+	AuthTokenTTL uint
+	// BcryptCost is etcd's --bcrypt-cost for hashing passwords (4 to 31).
+	BcryptCost int
 }
 
 // Deps are what a frontend takes from the process that runs it: where it reports, and the listeners the
@@ -118,6 +129,9 @@ func DefaultConfig() Config {
 		ProbeInterval:    DefaultProbeInterval,
 		ConnsPerStorage:  DefaultConnsPerStorage,
 		LogLevel:         "info",
+		AuthToken:        "simple",
+		AuthTokenTTL:     uint(authtoken.DefaultSimpleTTL / time.Second),
+		BcryptCost:       bcrypt.DefaultCost,
 	}
 }
 
@@ -139,6 +153,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "Log level: debug, info, warn or error.")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "Enable runtime profiling data via HTTP server at the client and metrics URLs + \"/debug/pprof/\".")
 	c.TLS.RegisterFlags(fs)
+	fs.StringVar(&c.AuthToken, "auth-token", c.AuthToken, "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
+	fs.UintVar(&c.AuthTokenTTL, "auth-token-ttl", c.AuthTokenTTL, "The lifetime in seconds of the auth token.")
+	fs.IntVar(&c.BcryptCost, "bcrypt-cost", c.BcryptCost, "Specify bcrypt algorithm cost factor for auth password hashing.")
 }
 
 // Validate reports every unusable setting.
@@ -192,6 +209,12 @@ func (c Config) Validate() error {
 	}
 	if c.ConnsPerStorage <= 0 {
 		errs = append(errs, config.Invalid("--conns-per-storage", "--conns-per-storage must be positive"))
+	}
+	if c.BcryptCost < bcrypt.MinCost || c.BcryptCost > bcrypt.MaxCost {
+		errs = append(errs, config.Invalid("--bcrypt-cost", "--bcrypt-cost must be between %d and %d", bcrypt.MinCost, bcrypt.MaxCost))
+	}
+	if _, err := authtoken.New(c.AuthToken, time.Second, time.Now); err != nil {
+		errs = append(errs, config.Invalid("--auth-token", "%w", err))
 	}
 	if _, err := obs.ParseLevel(c.LogLevel); err != nil {
 		errs = append(errs, config.Invalid("--log-level", "%w", err))

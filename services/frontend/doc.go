@@ -57,10 +57,44 @@
 // nearest one) is the member this frontend speaks for where etcd speaks for itself: Status (version "3.7.3"),
 // HashKV, Hash (the storage's hash of its whole database; Cairn's own number, since its bbolt layout is not
 // etcd's, equal on members that applied the same entries), Snapshot (the storage's database followed by its
-// SHA-256, as etcdctl snapshot save expects) and Defragment (a real bbolt compaction in that storage). Auth
-// answers as an etcd with authentication disabled: AuthStatus is enabled=false, Authenticate is
-// ErrGRPCAuthNotEnabled, AuthDisable succeeds; users, roles and AuthEnable are codes.Unimplemented. Downgrade
+// SHA-256, as etcdctl snapshot save expects) and Defragment (a real bbolt compaction in that storage). Downgrade
 // answers as etcd does when no downgrade is possible.
+//
+// # Auth
+//
+// etcd's 17 Auth RPCs with etcd v3.7's semantics and errors (auth.go). The auth store is storage's (package
+// authstate, applied from the log into etcd's authUsers/authRoles/auth buckets): changes are proposed like any
+// write, passwords hashed with bcrypt at --bcrypt-cost first; UserGet, UserList, RoleGet, RoleList and
+// AuthStatus answer from a linearizable read of it. Authenticate checks the password against such a read, then
+// proposes an Authenticate entry carrying the auth revision it checked at (refused and retried if the store
+// changed meanwhile, as etcd) and issues a token at the revision it was applied at: --auth-token simple (etcd's
+// "<prefix>.<index>", --auth-token-ttl; every storage records it when applying the entry, and a frontend asks
+// the storages about a simple token it did not issue, refusing those of deleted users) or jwt (etcd's claims,
+// accepted by every frontend with the same keys; package authtoken). A copy saying "disabled" older than 50 ms
+// is read again when a request carries a token (auth may have been enabled through another frontend). With --client-cert-auth a request without a token is
+// the user its certificate's CN names, except through the gateway, as etcd.
+//
+// The gate (authgate.go) keeps a copy of the auth store, read at start, when a probe shows another auth
+// revision or enabled flag, after each change made here and when a token is newer than the copy. Every request
+// is checked where it enters, in the gRPC interceptors, before any handler forwards it (authcheck.go, etcd's
+// rules): KV reads, writes, prev_kv, every compare and op of a txn (nested too), RangeStream; root only for
+// Compact, member changes, Alarm changes, Defragment, Hash, HashKV, Snapshot, MoveLeader, Downgrade and user
+// and role management; a named user for everything else; lease revoke, keep-alive and put with a lease need
+// write on the lease's keys (time-to-live and leases read), read from storage. A Watch create is checked as
+// the frontend relays it and refused as etcd refuses it (created and canceled, watch ID -1, "permission
+// denied"); the gateway and the Lock and Election recipes go through the same gRPC server, so the same checks.
+// A write carries its user and token revision to storage, which refuses it with ErrAuthOldRevision if the
+// store changed since (etcd's apply-time check). A refusal is confirmed against a fresh read of the store, so
+// a grant made through another frontend is seen at once; a revoke made elsewhere reaches this frontend's
+// reads within a probe interval (writes are fenced by storage). grpc.health.v1 is never checked.
+//
+// # Lock, Election, health
+//
+// etcd's v3lockpb.Lock and v3electionpb.Election services (api/v3lockpb, api/v3electionpb: etcd's protos, so
+// the wire names are etcd's) are etcd's server-side recipes: client/v3's concurrency package over an etcd
+// client of this frontend's own gRPC server (the gateway's in-memory connection), carrying the caller's token,
+// so the recipes' calls are routed and checked as the caller's own. grpc.health.v1.Health answers for the
+// server ("") SERVING while the last view knows a raft leader, NOT_SERVING otherwise and once Stop begins.
 //
 // # HTTP
 //

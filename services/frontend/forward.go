@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"google.golang.org/grpc"
@@ -104,10 +105,12 @@ func errBackendLost(what string, err error) error {
 // the messages read from each side (wiremsg.Raw messages relay frames without decoding them). The client's
 // half-close is passed on and responses keep flowing until the backend ends; a backend failure ends the
 // client stream with codes.Unavailable, a backend's own status error is passed on unchanged. each, when not
-// nil, sees every response before it is relayed.
+// nil, sees every response before it is relayed. screen, when not nil, sees every request first: an error ends
+// the stream with it, a reply is sent to the client instead of relaying the request.
 func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any,
-	each func(any)) error {
-	upErr := make(chan error, 1)
+	each func(any), screen func(any) (any, error)) error {
+	upErr := make(chan error, 2)
+	var sendMu sync.Mutex // the client stream's sends: relayed responses and screen's replies
 	go func() {
 		for {
 			req := newReq()
@@ -118,6 +121,22 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 			}
 			if err != nil {
 				return // the client is gone; its context cancels the upstream
+			}
+			if screen != nil {
+				reply, err := screen(req)
+				if err != nil {
+					upErr <- err
+					return
+				}
+				if reply != nil {
+					sendMu.Lock()
+					err = client.SendMsg(reply)
+					sendMu.Unlock()
+					if err != nil {
+						return
+					}
+					continue
+				}
 			}
 			if err := upstream.SendMsg(req); err != nil {
 				return // the upstream's Recv reports why
@@ -134,7 +153,10 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 			if each != nil {
 				each(resp)
 			}
-			if err := client.SendMsg(resp); err != nil {
+			sendMu.Lock()
+			err := client.SendMsg(resp)
+			sendMu.Unlock()
+			if err != nil {
 				upErr <- err
 				return
 			}

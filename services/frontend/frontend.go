@@ -12,13 +12,20 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/cairn-kv/cairn/api/v3electionpb"
+	"github.com/cairn-kv/cairn/api/v3lockpb"
+	"github.com/cairn-kv/cairn/internal/authtoken"
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
@@ -50,6 +57,13 @@ type Frontend struct {
 	// resume elsewhere) instead of holding the graceful stop until its deadline.
 	stopping     chan struct{}
 	stoppingOnce sync.Once
+
+	// self is an etcd client of this frontend's own gRPC server (Lock and Election use it), set by Start.
+	self atomic.Pointer[clientv3.Client]
+	// health is grpc.health.v1 on the client ports: SERVING while the frontend knows a leader.
+	health *health.Server
+	// auth is the auth store's copy and the token provider every request is checked with.
+	auth *authGate
 }
 
 // New checks cfg and prepares the frontend (connections are opened in the background); nothing is served
@@ -78,6 +92,17 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	}
 	f.watch, f.lease = &rotation{backends: watchhubs}, &rotation{backends: leasekeepers}
 	f.metrics = newMetrics(f)
+	tokens, err := authtoken.New(cfg.AuthToken, time.Duration(cfg.AuthTokenTTL)*time.Second, time.Now)
+	if err != nil {
+		f.pool.close()
+		closeBackends(watchhubs)
+		closeBackends(leasekeepers)
+		return nil, fmt.Errorf("--auth-token: %w", err)
+	}
+	f.auth = newAuthGate(f, tokens)
+	f.health = health.NewServer()
+	f.pool.published = f.viewPublished
+	f.publishHealth(f.pool.view())
 	f.grpcServer = f.newGRPCServer()
 	return f, nil
 }
@@ -92,15 +117,20 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor, kv.relayRange),
+		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor, f.auth.unaryInterceptor, kv.relayRange),
+		grpc.ChainStreamInterceptor(f.auth.streamInterceptor),
 	)
 	s := grpc.NewServer(opts...)
 	pb.RegisterKVServer(s, kv)
 	pb.RegisterClusterServer(s, &clusterServer{f: f})
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
 	pb.RegisterAuthServer(s, &authServer{f: f})
-	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping})
-	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader})
+	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping, auth: f.auth})
+	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader, auth: f.auth})
+	recipes := &recipes{client: f.self.Load, mint: f.auth.mint}
+	v3lockpb.RegisterLockServer(s, recipes)
+	v3electionpb.RegisterElectionServer(s, recipes)
+	healthpb.RegisterHealthServer(s, f.health)
 	return s
 }
 
@@ -113,6 +143,12 @@ func (f *Frontend) Start(ctx context.Context) error {
 	f.pool.probe(probeCtx)
 	probeCancel()
 	f.done.Go(func() { f.pool.run(runCtx) })
+	f.done.Go(func() { f.auth.run(runCtx) })
+	authCtx, authCancel := context.WithTimeout(ctx, 2*time.Second)
+	if _, err := f.auth.refresh(authCtx); err != nil { // requests wait for it (errAuthUnknown) until it is read
+		f.logger.Warn("auth store not read at start; retrying in the background", "err", err)
+	}
+	authCancel()
 	if err := f.listen(); err != nil {
 		_ = f.Stop(ctx)
 		return err
@@ -255,6 +291,10 @@ func (f *Frontend) Stop(ctx context.Context) error {
 
 func (f *Frontend) stop(ctx context.Context) {
 	close(f.stopping)
+	f.health.Shutdown()
+	if self := f.self.Load(); self != nil {
+		_ = self.Close() // its streams (a session's keep-alive, a lock's watch) would hold the graceful stop
+	}
 	stopped := make(chan struct{})
 	go func() { f.grpcServer.GracefulStop(); close(stopped) }()
 	select {

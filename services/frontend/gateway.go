@@ -13,6 +13,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	v3electiongw "github.com/cairn-kv/cairn/api/v3electionpb/gw"
+	v3lockgw "github.com/cairn-kv/cairn/api/v3lockpb/gw"
 )
 
 // newGateway builds etcd's grpc-gateway JSON API (/v3/...), with etcd's marshalling options, over an
@@ -32,6 +35,7 @@ func (f *Frontend) newGateway(ctx context.Context) (http.Handler, error) {
 		return nil, fmt.Errorf("gateway connection: %w", err)
 	}
 	f.gatewayConn = conn
+	f.self.Store(newSelfClient(ctx, conn))
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.HTTPBodyMarshaler{
 		Marshaler: &runtime.JSONPb{
 			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: false},
@@ -40,7 +44,8 @@ func (f *Frontend) newGateway(ctx context.Context) (http.Handler, error) {
 	}))
 	for _, register := range []func(context.Context, *runtime.ServeMux, *grpc.ClientConn) error{
 		gw.RegisterKVHandler, gw.RegisterWatchHandler, gw.RegisterLeaseHandler, gw.RegisterClusterHandler,
-		gw.RegisterMaintenanceHandler, gw.RegisterAuthHandler,
+		gw.RegisterMaintenanceHandler, gw.RegisterAuthHandler, v3lockgw.RegisterLockHandler,
+		v3electiongw.RegisterElectionHandler,
 	} {
 		if err := register(ctx, mux, conn); err != nil {
 			return nil, fmt.Errorf("register gateway handler: %w", err)

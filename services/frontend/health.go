@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // healthKey is the key the health checks read (nothing needs to exist there).
@@ -174,4 +175,20 @@ func (f *Frontend) installChecks(mux *http.ServeMux, root string, checks []named
 	for _, c := range checks {
 		mux.HandleFunc(root+"/"+c.name, func(w http.ResponseWriter, r *http.Request) { run(w, r, []namedCheck{c}) })
 	}
+}
+
+// viewPublished is told of every new view of the pool.
+func (f *Frontend) viewPublished(v *view) {
+	f.publishHealth(v)
+	f.auth.observe(v)
+}
+
+// publishHealth sets grpc.health.v1's status (of the server, service "") from a new view: SERVING while
+// the frontend knows the raft leader, as etcd serves only while it has one.
+func (f *Frontend) publishHealth(v *view) {
+	status := healthpb.HealthCheckResponse_NOT_SERVING
+	if v.leader != 0 {
+		status = healthpb.HealthCheckResponse_SERVING
+	}
+	f.health.SetServingStatus("", status)
 }

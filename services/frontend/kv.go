@@ -2,8 +2,10 @@ package frontend
 
 import (
 	"context"
+	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
@@ -124,6 +126,11 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	if err := etcdcheck.Write(req, f.cfg.limits()); err != nil {
 		return nil, err
 	}
+	if c := callerOf(ctx); c.user != "" && req.Header == nil {
+		// Storage refuses it if the auth store changed since the caller's token (ErrAuthOldRevision), as etcd's
+		// apply does: the permissions checked here are then those the write is applied under.
+		req.Header = &pb.RequestHeader{Username: c.user, AuthRevision: c.rev}
+	}
 	// Storage bounds a write by its own request timeout and answers with etcd's error; the pipeline's bound
 	// (storageCallBound) is a little longer so that answer arrives first.
 	v := f.pool.view()
@@ -140,6 +147,9 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 		served, err = f.writeOn(ctx, v.leaderFirst, call)
 	}
 	if err != nil {
+		if errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) {
+			f.auth.kickRefresh()
+		}
 		return nil, err
 	}
 	v.fillHeader(resp.ResponseHeader(), served)

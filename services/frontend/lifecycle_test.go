@@ -11,6 +11,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
@@ -60,8 +66,21 @@ func TestFrontendServesGivenListenersAndRegistry(t *testing.T) {
 			}
 		}
 	}
+	// No leader: grpc health says NOT_SERVING; the auth store cannot be read, so no request passes unchecked.
+	conn, err := grpc.NewClient(client.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil ||
+		hc.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health without a leader = %v, %v; want NOT_SERVING", hc, err)
+	}
+	if _, err := pb.NewKVClient(conn).Put(ctx, &pb.PutRequest{Key: []byte("k")}); status.Code(err) != codes.Unavailable {
+		t.Errorf("put with the auth store unknown = %v, want Unavailable", err)
+	}
 	for i := range 2 {
 		if err := fe.Stop(ctx); err != nil {
 			t.Fatalf("Stop #%d: %v", i+1, err)

@@ -271,7 +271,9 @@ func TestMaintenance(t *testing.T) {
 	})
 }
 
-func TestAuthAsDisabledEtcd(t *testing.T) {
+// TestAuthDisabledAnswers: a new cluster answers as a new etcd, with authentication disabled at auth
+// revision 1; AuthEnable needs the root user first.
+func TestAuthDisabledAnswers(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{Members: 1})
 	ctx := ctxFor(t)
 	auth := pb.NewAuthClient(rawConn(t, c.Endpoints()[0]))
@@ -279,8 +281,6 @@ func TestAuthAsDisabledEtcd(t *testing.T) {
 	if err != nil || st.Enabled || st.AuthRevision != 1 || st.Header.ClusterId == 0 || st.Header.MemberId == 0 {
 		t.Fatalf("auth status: %v %v", st, err)
 	}
-	unsupported := status.Error(codes.Unimplemented,
-		"cairn: authentication, users and roles are not supported (the cluster runs with authentication disabled)")
 	for _, tc := range []struct {
 		name string
 		call func() error
@@ -291,9 +291,12 @@ func TestAuthAsDisabledEtcd(t *testing.T) {
 			return err
 		}, rpctypes.ErrGRPCAuthNotEnabled},
 		{"auth disable", func() error { _, err := auth.AuthDisable(ctx, &pb.AuthDisableRequest{}); return err }, nil},
-		{"auth enable", func() error { _, err := auth.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err }, unsupported},
-		{"user add", func() error { _, err := auth.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "u"}); return err }, unsupported},
-		{"role list", func() error { _, err := auth.RoleList(ctx, &pb.AuthRoleListRequest{}); return err }, unsupported},
+		{"auth enable", func() error { _, err := auth.AuthEnable(ctx, &pb.AuthEnableRequest{}); return err },
+			rpctypes.ErrGRPCRootUserNotExist},
+		{"user add", func() error { _, err := auth.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "u"}); return err }, nil},
+		{"user add again", func() error { _, err := auth.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "u"}); return err },
+			rpctypes.ErrGRPCUserAlreadyExist},
+		{"role list", func() error { _, err := auth.RoleList(ctx, &pb.AuthRoleListRequest{}); return err }, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantStatus(t, tc.name, tc.call(), tc.want) })
 	}

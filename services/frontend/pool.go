@@ -135,6 +135,8 @@ type pool struct {
 
 	current atomic.Pointer[view]
 	kick    chan struct{}
+	// published, when set (before the first probe round), is told of every new view.
+	published func(*view)
 }
 
 func newPool(cfg Config, tel *obs.Telemetry, logger *slog.Logger, internal *tlsconfig.Link) (*pool, error) {

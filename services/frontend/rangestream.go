@@ -25,6 +25,9 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 		return err
 	}
 	ctx := stream.Context()
+	if err := s.f.auth.checkRead(ctx, r); err != nil {
+		return err
+	}
 	v := s.f.pool.view()
 	q := &pb.RangeRequest{Key: r.Key, RangeEnd: r.RangeEnd, Revision: r.Revision, Serializable: r.Serializable,
 		KeysOnly: r.KeysOnly, CountOnly: r.CountOnly}

@@ -24,6 +24,9 @@ func (p *pool) rebuild() {
 	v.nearestFirst = orderStorages(p.storages, v.home)
 	v.consensusLeaderFirst = orderConsensus(p.consensus, v.leader)
 	p.current.Store(v)
+	if p.published != nil {
+		p.published(v)
+	}
 }
 
 // clusterState fills the cluster ID, leader, term and membership from the consensus status with the highest

@@ -23,6 +23,7 @@ type watchServer struct {
 	pb.UnimplementedWatchServer
 	hubs     *rotation
 	stopping <-chan struct{}
+	auth     *authGate
 }
 
 func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
@@ -43,7 +44,8 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		var upstream grpc.ClientStream
 		if upstream, err = hub.conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
 			grpc.ForceCodecV2(wiremsg.NewCodec())); err == nil {
-			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, nil)
+			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, nil,
+				s.auth.screenWatch(stream.Context()))
 		}
 		if stream.Context().Err() != nil {
 			break
@@ -60,6 +62,7 @@ type leaseServer struct {
 	active  atomic.Int32 // index of the keeper that answered last
 	// completeHeader fills what a keeper cannot know of a response header (cluster, member, raft term).
 	completeHeader func(*pb.ResponseHeader)
+	auth           *authGate
 }
 
 // withHeader is every etcd response.
@@ -131,7 +134,8 @@ func (s *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 	}
 	err = proxyStream("lease keep-alive", stream, upstream,
 		func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) },
-		func(r any) { s.completeHeader(r.(*pb.LeaseKeepAliveResponse).GetHeader()) })
+		func(r any) { s.completeHeader(r.(*pb.LeaseKeepAliveResponse).GetHeader()) },
+		s.auth.screenKeepAlive(stream.Context()))
 	if err != nil && nextKeeper(err) {
 		s.active.Store((s.active.Load() + 1) % int32(len(s.keepers.backends)))
 		return errBackendLost("lease keep-alive", err)

@@ -125,6 +125,9 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 		rec.Trace = s.tel.Inject(applyCtx)
 		s.sink.Applied(rec)
 	}
+	if res.Err == nil && res.AuthRevision != 0 {
+		s.tokens.applied(e.Index, entry.Request, res.AuthRevision)
+	}
 	if entry.ProposerMember == s.cfg.MemberID {
 		s.waiters.trigger(entry.Request.ID, res)
 	}

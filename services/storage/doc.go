@@ -34,6 +34,14 @@
 // checkpoint) linearizably; LeaseTimeToLive and LeaseLeases are linearizable too. A Submit's response carries the
 // log index of its entry.
 //
+// Auth: Submit takes etcd's auth requests (the frontend has hashed passwords and checked permissions); the
+// request header's username and auth revision are kept in the entry for the apply-time check (mvcc). A
+// response to an auth request carries the auth revision after it; Status reports the auth revision and enabled
+// flag (frontends refresh their copy when they change) and AuthState returns the whole auth store, linearizably.
+// Every storage keeps the simple tokens of the Authenticate entries it applied, in memory as etcd's members do
+// (dropped when their user is deleted or changes password, when unused for the asker's TTL, and on restart);
+// AuthToken answers whose a token is, so any frontend accepts a token another issued.
+//
 // Failures: when a bbolt commit fails (a full disk), the store stops; storage turns unhealthy (/health says why),
 // refuses requests with codes.Unavailable, reopens the database at its last commit and replays the log from there,
 // retrying until commits succeed again. Acknowledged writes are in the log, so none is lost. Writes past the

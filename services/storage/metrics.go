@@ -7,6 +7,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/status"
 
+	"github.com/cairn-kv/cairn/internal/authstate"
 	"github.com/cairn-kv/cairn/internal/obs"
 )
 
@@ -82,6 +83,8 @@ func requestType(req *pb.InternalRaftRequest) string {
 		return "lease_checkpoint"
 	case req.Alarm != nil:
 		return "alarm"
+	case authstate.IsAuthRequest(req):
+		return "auth"
 	}
 	return "other"
 }

@@ -30,6 +30,14 @@ func (g *server) KeeperStatus(ctx context.Context, _ *storagepb.KeeperStatusRequ
 	return g.s.KeeperStatus(ctx)
 }
 
+func (g *server) AuthState(ctx context.Context, r *storagepb.AuthStateRequest) (*storagepb.AuthStateResponse, error) {
+	return g.s.AuthState(ctx, r)
+}
+
+func (g *server) AuthToken(ctx context.Context, r *storagepb.AuthTokenRequest) (*storagepb.AuthTokenResponse, error) {
+	return g.s.AuthToken(ctx, r)
+}
+
 func (g *server) LeaseRecords(r *storagepb.LeaseRecordsRequest, stream grpc.ServerStreamingServer[storagepb.LeaseRecordsResponse]) error {
 	return g.s.LeaseRecords(stream.Context(), r, stream.Send)
 }

@@ -47,6 +47,7 @@ type Storage struct {
 	metrics *metrics
 	ids     *requestIDs
 	waiters *waiters
+	tokens  *simpleTokens // simple auth tokens of the applied Authenticate entries
 	reads   *readBarrier
 	keyring *seal.Keyring // nil: values are stored plain
 
@@ -99,8 +100,8 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 	s := &Storage{
 		cfg: cfg, deps: deps, log: log, sink: sink, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/storage"),
 		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
-		stopping: make(chan struct{}), waiters: newWaiters(), appliedCh: make(chan struct{}), failedCh: make(chan struct{}, 1),
-		keyring: deps.Keyring,
+		stopping: make(chan struct{}), waiters: newWaiters(), tokens: newSimpleTokens(), appliedCh: make(chan struct{}),
+		failedCh: make(chan struct{}, 1), keyring: deps.Keyring,
 	}
 	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout)
 	s.metrics = newMetrics(s)

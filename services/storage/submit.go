@@ -70,7 +70,10 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 	if req.ID == 0 {
 		req.ID = s.ids.next()
 	}
-	req.Header = &pb.RequestHeader{ID: req.ID}
+	if req.Header == nil {
+		req.Header = &pb.RequestHeader{}
+	}
+	req.Header.ID = req.ID // Username and AuthRevision stay the frontend's: the apply checks them
 	if req.LeaseGrant != nil && req.LeaseGrant.ID == 0 {
 		for req.LeaseGrant.ID == 0 {
 			req.LeaseGrant.ID = int64(s.ids.next() & (1<<63 - 1))
@@ -178,7 +181,11 @@ func (s *Storage) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) e
 }
 
 func wrapResponse(res *mvcc.Result) (*storagepb.SubmitResponse, error) {
-	out := &storagepb.SubmitResponse{Index: res.Index}
+	out := &storagepb.SubmitResponse{Index: res.Index, AuthRevision: res.AuthRevision}
+	if wrapAuthResponse(out, res.Response) {
+		out.ResponseHeader().Revision = res.Revision // etcd's auth responses carry the KV revision
+		return out, nil
+	}
 	switch r := res.Response.(type) {
 	case *pb.PutResponse:
 		out.Response = &storagepb.SubmitResponse_Put{Put: r}
@@ -364,7 +371,8 @@ func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error)
 	resp := &storagepb.StatusResponse{MemberId: s.cfg.MemberID, AppliedIndex: pos.AppliedIndex,
 		DurableIndex: pos.DurableIndex, Revision: pos.Revision, CompactRevision: pos.CompactRev, DbSize: size,
 		DbSizeInUse: inUse, Alarms: st.Alarms(pb.AlarmType_NONE), Unhealthy: s.unhealthyReason(),
-		DbSizeQuota: max(s.cfg.QuotaBackendBytes, 0)}
+		DbSizeQuota: max(s.cfg.QuotaBackendBytes, 0), AuthRevision: st.AuthRevision(),
+		AuthEnabled: st.AuthEnabled()}
 	lctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	if ls, err := s.log.Status(lctx); err == nil {

@@ -44,6 +44,8 @@ type RunnerConfig struct {
 	Rate float64
 	// TLS, if set, secures every connection (https endpoints) [--cacert, --cert, --key].
 	TLS *tls.Config
+	// Username and Password, if set, authenticate every connection [--user USER:PASSWORD].
+	Username, Password string
 	// DialTimeout bounds connection setup [--dial-timeout]. Default 5s.
 	DialTimeout time.Duration
 	// RequestTimeout bounds each request [--request-timeout]; a request that runs out counts as an error.
@@ -130,6 +132,8 @@ func (r *Runner) Start(ctx context.Context) error {
 			Endpoints:   []string{endpoint},
 			DialTimeout: r.cfg.DialTimeout,
 			TLS:         r.cfg.TLS,
+			Username:    r.cfg.Username,
+			Password:    r.cfg.Password,
 			Context:     ctx,
 			Logger:      zap.NewNop(), // failures are counted in the report, not logged per request
 		})
@@ -147,6 +151,7 @@ func leaderEndpoints(ctx context.Context, cfg RunnerConfig) ([]string, error) {
 	endpoints, dialTimeout := cfg.Endpoints, cfg.DialTimeout
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints: endpoints, DialTimeout: dialTimeout, TLS: cfg.TLS, Context: ctx, Logger: zap.NewNop(),
+		Username: cfg.Username, Password: cfg.Password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: finding the leader: %w", err)

@@ -118,7 +118,11 @@ func frontendService() service {
 			self := p.clientURL(i)
 			// The member with the frontend's number is listed first: it is the frontend's nearest.
 			first := wrap(i, p.layout.Members)
-			return append(p.clientTLSArgs(), []string{
+			args := p.clientTLSArgs()
+			if p.cfg.AuthToken != "" {
+				args = append(args, "--auth-token", p.cfg.AuthToken)
+			}
+			return append(args, []string{
 				"--name", p.frontendName(i),
 				"--listen-client-urls", self,
 				"--advertise-client-urls", self,

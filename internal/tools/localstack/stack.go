@@ -48,6 +48,9 @@ type Config struct {
 	// client ports with TLS, on certificates of a CA kept in DataDir/pki (created on the first run). Chosen on
 	// a stack's first run and kept: a stack started plain refuses it, one started with it keeps it.
 	TLS bool
+	// AuthToken is every frontend's --auth-token (empty: the frontends' default, simple); either kind of token
+	// is accepted by every frontend.
+	AuthToken string
 	// ExtraArgs are appended to the command line of every instance of the named service (e.g. "consensus":
 	// {"--heartbeat-interval", "50"}).
 	ExtraArgs map[string][]string

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/authstate"
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
 )
 
@@ -32,6 +33,8 @@ type Result struct {
 	Index uint64
 	// Keeper is set when the entry changed the leasekeeper claim: the state now stored.
 	Keeper *storagepb.KeeperState
+	// AuthRevision is set for an applied auth request: the auth store's revision after it.
+	AuthRevision uint64
 }
 
 // LeaseChangeType says what happened to a lease.
@@ -146,6 +149,13 @@ func (s *Store) afterApplyLocked() error {
 // applyRequest dispatches one request. It runs with batchMu and mu held.
 func (s *Store) applyRequest(index uint64, req *pb.InternalRaftRequest) (*Result, error) {
 	res := &Result{}
+	if err := s.authRefusal(req); err != nil {
+		res.Err = err
+		return res, nil
+	}
+	if authstate.IsAuthRequest(req) {
+		return s.applyAuth(req)
+	}
 	if err := s.alarmRefusal(req); err != nil {
 		res.Err = err
 		return res, nil

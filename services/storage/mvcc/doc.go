@@ -9,6 +9,9 @@
 //   - Compact(rev) keeps, of each key, the newest version at or below rev (a key deleted at or below rev
 //     disappears), forgets everything older, and removes it from bbolt in the background in batches.
 //   - Leases are bookkept here (ID, granted TTL, checkpointed remaining TTL, attached keys); their clock is not.
+//   - The auth store (users, roles, enabled flag, auth revision; rules in package authstate) is applied from
+//     the auth requests and kept in etcd's authUsers, authRoles and auth buckets. A request whose header names a
+//     user at an auth revision older than the store's is refused with ErrAuthOldRevision, changing nothing.
 //
 // Durability and crash safety: the log index of the last applied entry (the consistent index) is written in the same
 // bbolt transaction as the data it produced. bbolt commits are batched (every BatchInterval or BatchLimit entries);

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/authstate"
 )
 
 // Bucket and meta key names in the bbolt file.
@@ -121,6 +122,7 @@ type Store struct {
 	leases        map[int64]*leaseState
 	keeper        *storagepb.KeeperState // the leasekeeper claim; never nil
 	alarms        []*pb.AlarmMember
+	auth          *authstate.State // users, roles, enabled flag and auth revision; never nil
 	failed        error
 	closed        bool
 	compactor     *compactor
@@ -154,6 +156,7 @@ func Open(cfg Config) (*Store, error) {
 		index:         newKeyIndex(),
 		leases:        make(map[int64]*leaseState),
 		keeper:        &storagepb.KeeperState{},
+		auth:          authstate.New(),
 		currentRev:    1,
 		stopCommitter: make(chan struct{}),
 		committerDone: make(chan struct{}),
@@ -182,7 +185,8 @@ func Open(cfg Config) (*Store, error) {
 // restore loads meta, leases, alarms and the key index from bbolt, creating the buckets if missing.
 func (s *Store) restore() (finishedCompact int64, err error) {
 	err = s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketKey, bucketMeta, bucketLease, bucketAlarm} {
+		for _, name := range [][]byte{bucketKey, bucketMeta, bucketLease, bucketAlarm, bucketAuth, bucketAuthUsers,
+			bucketAuthRoles} {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -210,6 +214,9 @@ func (s *Store) restore() (finishedCompact int64, err error) {
 			return err
 		}
 		if err := s.restoreLeases(tx.Bucket(bucketLease)); err != nil {
+			return err
+		}
+		if err := s.restoreAuth(tx); err != nil {
 			return err
 		}
 		return s.restoreAlarms(tx.Bucket(bucketAlarm))
