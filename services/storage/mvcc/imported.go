@@ -31,10 +31,11 @@ var (
 	metaEtcdConfState        = []byte("confState")
 )
 
-// etcdOnlyBuckets are the buckets of etcd's layout that hold cluster membership, cluster version and auth data:
-// a restore into a new Cairn cluster drops them (the new cluster's membership is the restore's, and Cairn has no
-// auth yet).
-var etcdOnlyBuckets = []string{"cluster", "members", "members_removed", "auth", "authUsers", "authRoles"}
+// etcdOnlyBuckets are the buckets of etcd's layout that hold cluster membership and cluster version: a restore
+// into a new Cairn cluster drops them (the new cluster's membership is the restore's). The auth buckets are
+// both layouts' (Cairn keeps users, roles and the auth flag and revision as etcd does) and carry over, as
+// etcdutl carries them.
+var etcdOnlyBuckets = []string{"cluster", "members", "members_removed"}
 
 // ErrUnknownLayout means a bbolt file is neither Cairn's layout nor etcd's (v3.5 to v3.7), or is a later version
 // of either than this binary knows.
@@ -67,8 +68,8 @@ type Imported struct {
 // ImportSnapshot rewrites the bbolt file at path, a copy of a Cairn or etcd snapshot, into a Cairn member's
 // database for a new cluster: the key and lease buckets stay as they are (both layouts share etcd's), so every
 // key keeps its create and mod revisions, version and lease; the compact revision carries over; the consistent
-// index and term become opts'; etcd's membership, cluster and auth buckets, alarms (of the old members) and the
-// leasekeeper claim are dropped. It commits with one fsync.
+// index and term become opts'; users, roles and the auth flag and revision carry over; etcd's membership and
+// cluster buckets, alarms (of the old members) and the leasekeeper claim are dropped. It commits with one fsync.
 func ImportSnapshot(path string, opts ImportOptions) (out Imported, err error) {
 	defer func() {
 		if r := recover(); r != nil { // bbolt panics on some corrupt pages
@@ -169,7 +170,7 @@ func importTx(tx *bolt.Tx, opts ImportOptions) (Imported, error) {
 // checkBuckets refuses a file holding a bucket neither layout has: a later layout this binary does not know.
 func checkBuckets(tx *bolt.Tx) error {
 	known := map[string]bool{}
-	for _, b := range [][]byte{bucketKey, bucketMeta, bucketLease, bucketAlarm} {
+	for _, b := range [][]byte{bucketKey, bucketMeta, bucketLease, bucketAlarm, bucketAuth, bucketAuthUsers, bucketAuthRoles} {
 		known[string(b)] = true
 	}
 	for _, name := range etcdOnlyBuckets {

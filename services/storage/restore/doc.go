@@ -21,6 +21,7 @@
 //     with `cairn consensus --data-dir DIR/consensus` + `cairn storage --data-dir DIR/storage`, `cairn dev
 //     --data-dir DIR`, or as member-i of `cairn up --data-dir` (restore.json tells `cairn up` its layout).
 //
-// Not carried over: etcd's members (the new cluster's are the restore's), auth data (Cairn has no auth yet),
-// alarms (they name the old members) and the leasekeeper claim.
+// Carried over as etcdutl carries them: users, roles, permissions and whether auth is enabled (the auth store
+// has etcd's layout in both). Not carried over: etcd's members (the new cluster's are the restore's), alarms
+// (they name the old members) and the leasekeeper claim.
 package restore

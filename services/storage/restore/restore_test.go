@@ -3,6 +3,7 @@ package restore
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 
@@ -24,6 +26,8 @@ type source struct {
 	leases     []int64
 	revision   int64
 	compactRev int64
+	// authRevision is the auth store's revision (auth enabled, user root, role reader).
+	authRevision uint64
 }
 
 // writeCairnDB builds a Cairn database at path by applying writes, deletes, a lease and a compaction.
@@ -42,6 +46,13 @@ func writeCairnDB(t *testing.T, path string) source {
 		{DeleteRange: &pb.DeleteRangeRequest{Key: []byte("b")}},
 		{Put: &pb.PutRequest{Key: []byte("d"), Value: []byte("5")}},
 		{Compaction: &pb.CompactionRequest{Revision: 3}},
+		// An auth store, as etcd and Cairn keep it: it must come back as it was.
+		{AuthUserAdd: &pb.AuthUserAddRequest{Name: "root", HashedPassword: base64.StdEncoding.EncodeToString([]byte("root-hash"))}},
+		{AuthUserGrantRole: &pb.AuthUserGrantRoleRequest{User: "root", Role: "root"}},
+		{AuthRoleAdd: &pb.AuthRoleAddRequest{Name: "reader"}},
+		{AuthRoleGrantPermission: &pb.AuthRoleGrantPermissionRequest{Name: "reader",
+			Perm: &authpb.Permission{Key: []byte("a"), RangeEnd: []byte("b")}}},
+		{AuthEnable: &pb.AuthEnableRequest{}},
 	}
 	for i, req := range reqs {
 		if _, err := st.Apply(uint64(100+i), 3, req); err != nil {
@@ -53,10 +64,12 @@ func writeCairnDB(t *testing.T, path string) source {
 		t.Fatal(err)
 	}
 	pos := st.Position()
+	auth := st.Auth()
 	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return source{path: path, kvs: kvs, leases: []int64{7}, revision: pos.Revision, compactRev: pos.CompactRev}
+	return source{path: path, kvs: kvs, leases: []int64{7}, revision: pos.Revision, compactRev: pos.CompactRev,
+		authRevision: auth.Revision}
 }
 
 // toEtcdLayout rewrites a Cairn database as etcd v3.7 lays its file out: compact revisions under etcd's meta
@@ -90,7 +103,7 @@ func toEtcdLayout(t *testing.T, path string, compactRev int64, storageVersion st
 				return err
 			}
 		}
-		for _, name := range []string{"members", "members_removed", "cluster", "auth", "authUsers", "authRoles"} {
+		for _, name := range []string{"members", "members_removed", "cluster"} {
 			b, err := tx.CreateBucket([]byte(name))
 			if err != nil {
 				return err
@@ -211,6 +224,13 @@ func TestRestoreKeepsKeysLeasesAndCompaction(t *testing.T) {
 			leases, err := st.LeaseLeases()
 			if err != nil || len(leases.Leases) != 1 || leases.Leases[0].ID != 7 {
 				t.Errorf("leases %v %v, want lease 7", leases, err)
+			}
+			auth := st.Auth()
+			if !auth.Enabled || auth.Revision != src.authRevision || auth.Users["root"] == nil ||
+				string(auth.Users["root"].Password) != "root-hash" || auth.Roles["reader"] == nil ||
+				len(auth.Roles["reader"].KeyPermission) != 1 {
+				t.Errorf("restored auth store: enabled %v, revision %d (want %d), users %v, roles %v",
+					auth.Enabled, auth.Revision, src.authRevision, auth.Users, auth.Roles)
 			}
 		})
 	}
