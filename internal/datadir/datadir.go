@@ -129,3 +129,17 @@ func Acquire(dir, command string) (*Lock, error) {
 
 // Release unlocks the data dir.
 func (l *Lock) Release() error { return l.fl.Unlock() }
+
+// SyncDir fsyncs the directory dir, which makes a file created or renamed in it durable: every rename that
+// publishes a file (a snapshot, a restored data dir, a WAL segment, a backup) is followed by it.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync dir %s: %w", dir, err)
+	}
+	return nil
+}

@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/services/storage/restore"
 )
 
@@ -230,7 +231,7 @@ func (s *Service) take(ctx context.Context) (path string, size int64, reason str
 	if err := os.Rename(tmp, path); err != nil {
 		return "", 0, "write", fmt.Errorf("rename %s: %w", tmp, err)
 	}
-	if err := syncDir(s.cfg.Dir); err != nil {
+	if err := datadir.SyncDir(s.cfg.Dir); err != nil {
 		return "", 0, "write", err
 	}
 	return path, size, "", nil
@@ -327,16 +328,4 @@ func (s *Service) prune() {
 		}
 		kept = kept[1:]
 	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
 }

@@ -10,6 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/datadir"
 )
 
 // defragTxMaxSize bounds the bytes copied in one bbolt transaction while defragmenting.
@@ -82,5 +83,5 @@ func compactFile(path, tmp string) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("defragment: rename %s over %s: %w", tmp, path, err)
 	}
-	return syncDir(filepath.Dir(path))
+	return datadir.SyncDir(filepath.Dir(path))
 }

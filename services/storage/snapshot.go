@@ -13,6 +13,7 @@ import (
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/storageclient"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
@@ -106,7 +107,7 @@ func (s *Storage) installSnapshot(ctx context.Context, ref *commitlog.SnapshotRe
 	if err := os.Rename(tmp, s.dbPath()); err != nil {
 		return fmt.Errorf("rename snapshot %s over %s: %w", tmp, s.dbPath(), err)
 	}
-	if err := syncDir(s.cfg.DataDir); err != nil {
+	if err := datadir.SyncDir(s.cfg.DataDir); err != nil {
 		return err
 	}
 	st, err := s.openStore()
@@ -165,16 +166,4 @@ func (s *Storage) downloadSnapshot(ctx context.Context, ref *commitlog.SnapshotR
 		return nil, fmt.Errorf("fsync %s: %w", path, err)
 	}
 	return info, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync dir %s: %w", dir, err)
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"go.etcd.io/raft/v3/raftpb"
 	"golang.org/x/sys/unix"
 )
@@ -281,7 +282,7 @@ func (w *WAL) startSegment(seq, firstIndex uint64) error {
 		f.Close()
 		return fmt.Errorf("wal: rename %s: %w", tmp, err)
 	}
-	if err := syncDir(w.dir); err != nil {
+	if err := datadir.SyncDir(w.dir); err != nil {
 		f.Close()
 		return err
 	}
@@ -296,18 +297,6 @@ func writeAndSync(f *os.File, b []byte) error {
 		return err
 	}
 	return f.Sync()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("wal: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("wal: sync dir %s: %w", dir, err)
-	}
-	return nil
 }
 
 // ReleaseTo removes the segments whose entries all have index <= index. The caller must have saved a
@@ -331,7 +320,7 @@ func (w *WAL) ReleaseTo(index uint64) error {
 		return nil
 	}
 	w.segments = w.segments[removed:]
-	return syncDir(w.dir)
+	return datadir.SyncDir(w.dir)
 }
 
 // Segments returns the paths of the WAL's segment files, oldest first.

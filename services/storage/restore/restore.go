@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/storage"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
@@ -194,7 +195,7 @@ func restoreInto(ctx context.Context, cfg Config, tmp string) (Manifest, error) 
 		return Manifest{}, err
 	}
 	for _, dir := range []string{storageDir, consensusDir, tmp} {
-		if err := syncDir(dir); err != nil {
+		if err := datadir.SyncDir(dir); err != nil {
 			return Manifest{}, err
 		}
 	}
@@ -312,17 +313,5 @@ func publish(tmp, dataDir string) error {
 	if err := os.Rename(tmp, dataDir); err != nil {
 		return fmt.Errorf("restore: rename %s to %s: %w", tmp, dataDir, err)
 	}
-	return syncDir(filepath.Dir(filepath.Clean(dataDir)))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("restore: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("restore: fsync dir %s: %w", dir, err)
-	}
-	return nil
+	return datadir.SyncDir(filepath.Dir(filepath.Clean(dataDir)))
 }
