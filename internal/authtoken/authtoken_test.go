@@ -1,17 +1,12 @@
 package authtoken
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 )
 
 // fakeClock is a clock the test moves.
@@ -55,30 +50,11 @@ func TestSimpleTokens(t *testing.T) {
 	}
 }
 
-func writeECKeys(t *testing.T) (priv, pub string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, _ := x509.MarshalECPrivateKey(key)
-	pubDER, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	dir := t.TempDir()
-	priv, pub = filepath.Join(dir, "priv.pem"), filepath.Join(dir, "pub.pem")
-	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return priv, pub
-}
-
 // TestJWT: a token issued by one provider is read by another with the same keys (another frontend), and by
 // a verify-only one; expired, forged and malformed tokens are refused.
 func TestJWT(t *testing.T) {
 	clock := &fakeClock{now: time.Now()}
-	priv, pub := writeECKeys(t)
+	priv, pub := certtest.WriteJWTKeys(t)
 	issuer, err := New("jwt,pub-key="+pub+",priv-key="+priv+",sign-method=ES256,ttl=1m", 0, clock.Now)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +76,7 @@ func TestJWT(t *testing.T) {
 	if _, err := verifier.Assign("", 0, "alice", 9); !errors.Is(err, ErrVerifyOnly) {
 		t.Errorf("verify-only Assign = %v, want ErrVerifyOnly", err)
 	}
-	otherPriv, otherPub := writeECKeys(t)
+	otherPriv, otherPub := certtest.WriteJWTKeys(t)
 	forger, _ := New("jwt,pub-key="+otherPub+",priv-key="+otherPriv+",sign-method=ES256", 0, clock.Now)
 	forged, _ := forger.Assign("", 0, "root", 9)
 	parts := strings.Split(token, ".")

@@ -2,18 +2,11 @@ package frontend_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -183,7 +176,7 @@ func TestAuthRBAC(t *testing.T) {
 // gRPC and on the JSON gateway (Authorization header); Lock runs as its caller (allowed on a prefix the
 // caller may write, refused elsewhere); a forged token is refused.
 func TestAuthJWTGatewayAndRecipes(t *testing.T) {
-	priv, pub := writeJWTKeys(t)
+	priv, pub := certtest.WriteJWTKeys(t)
 	c := clustertest.Start(t, clustertest.Options{Members: 1, Frontends: 2, Leasekeepers: 1, Watchhubs: 1,
 		ConfigureFrontend: func(cfg *frontend.Config) {
 			cfg.BcryptCost = 4
@@ -274,26 +267,6 @@ func gatewayPost(t *testing.T, url, token, body string) map[string]any {
 		t.Fatalf("%s: decode: %v", url, err)
 	}
 	return out
-}
-
-// writeJWTKeys writes a fresh ECDSA P-256 key pair as PEM files for --auth-token jwt.
-func writeJWTKeys(t *testing.T) (priv, pub string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, _ := x509.MarshalECPrivateKey(key)
-	pubDER, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	dir := t.TempDir()
-	priv, pub = filepath.Join(dir, "priv.pem"), filepath.Join(dir, "pub.pem")
-	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return priv, pub
 }
 
 // TestAuthClientCertCommonName: with --client-cert-auth and auth enabled, a request without a token is the

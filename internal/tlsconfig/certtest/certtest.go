@@ -113,3 +113,30 @@ func write(t testing.TB, dir, name, blockType string, der []byte) string {
 	}
 	return path
 }
+
+// WriteJWTKeys writes a fresh ECDSA P-256 key pair as PEM files (the private key as "EC PRIVATE KEY", the public
+// one as "PUBLIC KEY"), as etcd's --auth-token jwt,priv-key=...,pub-key=... reads them.
+func WriteJWTKeys(t testing.TB) (priv, pub string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	priv, pub = filepath.Join(dir, "priv.pem"), filepath.Join(dir, "pub.pem")
+	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return priv, pub
+}
