@@ -8,12 +8,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale=${SCALE:-1}
-go build -o bin/cairn ./cmd/cairn
-go build -o bin/cairn-kms ./cmd/cairn-kms
+# CAIRN=/path/cairn and CAIRN_KMS=/path/cairn-kms skip the build (e.g. binaries built elsewhere).
+if [[ -z "${CAIRN:-}" ]]; then
+  go build -o bin/cairn ./cmd/cairn
+  CAIRN=$PWD/bin/cairn
+fi
+if [[ -z "${CAIRN_KMS:-}" ]]; then
+  go build -o bin/cairn-kms ./cmd/cairn-kms
+  CAIRN_KMS=$PWD/bin/cairn-kms
+fi
 work=$(mktemp -d)
 trap 'kill $up_pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 secret=$(head -c 32 /dev/urandom | base64)
-bin/cairn-kms rotate --key-file "$work/kms.json" >/dev/null
+"$CAIRN_KMS" rotate --key-file "$work/kms.json" >/dev/null
 cat >"$work/aesgcm.yaml" <<YAML
 kind: EncryptionConfiguration
 resources:
@@ -26,16 +33,16 @@ kind: EncryptionConfiguration
 resources:
 - prefixes: [""]
   providers:
-  - kms: {name: local-kms, command: $PWD/bin/cairn-kms, args: [--key-file, $work/kms.json]}
+  - kms: {name: local-kms, command: $CAIRN_KMS, args: [--key-file, $work/kms.json]}
 YAML
 port=$((20000 + RANDOM % 20000))
 endpoint=127.0.0.1:$port
-bench() { bin/cairn bench --endpoints="$endpoint" --conns=100 --clients=1000 "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
+bench() { "$CAIRN" bench --endpoints="$endpoint" --conns=100 --clients=1000 "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
 printf '%-8s %-7s %12s %12s %12s\n' mode value put/s range-l/s range-s/s
 for mode in off aesgcm kms; do
   args=()
   [ "$mode" != off ] && args=(--encryption-config "$work/$mode.yaml")
-  bin/cairn up --data-dir "$work/up-$mode" --client-port "$port" "${args[@]}" >"$work/up-$mode.out" 2>&1 &
+  "$CAIRN" up --data-dir "$work/up-$mode" --client-port "$port" "${args[@]}" >"$work/up-$mode.out" 2>&1 &
   up_pid=$!
   for _ in $(seq 600); do grep -q "cairn is up" "$work/up-$mode.out" && break; sleep 0.1; done
   for size in 1024 102400; do

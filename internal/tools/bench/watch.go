@@ -73,7 +73,7 @@ type WatchStats struct {
 func (s WatchStats) Params() map[string]string {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 	return map[string]string{
-		"watchers": strconv.Itoa(s.Watchers), "streams": strconv.Itoa(s.Streams), "create_sec": f(s.CreateSec),
+		"watchers": strconv.Itoa(s.Watchers), "streams": strconv.Itoa(s.Streams), "create_sec": strconv.FormatFloat(s.CreateSec, 'f', 3, 64),
 		"puts": strconv.FormatInt(s.Puts, 10), "expected_events": strconv.FormatInt(s.ExpectedEvents, 10),
 		"received_events": strconv.FormatInt(s.ReceivedEvents, 10), "events_per_sec": f(s.EventsPerSec),
 		"heap_bytes_per_watcher": f(s.HeapBytesPerWatcher),

@@ -1,0 +1,65 @@
+# Shared pieces of the side-by-side benchmark scripts (bench-tls.sh, bench-auth.sh, bench-encryption.sh):
+# starting and stopping a 3-member etcd and a `cairn up`, and reading Requests/sec off `cairn bench`.
+# Source it after setting CAIRN (the cairn binary), ETCD (etcd) and work (a scratch directory); the caller's EXIT
+# trap calls bench_cleanup.
+
+pids=()
+
+# bench_cleanup stops everything started here.
+bench_cleanup() {
+	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+}
+
+# healthy URL: whether URL answers 200.
+healthy() {
+	if command -v curl >/dev/null; then curl -sf "$1" >/dev/null; else wget -q -O /dev/null "$1"; fi
+}
+
+# rate ENDPOINTS FLAGS BENCH-ARGS...: Requests/sec of one `cairn bench` run (FLAGS: TLS or --user flags, may be "").
+rate() {
+	local endpoints=$1 flags=$2
+	shift 2
+	"$CAIRN" bench --endpoints "$endpoints" $flags "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'
+}
+
+# etcd_start NAME SCHEME BASE-PORT [EXTRA FLAGS PER MEMBER, with @i@ for the member's number]: starts a 3-member
+# etcd; its client endpoints are left in $endpoints.
+etcd_start() {
+	local name=$1 scheme=$2 base=$3
+	shift 3
+	local cluster="" i
+	endpoints=""
+	for i in 1 2 3; do cluster+="${cluster:+,}e$i=$scheme://127.0.0.1:$((base + 10 * i + 1))"; done
+	for i in 1 2 3; do
+		local client=$scheme://127.0.0.1:$((base + 10 * i)) peer=$scheme://127.0.0.1:$((base + 10 * i + 1)) extra=()
+		local a
+		for a in "$@"; do extra+=("${a//@i@/$i}"); done
+		"$ETCD" --name "e$i" --data-dir "$work/$name-$i" --listen-client-urls "$client" --advertise-client-urls "$client" \
+			--listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "$cluster" \
+			--initial-cluster-token "$name" --listen-metrics-urls "http://127.0.0.1:$((base + 10 * i + 2))" \
+			"${extra[@]}" >"$work/$name-$i.log" 2>&1 &
+		pids+=($!)
+		endpoints+="${endpoints:+,}$client"
+	done
+	for i in 1 2 3; do
+		until healthy "http://127.0.0.1:$((base + 10 * i + 2))/health"; do sleep 0.2; done
+	done
+}
+
+# up_start NAME [cairn up flags]: starts `cairn up`; its client endpoints are left in $endpoints.
+up_start() {
+	local name=$1
+	shift
+	"$CAIRN" up --data-dir "$work/$name" --client-port "$((40000 + RANDOM % 20000))" "$@" >"$work/$name.out" 2>"$work/$name.log" &
+	pids+=($!)
+	until grep -q "cairn is up" "$work/$name.out" 2>/dev/null; do
+		kill -0 "${pids[-1]}" 2>/dev/null || { echo "cairn up $name exited; see $work/$name.log" >&2; return 1; }
+		sleep 0.2
+	done
+	endpoints=$(sed -n 's/^cairn is up: etcd client endpoints //p' "$work/$name.out")
+}
+
+# stop_last stops the last process started; stop_etcd the last etcd cluster.
+stop_last() { kill "${pids[-1]}" 2>/dev/null; wait "${pids[-1]}" 2>/dev/null || true; unset 'pids[-1]'; }
+stop_etcd() { for _ in 1 2 3; do stop_last; done; }
