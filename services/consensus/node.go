@@ -117,7 +117,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		snapshotReported: make(chan struct{}, 1),
 	}
 	n.reads = newReadIndexer(n)
-	m, err := newMetrics(deps.Registry)
+	m, err := newMetrics(deps.Registry, n.commitIndex.Load)
 	if err != nil {
 		return nil, fmt.Errorf("consensus: metrics: %w", err)
 	}

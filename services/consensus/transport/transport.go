@@ -62,6 +62,8 @@ type Config struct {
 	// appends with entries go to that follower less than CommitHold apart. Under such a write load a
 	// follower then wakes once per write rather than twice, and its storage applies while it fsyncs.
 	CommitHold time.Duration
+	// Metrics receives etcd's peer-network series; nil: they are kept nowhere.
+	Metrics *Metrics
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults
 	// Dialer, when set, makes the connections to peers (addr is host:port), messages links and snapshot calls
@@ -101,7 +103,8 @@ const MaxRecvMsgSize = 64 << 20
 // Transport sends raft messages to peers and serves the Peer service for messages from them.
 type Transport struct {
 	consensuspb.UnimplementedPeerServer
-	cfg Config
+	cfg    Config
+	series *peerSeries
 
 	mu       sync.RWMutex
 	peers    map[uint64]*peer
@@ -114,7 +117,8 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.MemberID == 0 || cfg.Raft == nil {
 		return nil, errors.New("transport: MemberID and Raft are required")
 	}
-	return &Transport{cfg: cfg.withDefaults(), peers: map[uint64]*peer{}, stopping: make(chan struct{})}, nil
+	return &Transport{cfg: cfg.withDefaults(), series: &peerSeries{metrics: cfg.Metrics}, peers: map[uint64]*peer{},
+		stopping: make(chan struct{})}, nil
 }
 
 // Register adds the Peer service to s.
@@ -193,11 +197,14 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		}
 		if !p.enqueue(m, body) {
 			t.reportDropped(m)
+			continue
 		}
+		p.metrics.sent(m)
 	}
 }
 
 func (t *Transport) reportDropped(m *raftpb.Message) {
+	t.series.of(m.GetTo()).dropped(m)
 	if m.GetType() == raftpb.MsgSnap {
 		t.cfg.Raft.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
 	}
