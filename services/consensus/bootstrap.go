@@ -106,6 +106,7 @@ func (n *Node) newTransport() error {
 		MemberID: n.memberID, ClusterID: n.clusterID, Raft: n, Logger: n.log,
 		DialOptions: n.tel.DialOptions(), Faults: n.deps.Faults, Dialer: n.deps.Dialer, TLS: n.deps.Peer,
 		MaxBackoff: min(time.Second, n.cfg.ElectionTimeout), Metrics: n.metrics.transport,
+		HeartbeatInterval: n.cfg.HeartbeatInterval,
 	})
 	n.transport = t
 	return err

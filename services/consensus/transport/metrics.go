@@ -11,8 +11,9 @@ import (
 )
 
 // Metrics are etcd's peer-network series (etcd's rafthttp metrics, same names, types, labels and buckets), plus
-// etcd_server_heartbeat_send_failures_total, which etcd counts where its transport drops a heartbeat. Peers are
-// labelled with their member ID in hex, as etcd labels them.
+// etcd_server_heartbeat_send_failures_total, which counts, as etcd's, heartbeats a leader sent more than two
+// heartbeat intervals after the previous one to the same peer, and here also heartbeats dropped unsent. Peers
+// are labelled with their member ID in hex, as etcd labels them.
 //
 // The round-trip time is measured on raft's own heartbeats, not by a separate prober as etcd's is: from a
 // MsgHeartbeat sent to a peer to the next MsgHeartbeatResp from it, so it includes the peer's raft loop. Only a
@@ -63,6 +64,9 @@ type peerMetrics struct {
 	heartbeatFailures                      prometheus.Counter
 	// heartbeatSent is when the oldest unanswered heartbeat to the peer was sent (unix nanoseconds), 0 when none.
 	heartbeatSent atomic.Int64
+	// lastHeartbeat is when the last heartbeat to the peer was queued (unix nanoseconds), 0 since leadership
+	// changed.
+	lastHeartbeat atomic.Int64
 }
 
 // forPeer returns peer id's series; a nil Metrics (none asked for) gives series registered nowhere.
@@ -78,11 +82,26 @@ func (m *Metrics) forPeer(id uint64) *peerMetrics {
 	}
 }
 
-// sent notes a message queued for the peer: a heartbeat starts a round trip unless one is already timed.
-func (p *peerMetrics) sent(m *raftpb.Message) {
-	if m.GetType() == raftpb.MsgHeartbeat && p.heartbeatSent.Load() == 0 {
-		p.heartbeatSent.CompareAndSwap(0, time.Now().UnixNano())
+// sent notes a message queued for the peer at now: a heartbeat starts a round trip unless one is already timed.
+// It returns how late a heartbeat is: by how much it follows the previous one by more than twice interval (0
+// if on time, or interval is 0), as etcd's leader checks.
+func (p *peerMetrics) sent(m *raftpb.Message, interval time.Duration, at time.Time) (late time.Duration) {
+	if m.GetType() != raftpb.MsgHeartbeat {
+		return 0
 	}
+	now := at.UnixNano()
+	if p.heartbeatSent.Load() == 0 {
+		p.heartbeatSent.CompareAndSwap(0, now)
+	}
+	previous := p.lastHeartbeat.Swap(now)
+	if interval <= 0 || previous == 0 {
+		return 0
+	}
+	if late = time.Duration(now-previous) - 2*interval; late > 0 {
+		p.heartbeatFailures.Inc()
+		return late
+	}
+	return 0
 }
 
 // dropped counts a message that could not be sent to the peer; a dropped heartbeat is not answered.
@@ -113,6 +132,15 @@ type peerSeries struct {
 	metrics *Metrics
 	mu      sync.Mutex
 	byID    map[uint64]*peerMetrics
+}
+
+// resetHeartbeats forgets when heartbeats were last sent: a new leader's first one is not late.
+func (s *peerSeries) resetHeartbeats() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.byID {
+		p.lastHeartbeat.Store(0)
+	}
 }
 
 func (s *peerSeries) of(id uint64) *peerMetrics {

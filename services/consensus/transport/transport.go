@@ -64,6 +64,9 @@ type Config struct {
 	CommitHold time.Duration
 	// Metrics receives etcd's peer-network series; nil: they are kept nowhere.
 	Metrics *Metrics
+	// HeartbeatInterval is raft's; a heartbeat sent more than twice that after the previous one to the same peer
+	// is logged and counted as a failure, as etcd does. 0: not checked.
+	HeartbeatInterval time.Duration
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults
 	// Dialer, when set, makes the connections to peers (addr is host:port), messages links and snapshot calls
@@ -199,7 +202,11 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			t.reportDropped(m)
 			continue
 		}
-		p.metrics.sent(m)
+		if late := p.metrics.sent(m, t.cfg.HeartbeatInterval, time.Now()); late > 0 {
+			t.cfg.Logger.Warn("leader failed to send out heartbeat on time; took too long, leader is overloaded likely from slow disk",
+				"to", fmt.Sprintf("%x", to), "heartbeat-interval", t.cfg.HeartbeatInterval,
+				"expected-duration", 2*t.cfg.HeartbeatInterval, "exceeded-duration", late)
+		}
 	}
 }
 
@@ -210,6 +217,10 @@ func (t *Transport) reportDropped(m *raftpb.Message) {
 	}
 	t.cfg.Raft.ReportUnreachable(m.GetTo())
 }
+
+// LeadershipChanged tells the transport this member became or stopped being the leader, so its first heartbeat
+// as a new leader is not counted late.
+func (t *Transport) LeadershipChanged() { t.series.resetHeartbeats() }
 
 // ActiveSince returns when the stream to member id last became healthy, or the zero time when it is not.
 func (t *Transport) ActiveSince(id uint64) time.Time {
