@@ -105,7 +105,8 @@ func (n *Node) newTransport() error {
 	t, err := transport.New(transport.Config{
 		MemberID: n.memberID, ClusterID: n.clusterID, Raft: n, Logger: n.log,
 		DialOptions: n.tel.DialOptions(), Faults: n.deps.Faults, Dialer: n.deps.Dialer, TLS: n.deps.Peer,
-		MaxBackoff: min(time.Second, n.cfg.ElectionTimeout),
+		MaxBackoff: min(time.Second, n.cfg.ElectionTimeout), Metrics: n.metrics.transport,
+		HeartbeatInterval: n.cfg.HeartbeatInterval,
 	})
 	n.transport = t
 	return err

@@ -117,7 +117,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		snapshotReported: make(chan struct{}, 1),
 	}
 	n.reads = newReadIndexer(n)
-	m, err := newMetrics(deps.Registry)
+	m, err := newMetrics(deps.Registry, n.commitIndex.Load)
 	if err != nil {
 		return nil, fmt.Errorf("consensus: metrics: %w", err)
 	}
@@ -363,7 +363,9 @@ func (n *Node) controlAsync(f func()) {
 // publishSoftState records who leads, as the loop learns it.
 func (n *Node) publishSoftState(ss *raft.SoftState) {
 	leader := ss.RaftState == raft.StateLeader
-	n.isLeader.Store(leader)
+	if n.isLeader.Swap(leader) != leader && n.transport != nil {
+		n.transport.LeadershipChanged()
+	}
 	n.metrics.isLeader.Set(boolGauge(leader))
 	if old := n.lead.Swap(ss.Lead); old != ss.Lead {
 		n.metrics.hasLeader.Set(boolGauge(ss.Lead != 0))

@@ -292,9 +292,6 @@ func (l *raftLoop) applyCommitted(ents []*raftpb.Entry) error {
 			}
 			l.recordConf(e.GetIndex(), l.rn.ApplyConfChange(cc))
 		default:
-			if len(e.GetData()) > 0 {
-				l.n.metrics.proposalsCommitted.Inc()
-			}
 			l.traces.committed(e)
 		}
 	}

@@ -104,5 +104,7 @@
 // application/grpc to the gRPC server (its ServeHTTP), everything else to the gateway and admin handlers. The
 // gateway reaches the gRPC server over an in-memory connection, whatever the client ports serve. Besides /v3/..., each client URL and each --listen-metrics-urls URL serves /metrics,
 // /version, /health (etcd's: healthy only with no alarm, a leader and a working linearizable read; ?exclude=
-// and ?serializable=true as etcd), and /readyz and /livez with etcd's named checks.
+// and ?serializable=true as etcd), and /readyz and /livez with etcd's named checks. /metrics has etcd's
+// client-API series: grpc_server_* for every RPC, unary and streaming (the grpc-ecosystem middleware etcd uses),
+// and etcd_network_client_grpc_{sent,received}_bytes_total.
 package frontend

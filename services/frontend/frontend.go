@@ -117,8 +117,10 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor, f.auth.unaryInterceptor, kv.relayRange),
-		grpc.ChainStreamInterceptor(f.auth.streamInterceptor),
+		grpc.StatsHandler(f.metrics.bytes),
+		grpc.ChainUnaryInterceptor(f.metrics.grpc.UnaryServerInterceptor(), f.metrics.unaryInterceptor,
+			f.auth.unaryInterceptor, kv.relayRange),
+		grpc.ChainStreamInterceptor(f.metrics.grpc.StreamServerInterceptor(), f.auth.streamInterceptor),
 	)
 	s := grpc.NewServer(opts...)
 	pb.RegisterKVServer(s, kv)
@@ -131,6 +133,7 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	v3lockpb.RegisterLockServer(s, recipes)
 	v3electionpb.RegisterElectionServer(s, recipes)
 	healthpb.RegisterHealthServer(s, f.health)
+	f.metrics.grpc.InitializeMetrics(s) // every method's series from the start, as etcd's
 	return s
 }
 

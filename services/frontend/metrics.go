@@ -4,18 +4,24 @@ import (
 	"context"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/internal/obs"
 )
 
-// metrics are the frontend's Prometheus series, served on /metrics.
+// metrics are the frontend's Prometheus series, served on /metrics: etcd's for the client API it serves
+// (grpc_server_* from the grpc-ecosystem middleware, as etcd's, for unary and streaming RPCs, and
+// etcd_network_client_grpc_{sent,received}_bytes_total) and Cairn's own.
 type metrics struct {
 	registry *prometheus.Registry
 	handled  *obs.Observers
 	retries  prometheus.Counter
+	grpc     *grpcprom.ServerMetrics
+	bytes    *clientBytes
 }
 
 func newMetrics(f *Frontend) *metrics {
@@ -26,6 +32,9 @@ func newMetrics(f *Frontend) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}, []string{"method", "code"})),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "replica_retries_total", Help: "Requests tried again on another replica after one was unavailable."}),
+		// etcd serves grpc_server_handling_seconds with --metrics=extensive; its buckets are the middleware's.
+		grpc:  grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
+		bytes: newClientBytes(),
 	}
 	if m.registry == nil {
 		m.registry = obs.NewRegistry()
@@ -34,7 +43,7 @@ func newMetrics(f *Frontend) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "frontend", Name: name, Help: help},
 			func() float64 { return value(f.pool.view()) })
 	}
-	m.registry.MustRegister(m.handled.Vec(), m.retries,
+	m.registry.MustRegister(m.handled.Vec(), m.retries, m.grpc, m.bytes.sent, m.bytes.received,
 		gauge("storage_replicas_healthy", "Storage replicas that answered their last probe healthy.", func(v *view) float64 {
 			n := 0
 			for _, r := range v.leaderFirst {
@@ -64,3 +73,37 @@ func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 	m.handled.Observe(info.FullMethod, status.Code(err).String(), time.Since(start).Seconds())
 	return resp, err
 }
+
+// clientBytes counts the bytes of the messages the client API receives and sends, as etcd's codec counts them
+// (the marshalled message, before compression and framing), as a gRPC stats handler.
+type clientBytes struct {
+	sent, received prometheus.Counter
+}
+
+func newClientBytes() *clientBytes {
+	return &clientBytes{
+		sent: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network",
+			Name: "client_grpc_sent_bytes_total", Help: "The total number of bytes sent to grpc clients."}),
+		received: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network",
+			Name: "client_grpc_received_bytes_total", Help: "The total number of bytes received from grpc clients."}),
+	}
+}
+
+// TagRPC implements stats.Handler.
+func (b *clientBytes) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC implements stats.Handler: it counts every message's payload.
+func (b *clientBytes) HandleRPC(_ context.Context, s stats.RPCStats) {
+	switch p := s.(type) {
+	case *stats.InPayload:
+		b.received.Add(float64(p.Length))
+	case *stats.OutPayload:
+		b.sent.Add(float64(p.Length))
+	}
+}
+
+// TagConn implements stats.Handler.
+func (b *clientBytes) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+
+// HandleConn implements stats.Handler.
+func (b *clientBytes) HandleConn(context.Context, stats.ConnStats) {}

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/testing/metricstest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
@@ -139,6 +141,14 @@ func TestExpiryAndKeepAlive(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		// etcd's series: each lease that expired was revoked once (the keys' deletes checked above).
+		families := metricstest.Gather(t, k.metrics.registry)
+		metricstest.Expect(t, families, []metricstest.Want{
+			{Name: "etcd_debugging_server_lease_expired_total", Type: dto.MetricType_COUNTER},
+		})
+		if n, _ := metricstest.Value(families, "etcd_debugging_server_lease_expired_total"); n != float64(len(tests)) {
+			t.Errorf("etcd_debugging_server_lease_expired_total = %v, want %d", n, len(tests))
+		}
 	})
 }
 

@@ -6,7 +6,8 @@ import (
 	"github.com/cairn-kv/cairn/internal/obs"
 )
 
-// metrics are the keeper's Prometheus series (cairn_leasekeeper_*).
+// metrics are the keeper's Prometheus series: cairn_leasekeeper_*, and etcd's
+// etcd_debugging_server_lease_expired_total, which etcd's leader serves.
 type metrics struct {
 	registry     *prometheus.Registry
 	active       prometheus.Gauge
@@ -26,12 +27,13 @@ func newMetrics(k *Keeper) *metrics {
 		return prometheus.Opts{Namespace: "cairn", Subsystem: "leasekeeper", Name: name, Help: help}
 	}
 	m := &metrics{
-		registry:     obs.NewRegistry(),
-		active:       prometheus.NewGauge(prometheus.GaugeOpts(opts("active", "1 while this keeper is the active one."))),
-		epoch:        prometheus.NewGauge(prometheus.GaugeOpts(opts("epoch", "The claim epoch this keeper last became active at."))),
-		takeovers:    prometheus.NewCounter(prometheus.CounterOpts(opts("promotions_total", "Times this keeper became active."))),
-		keepAlives:   prometheus.NewCounter(prometheus.CounterOpts(opts("keepalives_total", "Lease keep-alives answered."))),
-		expired:      prometheus.NewCounter(prometheus.CounterOpts(opts("expired_revokes_total", "Expired leases revoked."))),
+		registry:   obs.NewRegistry(),
+		active:     prometheus.NewGauge(prometheus.GaugeOpts(opts("active", "1 while this keeper is the active one."))),
+		epoch:      prometheus.NewGauge(prometheus.GaugeOpts(opts("epoch", "The claim epoch this keeper last became active at."))),
+		takeovers:  prometheus.NewCounter(prometheus.CounterOpts(opts("promotions_total", "Times this keeper became active."))),
+		keepAlives: prometheus.NewCounter(prometheus.CounterOpts(opts("keepalives_total", "Lease keep-alives answered."))),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "server",
+			Name: "lease_expired_total", Help: "The total number of expired leases."}),
 		revokeErrors: prometheus.NewCounter(prometheus.CounterOpts(opts("revoke_errors_total", "Revokes of expired leases that failed (and are retried)."))),
 		checkpoints:  prometheus.NewCounter(prometheus.CounterOpts(opts("checkpoints_total", "Lease remaining-TTL checkpoints written."))),
 		reconciles:   prometheus.NewCounter(prometheus.CounterOpts(opts("reconciliations_total", "Lease table reconciliations with storage."))),

@@ -119,7 +119,7 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 	if res == nil {
 		return nil // at or below the applied index: a replay
 	}
-	s.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	s.metrics.applied(entry.Request, res, time.Since(start))
 	span.SetAttributes(attribute.Int64("mvcc.revision", res.Revision))
 	if rec, changed := appliedRecord(e, entry.Request.Compaction != nil, entry.Request.GetCompaction().GetRevision(), res); changed {
 		rec.Trace = s.tel.Inject(applyCtx)

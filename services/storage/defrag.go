@@ -49,6 +49,7 @@ func (s *Storage) Defragment(ctx context.Context) (*storagepb.DefragmentResponse
 		return nil, compactErr
 	}
 	after, _ := st.Size()
+	s.metrics.backendDefrag.Observe(time.Since(start).Seconds())
 	s.logger.Info("defragmented", "db_size_before", before, "db_size_after", after, "took", time.Since(start))
 	return &storagepb.DefragmentResponse{DbSize: after}, nil
 }

@@ -129,7 +129,10 @@ func (s *Storage) openStore() (*mvcc.Store, error) {
 		Path:      s.dbPath(), BatchInterval: s.cfg.BatchInterval, BatchLimit: s.cfg.BatchLimit,
 		CompactionBatchLimit: s.cfg.CompactionBatchLimit, CompactionSleepInterval: s.cfg.CompactionSleepInterval,
 		MinLeaseTTL: s.cfg.MinLeaseTTL, Logger: s.logger,
-		OnCommit: func(durable uint64) { s.durable.Store(durable) },
+		OnCommit: func(durable uint64, took time.Duration) {
+			s.durable.Store(durable)
+			s.metrics.backendCommit.Observe(took.Seconds())
+		},
 		OnFailure: func(error) {
 			select {
 			case s.failedCh <- struct{}{}:

@@ -135,6 +135,8 @@ func (s *Storage) propose(ctx context.Context, entry *storagepb.Entry) (*mvcc.Re
 	}
 	applied := s.waiters.register(req.ID)
 	defer s.waiters.cancel(req.ID)
+	s.metrics.pending.Inc()
+	defer s.metrics.pending.Dec()
 	if err := s.log.Propose(ctx, data); err != nil {
 		return nil, proposeError(ctx, err)
 	}
@@ -233,6 +235,7 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 	if err := s.rangeReady(ctx, r); err != nil {
 		return nil, err
 	}
+	s.metrics.ranges.Inc()
 	var resp *pb.RangeResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) {
 		if resp, err = st.Range(r); err == nil {
@@ -249,6 +252,7 @@ func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest, alloc fu
 	if err := s.rangeReady(ctx, r); err != nil {
 		return nil, err
 	}
+	s.metrics.ranges.Inc()
 	var encoded []byte
 	err := s.withStore(func(st *mvcc.Store) (err error) {
 		encoded, err = st.RangeEncoded(r, st.Position().AppliedTerm, alloc)
@@ -279,6 +283,9 @@ func (s *Storage) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnRespons
 	}
 	var resp *pb.TxnResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.ReadTxn(r); return err })
+	if err == nil {
+		s.metrics.countTxn(r, resp)
+	}
 	return resp, sealError(err)
 }
 

@@ -125,7 +125,7 @@ func TestClientV3ThroughFrontends(t *testing.T) {
 	}
 	streams := 0.0
 	for _, w := range c.Watchhubs() {
-		streams += metricValue(t, w.Hub(), "cairn_watchhub_streams")
+		streams += metricValue(t, w.Hub(), "etcd_debugging_mvcc_watch_stream_total")
 	}
 	if streams != 1 {
 		t.Fatalf("%v hub streams for one client's %d watches, want 1", streams, watches)

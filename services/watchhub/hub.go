@@ -411,13 +411,9 @@ func (h *Hub) fallBehind(w *watcher, rev int64) {
 
 // setState moves w to state, keeping the watcher gauges; mu is held.
 func (h *Hub) setState(w *watcher, state watcherState) {
-	if w.state != stateNone {
-		h.metrics.watchers[w.state].Dec()
-	}
+	h.metrics.leaveState(w.state)
 	w.state = state
-	if state != stateNone {
-		h.metrics.watchers[state].Inc()
-	}
+	h.metrics.enterState(state)
 }
 
 // skipCompacted is the hub's answer to having been away so long that the revisions it lacks were compacted:

@@ -9,7 +9,8 @@ import (
 )
 
 // metrics are the hub's Prometheus metrics, on its own registry (with the Go runtime's, so memory per
-// watcher is go_memstats_heap_inuse_bytes over cairn_watchhub_watchers).
+// watcher is go_memstats_heap_inuse_bytes over cairn_watchhub_watchers): etcd's watch series (etcd v3.7's
+// etcd_debugging_mvcc_{watch_stream,watcher,slow_watcher,events}_total, which etcd's MVCC serves) and Cairn's own.
 type metrics struct {
 	registry *prometheus.Registry
 
@@ -19,6 +20,8 @@ type metrics struct {
 	streams           prometheus.Gauge
 	groups            prometheus.Gauge
 	watchers          [numWatcherStates]prometheus.Gauge
+	watcherTotal      prometheus.Gauge // etcd's: every registered watcher
+	slowWatchers      prometheus.Gauge // etcd's: unsynced watchers, here those catching up
 	busRecords        *prometheus.CounterVec
 	fills             prometheus.Counter
 	fillErrors        prometheus.Counter
@@ -49,7 +52,14 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 	m.head = gauge("head_revision", "The last revision the hub has, contiguously.")
 	m.windowRevisions = gauge("window_revisions", "Revisions held in the in-memory window.")
 	m.windowBytes = gauge("window_bytes", "Bytes of events held in the in-memory window.")
-	m.streams = gauge("streams", "Open Watch streams.")
+	etcdGauge := func(name, help string) prometheus.Gauge {
+		g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: name, Help: help})
+		m.registry.MustRegister(g)
+		return g
+	}
+	m.streams = etcdGauge("watch_stream_total", "Total number of watch streams.")
+	m.watcherTotal = etcdGauge("watcher_total", "Total number of watchers.")
+	m.slowWatchers = etcdGauge("slow_watcher_total", "Total number of unsynced slow watchers.")
 	m.groups = gauge("groups", "Groups of synced watchers sharing one spec (one match and one encoding per event).")
 	watchers := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "watchhub",
 		Name: "watchers", Help: "Watchers by state."}, []string{"state"})
@@ -65,7 +75,9 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 	m.filledRevisions = counter("filled_revisions_total", "Revisions delivered from storage history instead of the bus.")
 	m.encodedResponses = counter("encoded_responses_total", "Live responses encoded (once per group and revision).")
 	m.responsesSent = counter("responses_sent_total", "Watch responses written to clients.")
-	m.eventsSent = counter("events_sent_total", "Events written to clients.")
+	m.eventsSent = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "mvcc",
+		Name: "events_total", Help: "Total number of events sent by this member."})
+	m.registry.MustRegister(m.eventsSent)
 	m.fellBehind = counter("watchers_fell_behind_total", "Times a synced watcher could not be queued and moved to catch-up.")
 	m.compactedWatchers = counter("watchers_compacted_total", "Watchers canceled because they needed compacted revisions.")
 	m.deliveryLatency = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "watchhub",
@@ -83,5 +95,21 @@ func (m *metrics) sent(responses, events int, received time.Time) {
 	}
 	if !received.IsZero() {
 		m.deliveryLatency.Observe(time.Since(received).Seconds())
+	}
+}
+
+// enterState and leaveState keep the watcher gauges as a watcher moves between states.
+func (m *metrics) enterState(s watcherState) { m.moveState(s, 1) }
+
+func (m *metrics) leaveState(s watcherState) { m.moveState(s, -1) }
+
+func (m *metrics) moveState(s watcherState, delta float64) {
+	if s == stateNone {
+		return
+	}
+	m.watchers[s].Add(delta)
+	m.watcherTotal.Add(delta)
+	if s == stateCatchingUp {
+		m.slowWatchers.Add(delta)
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/testing/memnet"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
@@ -89,6 +91,7 @@ type Member struct {
 	state    string
 	mu       sync.Mutex
 	node     *consensus.Node
+	registry *prometheus.Registry // the current node's metrics
 	machine  *StateMachine
 	cancelSM context.CancelFunc
 	smDone   chan struct{}

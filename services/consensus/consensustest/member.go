@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/cairn-kv/cairn/services/consensus"
@@ -16,6 +17,13 @@ func (m *Member) Node() *consensus.Node {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.node
+}
+
+// Registry returns the metrics of the member's current node, a registry of its own per start.
+func (m *Member) Registry() *prometheus.Registry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.registry
 }
 
 // Machine returns the member's state machine (nil unless Options.StateMachines).
@@ -32,6 +40,8 @@ func (m *Member) Start() error {
 	if err != nil {
 		return err
 	}
+	registry := prometheus.NewRegistry()
+	deps.Registry = registry
 	n, err := consensus.New(cfg, deps)
 	if err != nil {
 		closeListeners(deps)
@@ -45,6 +55,7 @@ func (m *Member) Start() error {
 	}
 	m.mu.Lock()
 	m.node = n
+	m.registry = registry
 	m.mu.Unlock()
 	if m.cluster.opts.StateMachines {
 		m.startMachine(n)

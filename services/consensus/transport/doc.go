@@ -29,6 +29,9 @@
 // while the loop changes it. Received messages are handed to Raft.Process, which may block: that is how a
 // slow raft loop slows its senders.
 //
+// Metrics are etcd's peer-network series (etcd_network_peer_*, labelled with the peer's member ID as etcd's) and
+// etcd_server_heartbeat_send_failures_total; the round-trip time is timed on raft's heartbeats.
+//
 // Faults is a test aid: it drops messages to and from chosen members, to partition a member with the real
 // transport in place.
 package transport

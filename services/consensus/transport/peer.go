@@ -39,11 +39,12 @@ func (c class) String() string {
 
 // peer sends to one remote member.
 type peer struct {
-	t      *Transport
-	id     uint64
-	target string
-	conn   *grpc.ClientConn
-	client consensuspb.PeerClient
+	t       *Transport
+	id      uint64
+	target  string
+	conn    *grpc.ClientConn
+	client  consensuspb.PeerClient
+	metrics *peerMetrics
 
 	queues    [numClasses]chan outbound
 	snapshots chan []byte
@@ -76,7 +77,7 @@ func startPeer(t *Transport, id uint64, target string) (*peer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &peer{
-		t: t, id: id, target: target, conn: conn, client: consensuspb.NewPeerClient(conn),
+		t: t, id: id, target: target, conn: conn, client: consensuspb.NewPeerClient(conn), metrics: t.series.of(id),
 		snapshots: make(chan []byte, 4), ctx: ctx, cancel: cancel,
 	}
 	for c := range p.queues {
@@ -229,6 +230,7 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 			_ = conn.Close()
 			return sent, <-ended // the receive says why the link ended
 		}
+		p.metrics.sentBytes.Add(float64(len(frame)))
 		sent = true
 	}
 }
@@ -281,13 +283,16 @@ func (p *peer) failed(c class, log interface{ Debug(string, ...any) }, err error
 		log.Debug("peer stream failed", "err", err, "retry-in", wait)
 	}
 	p.t.cfg.Raft.ReportUnreachable(p.id)
-	for dropped := true; dropped; {
+	dropped := 0
+	for draining := true; draining; {
 		select {
 		case <-p.queues[c]:
+			dropped++
 		default:
-			dropped = false
+			draining = false
 		}
 	}
+	p.metrics.linkFailed(dropped)
 	jittered := wait/2 + rand.N(wait/2+1)
 	select {
 	case <-time.After(jittered):
@@ -312,6 +317,7 @@ func (p *peer) snapshotLoop() {
 		})
 		cancel()
 		if err != nil {
+			p.metrics.sentFailures.Inc()
 			p.t.cfg.Logger.Warn("sending snapshot failed", "peer", fmt.Sprintf("%x", p.id), "err", err)
 			if isRemoved(err) {
 				p.t.cfg.Raft.ReportRemoved()
@@ -320,6 +326,7 @@ func (p *peer) snapshotLoop() {
 			p.t.cfg.Raft.ReportUnreachable(p.id)
 			continue
 		}
+		p.metrics.sentBytes.Add(float64(len(body)))
 		p.t.cfg.Raft.ReportSnapshot(p.id, raft.SnapshotFinish)
 	}
 }

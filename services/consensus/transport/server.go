@@ -47,6 +47,7 @@ func (t *Transport) ServeLink(conn *framed.Conn) {
 			refuse(conn, err)
 			return
 		}
+		t.series.of(batch.GetFrom()).receivedBytes.Add(float64(len(frame)))
 		for _, body := range batch.GetMessages() {
 			if err := t.receive(ctx, body); err != nil {
 				refuse(conn, err)
@@ -74,6 +75,7 @@ func (t *Transport) Snapshot(ctx context.Context, req *consensuspb.SnapshotMessa
 	if err := t.admit(req.GetFrom(), req.GetClusterId()); err != nil {
 		return nil, err
 	}
+	t.series.of(req.GetFrom()).receivedBytes.Add(float64(len(req.GetMessage())))
 	if err := t.receive(ctx, req.GetMessage()); err != nil {
 		return nil, err
 	}
@@ -100,6 +102,9 @@ func (t *Transport) receive(ctx context.Context, body []byte) error {
 	}
 	if t.cfg.Faults.drops(m.GetFrom(), t.cfg.MemberID) {
 		return nil
+	}
+	if m.GetType() == raftpb.MsgHeartbeatResp {
+		t.series.of(m.GetFrom()).answered()
 	}
 	if err := t.cfg.Raft.Process(ctx, m); err != nil {
 		return status.Errorf(codes.Unavailable, "transport: raft did not take message: %v", err)

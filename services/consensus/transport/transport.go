@@ -62,6 +62,11 @@ type Config struct {
 	// appends with entries go to that follower less than CommitHold apart. Under such a write load a
 	// follower then wakes once per write rather than twice, and its storage applies while it fsyncs.
 	CommitHold time.Duration
+	// Metrics receives etcd's peer-network series; nil: they are kept nowhere.
+	Metrics *Metrics
+	// HeartbeatInterval is raft's; a heartbeat sent more than twice that after the previous one to the same peer
+	// is logged and counted as a failure, as etcd does. 0: not checked.
+	HeartbeatInterval time.Duration
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults
 	// Dialer, when set, makes the connections to peers (addr is host:port), messages links and snapshot calls
@@ -101,7 +106,8 @@ const MaxRecvMsgSize = 64 << 20
 // Transport sends raft messages to peers and serves the Peer service for messages from them.
 type Transport struct {
 	consensuspb.UnimplementedPeerServer
-	cfg Config
+	cfg    Config
+	series *peerSeries
 
 	mu       sync.RWMutex
 	peers    map[uint64]*peer
@@ -114,7 +120,8 @@ func New(cfg Config) (*Transport, error) {
 	if cfg.MemberID == 0 || cfg.Raft == nil {
 		return nil, errors.New("transport: MemberID and Raft are required")
 	}
-	return &Transport{cfg: cfg.withDefaults(), peers: map[uint64]*peer{}, stopping: make(chan struct{})}, nil
+	return &Transport{cfg: cfg.withDefaults(), series: &peerSeries{metrics: cfg.Metrics}, peers: map[uint64]*peer{},
+		stopping: make(chan struct{})}, nil
 }
 
 // Register adds the Peer service to s.
@@ -193,16 +200,27 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 		}
 		if !p.enqueue(m, body) {
 			t.reportDropped(m)
+			continue
+		}
+		if late := p.metrics.sent(m, t.cfg.HeartbeatInterval, time.Now()); late > 0 {
+			t.cfg.Logger.Warn("leader failed to send out heartbeat on time; took too long, leader is overloaded likely from slow disk",
+				"to", fmt.Sprintf("%x", to), "heartbeat-interval", t.cfg.HeartbeatInterval,
+				"expected-duration", 2*t.cfg.HeartbeatInterval, "exceeded-duration", late)
 		}
 	}
 }
 
 func (t *Transport) reportDropped(m *raftpb.Message) {
+	t.series.of(m.GetTo()).dropped(m)
 	if m.GetType() == raftpb.MsgSnap {
 		t.cfg.Raft.ReportSnapshot(m.GetTo(), raft.SnapshotFailure)
 	}
 	t.cfg.Raft.ReportUnreachable(m.GetTo())
 }
+
+// LeadershipChanged tells the transport this member became or stopped being the leader, so its first heartbeat
+// as a new leader is not counted late.
+func (t *Transport) LeadershipChanged() { t.series.resetHeartbeats() }
 
 // ActiveSince returns when the stream to member id last became healthy, or the zero time when it is not.
 func (t *Transport) ActiveSince(id uint64) time.Time {

@@ -64,6 +64,7 @@ func (h *keyHistory) compact(atRev int64, keep map[revision]struct{}) {
 // keyIndex maps every key to its history, ordered by key.
 type keyIndex struct {
 	tree *btree.BTreeG[*keyHistory]
+	live int // keys whose latest revision is not a tombstone
 }
 
 func newKeyIndex() *keyIndex {
@@ -91,6 +92,8 @@ func (ix *keyIndex) put(key []byte, rev revision, lease int64) keyVersion {
 	kv := keyVersion{rev: rev, created: rev.main, version: 1, lease: lease}
 	if prev, ok := h.latest(); ok {
 		kv.created, kv.version = prev.created, prev.version+1
+	} else {
+		ix.live++
 	}
 	h.revs.append(kv)
 	return kv
@@ -100,12 +103,20 @@ func (ix *keyIndex) put(key []byte, rev revision, lease int64) keyVersion {
 func (ix *keyIndex) tombstone(key []byte, rev revision) {
 	h := ix.get(key)
 	h.revs.append(keyVersion{rev: rev, tombstone: true})
+	ix.live--
 }
 
 // restore appends a revision read back from bbolt (in revision order) as it was stored.
 func (ix *keyIndex) restore(key []byte, kv keyVersion) {
 	h := ix.getOrCreate(key)
+	_, wasLive := h.latest()
 	h.revs.append(kv)
+	switch {
+	case !wasLive && !kv.tombstone:
+		ix.live++
+	case wasLive && kv.tombstone:
+		ix.live--
+	}
 }
 
 // visit calls f, in key order, for every key history in r, until f returns false.

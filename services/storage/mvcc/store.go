@@ -55,9 +55,9 @@ type Config struct {
 	InitialMmapSize int
 	// Logger receives operator logs (default slog.Default()).
 	Logger *slog.Logger
-	// OnCommit, when set, is called after each successful bbolt commit with the durable consistent index. It runs
-	// with the write lock held: it must not block.
-	OnCommit func(durableIndex uint64)
+	// OnCommit, when set, is called after each successful bbolt commit with the durable consistent index and how
+	// long the commit (with its fsync) took. It runs with the write lock held: it must not block.
+	OnCommit func(durableIndex uint64, took time.Duration)
 	// OnFailure, when set, is called once when the store fails (a bbolt commit or write failed). It must not block.
 	OnFailure func(err error)
 	// OpenValue, when set, turns a stored value of key into its plain value: values are stored sealed (see
@@ -339,6 +339,7 @@ func (s *Store) commitLocked() error {
 		return s.fail(fmt.Errorf("bbolt commit of %d entries up to index %d in %s: %w",
 			s.pendingEntries, applied, s.cfg.Path, err))
 	}
+	took := time.Since(start)
 	wtx, err := s.db.Begin(true)
 	s.mu.Lock()
 	s.durableIndex = applied
@@ -354,11 +355,11 @@ func (s *Store) commitLocked() error {
 	s.dirty = false
 	s.pendingEntries = 0
 	s.lastCommit = time.Now()
-	if d := time.Since(start); d > time.Second {
-		s.log.Warn("slow bbolt commit", "took", d, "durable_index", applied)
+	if took > time.Second {
+		s.log.Warn("slow bbolt commit", "took", took, "durable_index", applied)
 	}
 	if s.cfg.OnCommit != nil {
-		s.cfg.OnCommit(applied)
+		s.cfg.OnCommit(applied, took)
 	}
 	return nil
 }
@@ -471,6 +472,13 @@ func (s *Store) Position() Position {
 	defer s.mu.RUnlock()
 	return Position{AppliedIndex: s.appliedIndex, AppliedTerm: s.appliedTerm, DurableIndex: s.durableIndex,
 		Revision: s.currentRev, CompactRev: s.compactRev}
+}
+
+// KeyCount is the number of keys that exist at the current revision (etcd's etcd_debugging_mvcc_keys_total).
+func (s *Store) KeyCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.index.live
 }
 
 // CommittedSize is the bbolt file's size as of the last commit, read without a lock: what the quota check before
