@@ -100,6 +100,12 @@ func (b *Batch) AddContext(sc trace.SpanContext) {
 	}
 }
 
+// AddCount counts n more requests of the batch, none of them sampled.
+func (b *Batch) AddCount(n int) { b.size += max(n, 0) }
+
+// Size is the number of requests counted.
+func (b *Batch) Size() int { return b.size }
+
 // Sampled reports whether the batch carries a sampled request (whether its span would be recorded).
 func (b *Batch) Sampled() bool { return len(b.links) > 0 }
 

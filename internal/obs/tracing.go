@@ -120,10 +120,11 @@ func (t *Telemetry) otelgrpcOptions() []otelgrpc.Option {
 	}
 }
 
-// Inject writes ctx's trace context into a string map, for carrying it inside a proposal or a NATS message.
-// It returns nil when there is nothing to carry.
+// Inject writes ctx's trace context into a string map, for carrying it inside a proposal, a link call or a NATS
+// message. It returns nil when there is nothing to carry: no trace context, or one that is not sampled (nothing
+// downstream would record it, so a request that is not sampled carries nothing and costs nothing more).
 func (t *Telemetry) Inject(ctx context.Context) map[string]string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	if !trace.SpanContextFromContext(ctx).IsSampled() {
 		return nil
 	}
 	carrier := propagation.MapCarrier{}

@@ -58,6 +58,9 @@ type Config struct {
 	// OnCommit, when set, is called after each successful bbolt commit with the durable consistent index. It runs
 	// with the write lock held: it must not block.
 	OnCommit func(durableIndex uint64)
+	// OnCommitTimed, when set, is called with OnCommit and as it is, with how many entries the commit wrote and
+	// when its bbolt commit (with the fsync) started and ended: what a trace's storage.bbolt_commit span shows.
+	OnCommitTimed func(durableIndex uint64, entries int, start, end time.Time)
 	// OnFailure, when set, is called once when the store fails (a bbolt commit or write failed). It must not block.
 	OnFailure func(err error)
 	// OpenValue, when set, turns a stored value of key into its plain value: values are stored sealed (see
@@ -352,8 +355,12 @@ func (s *Store) commitLocked() error {
 	s.wtx = wtx
 	s.committedSize.Store(wtx.Size())
 	s.dirty = false
+	entries := s.pendingEntries
 	s.pendingEntries = 0
 	s.lastCommit = time.Now()
+	if s.cfg.OnCommitTimed != nil {
+		s.cfg.OnCommitTimed(applied, entries, start, s.lastCommit)
+	}
 	if d := time.Since(start); d > time.Second {
 		s.log.Warn("slow bbolt commit", "took", d, "durable_index", applied)
 	}
