@@ -63,7 +63,9 @@ func (h rpcStagesHandler) TagConn(ctx context.Context, info *stats.ConnTagInfo) 
 	return h.inner.TagConn(ctx, info)
 }
 
-func (h rpcStagesHandler) HandleConn(ctx context.Context, s stats.ConnStats) { h.inner.HandleConn(ctx, s) }
+func (h rpcStagesHandler) HandleConn(ctx context.Context, s stats.ConnStats) {
+	h.inner.HandleConn(ctx, s)
+}
 
 // unary runs handler inside the receive, route and answer stages of a sampled RPC.
 func (s StageTracer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler,
