@@ -24,7 +24,9 @@ func newFrontendCommand() *cobra.Command {
 		Example: "  cairn frontend --name m1 --listen-client-urls http://127.0.0.1:2379 " +
 			"--consensus-endpoints http://127.0.0.1:2390,http://127.0.0.1:2391,http://127.0.0.1:2392",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runFrontend(cmd.Context(), cfg, tlsOpts, sampleRatio) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runFrontend(cmd.Context(), cfg, tlsOpts, sampleRatio)
+		},
 	}
 	cmd.Flags().AddGoFlagSet(fs)
 	return cmd
