@@ -92,8 +92,12 @@ func (s *stream) write(f *frame) error {
 
 // writeShared writes a shared response (all its fragments) to w, unless w is canceled.
 func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
+	defer shared.traced.release()
 	if w.canceled.Load() {
 		return nil
+	}
+	if shared.traced != nil {
+		defer func() { s.hub.stages.Span(shared.traced.ctx, "watchhub.send", shared.queued, time.Now()) }()
 	}
 	for _, part := range shared.boxed {
 		s.enc = encodedResponse{watchID: w.idField, part: part}
