@@ -132,3 +132,18 @@ func (s StageTracer) StartBatchAt(name string, batch *Batch, start time.Time) tr
 	_, span := s.tracer.Start(context.Background(), name, opts...)
 	return span
 }
+
+// StartRoot starts a span that begins a trace of its own (a keep-alive on a long stream, a background task),
+// sampled as a root by the sampler, with cairn.op = op; link, when valid, is the span it comes from (the
+// stream's). When spans are not recorded it returns ctx and a no-op span without allocating.
+func (s StageTracer) StartRoot(ctx context.Context, name, op string, link trace.SpanContext) (context.Context, trace.Span) {
+	if s.tracer == nil {
+		return ctx, noSpan()
+	}
+	opts := []trace.SpanStartOption{trace.WithNewRoot(), trace.WithAttributes(AttrOp.String(op),
+		AttrService.String(s.service), AttrMember.String(s.member))}
+	if link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
+	}
+	return s.tracer.Start(ctx, name, opts...)
+}
