@@ -76,10 +76,13 @@ func (s StageTracer) unary(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	trace.SpanFromContext(ctx).SetAttributes(AttrOp.String(op(info.FullMethod, req)),
 		AttrService.String(s.service), AttrMember.String(s.member))
-	s.Span(ctx, s.service+".receive", times.start, time.Now())
-	routeCtx, route := s.Start(ctx, s.service+".route")
+	// Each stage starts when the one before ended, so that they tile the RPC's span.
+	received := time.Now()
+	s.Span(ctx, s.service+".receive", times.start, received)
+	routeCtx, route := s.StartAt(ctx, s.service+".route", received)
 	resp, err := handler(routeCtx, req)
-	route.End()
-	_, times.answer = s.Start(ctx, s.service+".answer")
+	routed := time.Now()
+	route.End(trace.WithTimestamp(routed))
+	_, times.answer = s.StartAt(ctx, s.service+".answer", routed)
 	return resp, err
 }

@@ -56,11 +56,14 @@ func (s StageTracer) Start(ctx context.Context, name string) (context.Context, t
 	return s.tracer.Start(ctx, name, trace.WithAttributes(AttrService.String(s.service), AttrMember.String(s.member)))
 }
 
-// StartAt is Start of a stage that began at start (for a stage measured before it was known to be one, such
-// as a wait that only ends when its result arrives).
+// StartAt is Start of a stage that began at start (now when zero): for a stage measured before it was known to
+// be one, or one that begins where the previous one ended, so that they tile their parent.
 func (s StageTracer) StartAt(ctx context.Context, name string, start time.Time) (context.Context, trace.Span) {
 	if !s.Sampled(ctx) {
 		return ctx, noSpan()
+	}
+	if start.IsZero() {
+		start = time.Now()
 	}
 	return s.tracer.Start(ctx, name, trace.WithTimestamp(start),
 		trace.WithAttributes(AttrService.String(s.service), AttrMember.String(s.member)))

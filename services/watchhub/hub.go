@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -351,11 +352,15 @@ func (h *Hub) fanOut(r revisionEvents) {
 		return
 	}
 	traced := r.traced
+	start := time.Time{}
 	if traced != nil {
-		h.stages.Span(traced.ctx, "watchhub.sequence", traced.offered, time.Now())
+		// The stages' times are taken once and shared by the stages that meet, so they tile the root.
+		start = time.Now()
+		h.stages.Span(traced.ctx, "watchhub.sequence", traced.offered, start)
+		traced.ended(start)
 		defer traced.release()
 	}
-	_, match := h.stages.Start(traced.context(), "watchhub.match")
+	_, match := h.stages.StartAt(traced.context(), "watchhub.match", start)
 	var touched []*group
 	for _, ev := range r.events {
 		h.groups.matching(ev.Kv.Key, func(g *group) {
@@ -368,11 +373,14 @@ func (h *Hub) fanOut(r revisionEvents) {
 			g.batch = append(g.batch, g.spec.project(ev, h.compactRev))
 		})
 	}
+	var matched time.Time
 	if match.IsRecording() {
+		matched = time.Now()
 		match.SetAttributes(obs.AttrCount.Int(len(touched)))
+		match.End(trace.WithTimestamp(matched))
 	}
-	match.End()
-	_, encode := h.stages.Start(traced.context(), "watchhub.encode")
+	_, encode := h.stages.StartAt(traced.context(), "watchhub.encode", matched)
+	encoded := matched
 	queued := 0
 	for _, g := range touched {
 		limit := 0
@@ -389,7 +397,8 @@ func (h *Hub) fanOut(r revisionEvents) {
 		h.metrics.encodedResponses.Inc()
 		resp.received = r.received
 		if traced != nil {
-			resp.traced, resp.queued = traced, time.Now()
+			encoded = time.Now()
+			resp.traced, resp.queued = traced, encoded
 		}
 		// Backwards, because a watcher that falls behind leaves the group by swapping the last one into its slot.
 		for i := len(g.watchers) - 1; i >= 0; i-- {
@@ -408,8 +417,9 @@ func (h *Hub) fanOut(r revisionEvents) {
 	}
 	if encode.IsRecording() {
 		encode.SetAttributes(obs.AttrCount.Int(queued))
+		encode.End(trace.WithTimestamp(encoded))
+		traced.ended(encoded)
 	}
-	encode.End()
 }
 
 // fallBehind moves a synced watcher to catch-up from rev; mu is held.

@@ -97,7 +97,11 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
 		return nil
 	}
 	if shared.traced != nil {
-		defer func() { s.hub.stages.Span(shared.traced.ctx, "watchhub.send", shared.queued, time.Now()) }()
+		defer func() {
+			written := time.Now()
+			s.hub.stages.Span(shared.traced.ctx, "watchhub.send", shared.queued, written)
+			shared.traced.ended(written)
+		}()
 	}
 	for _, part := range shared.boxed {
 		s.enc = encodedResponse{watchID: w.idField, part: part}

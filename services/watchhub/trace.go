@@ -21,6 +21,7 @@ type eventTrace struct {
 	root    trace.Span
 	offered time.Time // when the feed offered the revision to the sequencer
 	pending atomic.Int32
+	end     atomic.Int64 // the latest end of a stage (a send), in Unix nanoseconds: the root's end
 }
 
 // startEvent starts the trace of a record received at received whose apply span's context is carried (nil
@@ -33,10 +34,9 @@ func (h *Hub) startEvent(carried map[string]string, rev int64, received time.Tim
 	apply.Add(h.tel.Extract(context.Background(), carried))
 	root := h.stages.StartBatchAt("watchhub.event", &apply, received)
 	root.SetAttributes(obs.AttrOp.String("watch.event"), obs.AttrRevision.Int64(rev))
-	t := &eventTrace{ctx: trace.ContextWithSpan(context.Background(), root), root: root}
+	t := &eventTrace{ctx: trace.ContextWithSpan(context.Background(), root), root: root, offered: time.Now()}
 	t.pending.Store(1) // the fan-out's own hold
-	h.stages.Span(t.ctx, "watchhub.bus_receive", received, time.Now())
-	t.offered = time.Now()
+	h.stages.Span(t.ctx, "watchhub.bus_receive", received, t.offered)
 	return t
 }
 
@@ -47,10 +47,20 @@ func (t *eventTrace) hold(n int) {
 	}
 }
 
-// release ends one hold; the last ends the root span.
+// ended notes a stage that ended at end.
+func (t *eventTrace) ended(end time.Time) {
+	for {
+		last := t.end.Load()
+		if end.UnixNano() <= last || t.end.CompareAndSwap(last, end.UnixNano()) {
+			return
+		}
+	}
+}
+
+// release ends one hold; the last ends the root span, when its last stage ended.
 func (t *eventTrace) release() {
 	if t != nil && t.pending.Add(-1) == 0 {
-		t.root.End()
+		t.root.End(trace.WithTimestamp(time.Unix(0, t.end.Load())))
 	}
 }
 
