@@ -136,7 +136,7 @@ func (t *proposalTraces) link(batch *obs.Batch) {
 // stage records a batched stage that ran from start to now as a span linking every waiting proposal, with
 // count (entries, messages) as cairn.count. It does nothing when none is waiting.
 func (t *proposalTraces) stage(name string, start time.Time, count int) {
-	if t.count == 0 {
+	if t.count == 0 || count == 0 {
 		return
 	}
 	var batch obs.Batch

@@ -213,7 +213,9 @@ func (l *raftLoop) handleReady(rd raft.Ready) error {
 		return err
 	}
 	if !leader {
+		sent := time.Now()
 		l.n.transport.Send(rd.Messages)
+		l.traces.stage("consensus.send", sent, len(rd.Messages))
 	}
 	if !early {
 		if err := l.applyCommitted(rd.CommittedEntries); err != nil {
