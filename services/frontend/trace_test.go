@@ -126,6 +126,10 @@ func TestEveryStageIsTraced(t *testing.T) {
 				}
 				connected = connectedTrace(ended, root)
 				missing = missingStages(connected, tc.stages)
+				if tc.op == "put" && countInTrace(connected, root, "storage.apply") != 3 {
+					// Every member applies the write under the proposer's storage.submit, as the log carries it.
+					missing = append(missing, "a storage.apply on each of the 3 members")
+				}
 				return len(missing) == 0
 			})
 			for _, cp := range critical {
@@ -197,6 +201,17 @@ func missingStages(spans []sdktrace.ReadOnlySpan, stages []string) []string {
 		}
 	}
 	return missing
+}
+
+// countInTrace counts the spans called name in root's own trace.
+func countInTrace(spans []sdktrace.ReadOnlySpan, root sdktrace.ReadOnlySpan, name string) int {
+	n := 0
+	for _, s := range spans {
+		if s.Name() == name && s.SpanContext().TraceID() == root.SpanContext().TraceID() {
+			n++
+		}
+	}
+	return n
 }
 
 // spanNamed is the span called name in the trace traceID.
