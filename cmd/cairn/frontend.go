@@ -16,13 +16,17 @@ func newFrontendCommand() *cobra.Command {
 	cfg.RegisterFlags(fs)
 	var tlsOpts tlsOptions
 	tlsOpts.register(fs)
+	var sampleRatio float64
+	registerTraceSampleRatio(fs, &sampleRatio)
 	cmd := &cobra.Command{
 		Use:   "frontend",
 		Short: "Run a frontend: the etcd v3 API (gRPC, JSON gateway, /health, /metrics) in front of the members",
 		Example: "  cairn frontend --name m1 --listen-client-urls http://127.0.0.1:2379 " +
 			"--consensus-endpoints http://127.0.0.1:2390,http://127.0.0.1:2391,http://127.0.0.1:2392",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runFrontend(cmd.Context(), cfg, tlsOpts) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runFrontend(cmd.Context(), cfg, tlsOpts, sampleRatio)
+		},
 	}
 	cmd.Flags().AddGoFlagSet(fs)
 	return cmd
@@ -30,8 +34,9 @@ func newFrontendCommand() *cobra.Command {
 
 // runFrontend serves until ctx ends (SIGINT or SIGTERM), then stops gracefully, as every service
 // subcommand does. The frontend serves its own --listen-metrics-urls (etcd's flags are its own).
-func runFrontend(ctx context.Context, cfg frontend.Config, tlsOpts tlsOptions) error {
-	proc, err := newProcess(ctx, "frontend", cfg.Name, processOptions{logLevel: cfg.LogLevel, tls: tlsOpts})
+func runFrontend(ctx context.Context, cfg frontend.Config, tlsOpts tlsOptions, sampleRatio float64) error {
+	proc, err := newProcess(ctx, "frontend", cfg.Name, processOptions{logLevel: cfg.LogLevel, tls: tlsOpts,
+		traceSampleRatio: sampleRatio})
 	if err != nil {
 		return err
 	}

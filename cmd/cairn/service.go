@@ -27,6 +27,8 @@ type processOptions struct {
 	metricsURLs []string
 	enablePprof bool
 	tls         tlsOptions
+	// traceSampleRatio is --trace-sample-ratio; below 0 (not set) the OTEL_TRACES_SAMPLER variables decide.
+	traceSampleRatio float64
 }
 
 // tlsOptions are the TLS flags every service shares: the internal links' certificate (--internal-*) and the
@@ -54,7 +56,15 @@ func (o *processOptions) register(flags *pflag.FlagSet, metricsURL string) {
 	flags.BoolVar(&o.enablePprof, "enable-pprof", false, "Enable runtime profiling data via HTTP server at the metrics URLs + \"/debug/pprof/\".")
 	goFlags := flag.NewFlagSet("tls", flag.ContinueOnError)
 	o.tls.register(goFlags)
+	registerTraceSampleRatio(goFlags, &o.traceSampleRatio)
 	flags.AddGoFlagSet(goFlags)
+}
+
+// registerTraceSampleRatio adds --trace-sample-ratio to fs, with -1 (not set) as its default.
+func registerTraceSampleRatio(fs *flag.FlagSet, ratio *float64) {
+	fs.Float64Var(ratio, "trace-sample-ratio", -1, "Ratio (0 to 1) of client requests traced, parent-based "+
+		"(a request sampled upstream is traced here too); overrides OTEL_TRACES_SAMPLER. Traces are exported only "+
+		"when OTEL_EXPORTER_OTLP_ENDPOINT is set.")
 }
 
 // addGoFlags adds flags registered on a standard library FlagSet (the services' Config.RegisterFlags) to a
@@ -91,7 +101,7 @@ func newProcess(ctx context.Context, service, member string, opts processOptions
 			return nil, fmt.Errorf("--listen-metrics-urls: %w", err)
 		}
 	}
-	tel, err := obs.NewTelemetry(ctx, service)
+	tel, err := obs.NewTelemetry(ctx, obs.TraceConfig{Service: service, Instance: member, SampleRatio: opts.traceSampleRatio})
 	if err != nil {
 		return nil, err
 	}

@@ -40,6 +40,7 @@ func newUpCommand() *cobra.Command {
 	flags.IntVar(&cfg.ClientPort, "client-port", 2379, "Client port of the first frontend; the others get free ports, kept in --data-dir.")
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
+	flags.StringVar(&cfg.TraceSampleRatio, "trace-sample-ratio", "", "--trace-sample-ratio of every child (0 to 1, parent-based; overrides OTEL_TRACES_SAMPLER).")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
 	flags.StringVar(&cfg.FromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into every member of a new --data-dir, then start.")
 	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a `cairn backup` child keeping verified snapshots in this directory.")

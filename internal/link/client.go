@@ -35,8 +35,8 @@ type ClientConfig struct {
 	Expired error
 	// DialAhead opens the connections in the background at once, so the first calls need not pay for them.
 	DialAhead bool
-	// Telemetry, when not nil, gives each call's trace context to the server, and a span per call while spans
-	// are recorded, named Name + "/" + MethodNames[method].
+	// Telemetry, when not nil, gives each call's sampled trace context to the server, and a span per sampled
+	// call while spans are recorded, named Name + "/" + MethodNames[method].
 	Telemetry   *obs.Telemetry
 	Name        string
 	MethodNames map[uint64]string
@@ -95,7 +95,7 @@ func (c *Client) Call(ctx context.Context, method uint64, body []byte) ([]byte, 
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	if c.tracer != nil {
+	if c.tracer != nil && trace.SpanContextFromContext(ctx).IsSampled() {
 		var span trace.Span
 		ctx, span = c.tracer.Start(ctx, c.spanName(method), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("net.peer.name", c.cfg.Addr)))

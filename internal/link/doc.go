@@ -5,7 +5,8 @@
 // A frame on a link is a uvarint header length, a header (protobuf fields, see header.go) and a body the caller
 // encodes (Cairn sends protobuf messages). The header names the call (id, method), its kind (call, answer,
 // cancel, end), the time the caller still waits (so the server bounds its work), the caller's W3C trace context
-// (restored as the parent of the server's work, and of a span per call on both ends when spans are recorded) and,
+// when sampled (restored as the parent of the server's work, and of a span per call on both ends when spans are
+// recorded) and,
 // on a failed answer, the gRPC status.
 //
 // Client side (Client.Call): a call takes a fresh id, goes out from the caller's own goroutine (sharing a write

@@ -34,7 +34,7 @@ type ServerConfig struct {
 	// Linger bounds how long a stopping server waits for the client to close a connection it ended (2 s when 0).
 	Linger time.Duration
 	// Telemetry, when not nil, restores each call's trace context as its context's parent, and records a span
-	// per call (named Name + "/" + MethodNames[method]) while spans are recorded.
+	// per sampled call (named Name + "/" + MethodNames[method]) while spans are recorded.
 	Telemetry   *obs.Telemetry
 	Name        string
 	MethodNames map[uint64]string
@@ -264,7 +264,7 @@ func (c *Call) Context() context.Context {
 	if tel := ss.server.cfg.Telemetry; tel != nil {
 		ctx = tel.Extract(ctx, c.trace)
 	}
-	if ss.server.tracer != nil {
+	if ss.server.tracer != nil && trace.SpanContextFromContext(ctx).IsSampled() {
 		ctx, c.span = ss.server.tracer.Start(ctx, spanName(ss.server.cfg.Name, ss.server.cfg.MethodNames, c.Method),
 			trace.WithSpanKind(trace.SpanKindServer))
 	}
@@ -286,8 +286,24 @@ func (c *Call) Context() context.Context {
 }
 
 // ConnContext is the connection's context, for a call answered on the spot (which needs no deadline of its
-// own): it ends when the connection ends.
-func (c *Call) ConnContext() context.Context { return c.session.ctx }
+// own): it ends when the connection ends. It carries the caller's trace context, and the call's span while
+// spans are recorded, when the caller sent one; so a traced call is answered on the spot as an untraced one is,
+// by the same goroutine, and only its context differs.
+func (c *Call) ConnContext() context.Context {
+	ss := c.session
+	if len(c.trace) == 0 || c.ctx != nil {
+		return ss.ctx
+	}
+	ctx := ss.ctx
+	if tel := ss.server.cfg.Telemetry; tel != nil {
+		ctx = tel.Extract(ctx, c.trace)
+	}
+	if ss.server.tracer != nil && c.span == nil && trace.SpanContextFromContext(ctx).IsSampled() {
+		ctx, c.span = ss.server.tracer.Start(ctx, spanName(ss.server.cfg.Name, ss.server.cfg.MethodNames, c.Method),
+			trace.WithSpanKind(trace.SpanKindServer))
+	}
+	return ctx
+}
 
 // Timeout is what remained of the caller's deadline when it sent the call; 0 when it had none.
 func (c *Call) Timeout() time.Duration { return time.Duration(c.timeoutMicros) * time.Microsecond }

@@ -2,5 +2,13 @@
 // endpoint (/metrics, /health, /readyz, /livez) and OpenTelemetry tracing with its gRPC instrumentation and the
 // trace-context carriers used inside proposals and NATS messages.
 //
+// Tracing follows one span contract, which `cairn trace` reads: a span per stage named "<service>.<stage>"
+// (StageTracer), with the attributes cairn.service, cairn.member and, where they apply, raft.index,
+// mvcc.revision, cairn.bytes, cairn.batch.size and cairn.count; a client request's root is the frontend's server
+// span with cairn.op (StagedServerOptions); a batch (a group commit, a WAL fsync, a shared ReadIndex round, a bbolt
+// commit) is one root span linking every sampled request it carried (Batch, StageTracer.StartBatch), sampled
+// because of them (NewSampler). Stages are recorded only under a sampled span, and cost an unsampled request one
+// context lookup each, no allocation. The README's Tracing section lists the stages of each operation.
+//
 // Nothing here is global: a service builds one Telemetry and one prometheus.Registry and passes them down.
 package obs

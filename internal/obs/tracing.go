@@ -25,24 +25,40 @@ type Telemetry struct {
 	shutdown   func(context.Context) error
 }
 
-// NewTelemetry sets up tracing for service. An OTLP/gRPC exporter is installed when the standard
+// TraceConfig is what a service's tracing needs to know.
+type TraceConfig struct {
+	// Service is the service's name without the "cairn-" prefix (resource attribute service.name, e.g.
+	// cairn-storage); Instance is its member or instance name (service.instance.id).
+	Service, Instance string
+	// SampleRatio, from 0 to 1, is the parent-based ratio of requests traced (--trace-sample-ratio); below 0,
+	// OTEL_TRACES_SAMPLER and OTEL_TRACES_SAMPLER_ARG decide (see NewSampler).
+	SampleRatio float64
+}
+
+// NewTelemetry sets up tracing for cfg.Service. An OTLP/gRPC exporter is installed when the standard
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable is set, and configured by the
-// other standard OTEL_* variables; when neither is set spans are not recorded at all, but trace context is
-// still carried, so a traced client's context survives the hop through an untraced service.
-func NewTelemetry(ctx context.Context, service string) (*Telemetry, error) {
+// other standard OTEL_* variables, with the sampler NewSampler gives; when neither is set spans are not
+// recorded at all, but trace context is still carried, so a traced client's context survives the hop through
+// an untraced service.
+func NewTelemetry(ctx context.Context, cfg TraceConfig) (*Telemetry, error) {
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
 		return &Telemetry{Tracers: tracenoop.NewTracerProvider(), Propagator: prop}, nil
 	}
+	sampler, err := NewSampler(cfg.SampleRatio)
+	if err != nil {
+		return nil, err
+	}
 	exp, err := otlptracegrpc.New(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("otlp trace exporter for %s: %w", service, err)
+		return nil, fmt.Errorf("otlp trace exporter for %s: %w", cfg.Service, err)
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName("cairn-"+service)))
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
+		semconv.ServiceName("cairn-"+cfg.Service), semconv.ServiceInstanceID(cfg.Instance)))
 	if err != nil {
-		return nil, fmt.Errorf("trace resource for %s: %w", service, err)
+		return nil, fmt.Errorf("trace resource for %s: %w", cfg.Service, err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sampler))
 	return &Telemetry{Tracers: tp, Propagator: prop, shutdown: tp.Shutdown}, nil
 }
 
@@ -104,10 +120,11 @@ func (t *Telemetry) otelgrpcOptions() []otelgrpc.Option {
 	}
 }
 
-// Inject writes ctx's trace context into a string map, for carrying it inside a proposal or a NATS message.
-// It returns nil when there is nothing to carry.
+// Inject writes ctx's trace context into a string map, for carrying it inside a proposal, a link call or a NATS
+// message. It returns nil when there is nothing to carry: no trace context, or one that is not sampled (nothing
+// downstream would record it, so a request that is not sampled carries nothing and costs nothing more).
 func (t *Telemetry) Inject(ctx context.Context) map[string]string {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	if !trace.SpanContextFromContext(ctx).IsSampled() {
 		return nil
 	}
 	carrier := propagation.MapCarrier{}

@@ -32,6 +32,7 @@ type Node struct {
 	deps    Deps
 	log     *slog.Logger
 	tracer  trace.Tracer
+	stages  obs.StageTracer
 	tel     *obs.Telemetry
 	metrics *metrics
 
@@ -105,6 +106,7 @@ func New(cfg Config, deps Deps) (*Node, error) {
 		log:      deps.Logger,
 		tel:      deps.Telemetry,
 		tracer:   deps.Telemetry.Tracer("github.com/cairn-kv/cairn/services/consensus"),
+		stages:   deps.Telemetry.Stages("consensus", cfg.Name),
 		proposeC: make(chan *proposal, 4096),
 		recvC:    make(chan *raftpb.Message, 4096),
 		controlC: make(chan func(), 1024),

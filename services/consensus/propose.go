@@ -12,6 +12,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	grpccodes "google.golang.org/grpc/codes"
+
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // ErrEmptyProposal refuses a proposal without data: it would be indistinguishable from a leader's empty
@@ -21,17 +23,21 @@ var ErrEmptyProposal = status.Error(grpccodes.InvalidArgument, "consensus: empty
 // proposal is one Propose call on its way into raft.
 type proposal struct {
 	data []byte
-	// span is the proposal-to-commit span, set only when it records.
-	span trace.Span
+	// parent is the proposer's context and span its consensus.propose span, set only when the proposer's
+	// trace is sampled.
+	parent context.Context
+	span   trace.Span
 	// done is called once, by the raft loop, when raft took the proposal (nil) or refused it. It must not
 	// block.
 	done func(error)
 }
 
 func (p *proposal) finish(err error) {
-	if err != nil && p.span != nil {
-		p.span.RecordError(err)
-		p.span.SetStatus(codes.Error, err.Error())
+	if p.span != nil {
+		if err != nil {
+			p.span.RecordError(err)
+			p.span.SetStatus(codes.Error, err.Error())
+		}
 		p.span.End()
 	}
 	p.done(err)
@@ -68,9 +74,9 @@ func (n *Node) submit(ctx context.Context, data []byte, done func(error)) error 
 		return rpctypes.ErrGRPCNoLeader
 	}
 	p := &proposal{data: data, done: done}
-	if _, span := n.tracer.Start(ctx, "consensus.Propose", trace.WithTimestamp(time.Now()),
-		trace.WithAttributes(attribute.Int("consensus.proposal.bytes", len(data)))); span.IsRecording() {
-		p.span = span
+	if _, span := n.stages.Start(ctx, "consensus.propose"); span.IsRecording() {
+		span.SetAttributes(obs.AttrBytes.Int(len(data)))
+		p.parent, p.span = ctx, span
 	}
 	select {
 	case n.proposeC <- p:
@@ -82,55 +88,66 @@ func (n *Node) submit(ctx context.Context, data []byte, done func(error)) error 
 	}
 }
 
-// proposalTraces follows recorded proposal spans from raft's acceptance to commit, through the WAL
-// fsyncs in between. Only the raft loop uses it, and only spans that record are tracked, so it costs
-// nothing when tracing is off.
+// proposalTraces follows sampled proposals from raft's acceptance to commit: each gets a consensus.commit span
+// (under the proposer's span, beside its consensus.propose), and the batched stages in between (the WAL append
+// and fsync, the sends to peers, the delivery of the committed entries) link the waiting ones. Only the raft
+// loop uses it, and only sampled proposals are tracked, so it costs nothing when no request is sampled.
 type proposalTraces struct {
+	stages obs.StageTracer
 	byData map[string][]tracedProposal
 	count  int
 }
 
 type tracedProposal struct {
-	span  trace.Span
+	span  trace.Span // consensus.commit
 	since time.Time
 }
 
-// maxTracedProposals bounds the spans waiting for commit; beyond it new ones end at acceptance.
+// maxTracedProposals bounds the spans waiting for commit; beyond it new ones are not followed.
 const maxTracedProposals = 10000
 
 // traceTimeout ends spans of proposals that never committed (dropped by a leader change).
 const traceTimeout = 30 * time.Second
 
-func newProposalTraces() *proposalTraces {
-	return &proposalTraces{byData: map[string][]tracedProposal{}}
+func newProposalTraces(stages obs.StageTracer) *proposalTraces {
+	return &proposalTraces{stages: stages, byData: map[string][]tracedProposal{}}
 }
 
+// add starts following p, which raft just took.
 func (t *proposalTraces) add(p *proposal) {
-	p.span.AddEvent("accepted by raft")
 	if t.count >= maxTracedProposals {
-		p.span.End()
 		return
 	}
+	_, span := t.stages.Start(p.parent, "consensus.commit")
 	key := string(p.data)
-	t.byData[key] = append(t.byData[key], tracedProposal{span: p.span, since: time.Now()})
+	t.byData[key] = append(t.byData[key], tracedProposal{span: span, since: time.Now()})
 	t.count++
 }
 
-// synced records a WAL fsync on every waiting span: the entries they wait for are durable here now or
-// will be in a later fsync.
-func (t *proposalTraces) synced(took time.Duration) {
-	if t.count == 0 {
-		return
-	}
+// link adds every proposal waiting for its commit to batch.
+func (t *proposalTraces) link(batch *obs.Batch) {
 	for _, waiting := range t.byData {
 		for _, tp := range waiting {
-			tp.span.AddEvent("wal fsync", trace.WithAttributes(attribute.Int64("consensus.wal.fsync_us", took.Microseconds())))
+			batch.AddContext(tp.span.SpanContext())
 		}
 	}
 }
 
-// committed ends the span of the proposal that e carries, if it is tracked.
-func (t *proposalTraces) committed(e *raftpb.Entry) {
+// stage records a batched stage that ran from start to now as a span linking every waiting proposal, with
+// count (entries, messages) as cairn.count. It does nothing when none is waiting.
+func (t *proposalTraces) stage(name string, start time.Time, count int) {
+	if t.count == 0 || count == 0 {
+		return
+	}
+	var batch obs.Batch
+	t.link(&batch)
+	span := t.stages.StartBatchAt(name, &batch, start)
+	span.SetAttributes(obs.AttrCount.Int(count))
+	span.End()
+}
+
+// committed ends the span of the proposal that e carries, if it is tracked, and links it to batch.
+func (t *proposalTraces) committed(e *raftpb.Entry, batch *obs.Batch) {
 	if t.count == 0 {
 		return
 	}
@@ -139,8 +156,9 @@ func (t *proposalTraces) committed(e *raftpb.Entry) {
 		return
 	}
 	tp := waiting[0]
-	tp.span.SetAttributes(attribute.Int64("consensus.index", int64(e.GetIndex())), attribute.Int64("consensus.term", int64(e.GetTerm())))
+	tp.span.SetAttributes(obs.AttrRaftIndex.Int64(int64(e.GetIndex())), attribute.Int64("raft.term", int64(e.GetTerm())))
 	tp.span.End()
+	batch.AddContext(tp.span.SpanContext())
 	if len(waiting) == 1 {
 		delete(t.byData, string(e.GetData()))
 	} else {

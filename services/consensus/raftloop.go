@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // maxDrain bounds how many queued inputs the loop takes before it handles a Ready, so a flood of
@@ -44,7 +45,7 @@ func newRaftLoop(n *Node, rn *raft.RawNode, initial confPoint) (*raftLoop, error
 	if err != nil {
 		return nil, fmt.Errorf("consensus: raft storage last index: %w", err)
 	}
-	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(), confHistory: []confPoint{initial}, persisted: persisted}, nil
+	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(n.stages), confHistory: []confPoint{initial}, persisted: persisted}, nil
 }
 
 // run is the raft loop of raft's README: take inputs, then for each Ready persist, send, hand on the
@@ -117,7 +118,17 @@ func (l *raftLoop) proposeBatch() {
 	for i, p := range batch {
 		ents[i] = &raftpb.Entry{Data: p.data}
 	}
+	var sampled obs.Batch
+	for _, p := range batch {
+		if p.parent != nil {
+			sampled.Add(p.parent)
+		} else {
+			sampled.AddCount(1)
+		}
+	}
+	step := l.n.stages.StartBatch("consensus.raft_step", &sampled)
 	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(l.n.memberID), Entries: ents})
+	step.End()
 	if err != nil {
 		l.finishBatch(batch, proposeError(err, st))
 		return
@@ -183,7 +194,9 @@ func (l *raftLoop) handleReady(rd raft.Ready) error {
 		if err := l.freshenSnapshots(rd.Messages); err != nil {
 			return err
 		}
+		sent := time.Now()
 		l.n.transport.Send(rd.Messages)
+		l.traces.stage("consensus.send", sent, len(rd.Messages))
 		if len(rd.Messages) > 0 && rd.MustSync {
 			// Let the transport put the appends on the wire before the fsync below holds this process's
 			// one P: a yield runs the peers' senders, which write their links themselves.
@@ -200,7 +213,9 @@ func (l *raftLoop) handleReady(rd raft.Ready) error {
 		return err
 	}
 	if !leader {
+		sent := time.Now()
 		l.n.transport.Send(rd.Messages)
+		l.traces.stage("consensus.send", sent, len(rd.Messages))
 	}
 	if !early {
 		if err := l.applyCommitted(rd.CommittedEntries); err != nil {
@@ -233,7 +248,9 @@ func (l *raftLoop) persist(rd raft.Ready) error {
 	if rd.MustSync {
 		took := time.Since(start)
 		l.n.metrics.walFsync.Observe(took.Seconds())
-		l.traces.synced(took)
+		l.traces.stage("consensus.wal_fsync", start, len(rd.Entries))
+	} else if len(rd.Entries) > 0 {
+		l.traces.stage("consensus.wal_append", start, len(rd.Entries))
 	}
 	if snap != nil {
 		if err := l.installSnapshot(snap); err != nil {
@@ -280,6 +297,8 @@ func (l *raftLoop) applyCommitted(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
+	start := time.Now()
+	var delivered obs.Batch
 	for _, e := range ents {
 		switch e.GetType() {
 		case raftpb.EntryConfChange:
@@ -292,12 +311,18 @@ func (l *raftLoop) applyCommitted(ents []*raftpb.Entry) error {
 			}
 			l.recordConf(e.GetIndex(), l.rn.ApplyConfChange(cc))
 		default:
-			l.traces.committed(e)
+			l.traces.committed(e, &delivered)
 		}
 	}
 	last := ents[len(ents)-1].GetIndex()
 	l.n.deliver.advance(last)
 	l.n.metrics.appliedIndex.Set(float64(last))
+	if delivered.Sampled() {
+		delivered.AddCount(len(ents) - delivered.Size())
+		span := l.n.stages.StartBatchAt("consensus.deliver", &delivered, start)
+		span.SetAttributes(obs.AttrRaftIndex.Int64(int64(last)))
+		span.End()
+	}
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3"
+
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // readIndexer batches ReadIndex calls into rounds, as etcd's linearizable read loop does: every caller
@@ -18,6 +20,7 @@ type readIndexer struct {
 
 	mu      sync.Mutex
 	waiting []chan readResult
+	reads   obs.Batch // the callers waiting, for the consensus.read_index span's links
 
 	kick   chan struct{}
 	states chan raft.ReadState
@@ -43,6 +46,7 @@ func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
 	result := make(chan readResult, 1)
 	r.mu.Lock()
 	r.waiting = append(r.waiting, result)
+	r.reads.Add(ctx)
 	r.mu.Unlock()
 	select {
 	case r.kick <- struct{}{}:
@@ -79,11 +83,17 @@ func (r *readIndexer) run() {
 		r.mu.Lock()
 		batch := r.waiting
 		r.waiting = nil
+		span := r.n.stages.StartBatch("consensus.read_index", &r.reads)
+		r.reads.Reset()
 		r.mu.Unlock()
 		if len(batch) == 0 {
 			continue
 		}
 		index, err := r.round()
+		if span.IsRecording() {
+			span.SetAttributes(obs.AttrRaftIndex.Int64(int64(index)))
+		}
+		span.End()
 		for _, ch := range batch {
 			ch <- readResult{index: index, err: err}
 		}

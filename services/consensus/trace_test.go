@@ -16,7 +16,7 @@ import (
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
 )
 
-func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
+func TestProposalStagesAreSpanned(t *testing.T) {
 	recorder := tracetest.NewSpanRecorder()
 	tel := &obs.Telemetry{
 		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)),
@@ -53,10 +53,10 @@ func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
 			}
 			parent.End()
 			var span sdktrace.ReadOnlySpan
-			waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the proposal span to end, under the proposer's", func() bool {
+			waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the commit span to end, under the proposer's", func() bool {
 				ended := recorder.Ended()
 				for _, s := range ended {
-					if s.Name() == "consensus.Propose" && descends(ended, s, parent.SpanContext().SpanID()) {
+					if s.Name() == "consensus.commit" && descends(ended, s, parent.SpanContext().SpanID()) {
 						span = s
 						return true
 					}
@@ -64,21 +64,32 @@ func TestProposalSpanCoversFsyncAndCommit(t *testing.T) {
 				return false
 			})
 			if span.SpanContext().TraceID() != parent.SpanContext().TraceID() {
-				t.Fatal("the proposal span is not in the proposer's trace")
-			}
-			events := map[string]bool{}
-			for _, e := range span.Events() {
-				events[e.Name] = true
-			}
-			if !events["accepted by raft"] || !events["wal fsync"] {
-				t.Fatalf("span events %v, want acceptance and a WAL fsync", events)
+				t.Fatal("the commit span is not in the proposer's trace")
 			}
 			indexed := false
 			for _, a := range span.Attributes() {
-				indexed = indexed || (a.Key == "consensus.index" && a.Value.AsInt64() > 0)
+				indexed = indexed || (a.Key == "raft.index" && a.Value.AsInt64() > 0)
 			}
 			if !indexed {
 				t.Fatalf("span attributes %v carry no commit index", span.Attributes())
+			}
+			// The proposal's other stages: its own consensus.propose, and the batched WAL fsync and delivery
+			// linking its commit span.
+			stages := map[string]bool{}
+			for _, s := range recorder.Ended() {
+				if s.Name() == "consensus.propose" && descends(recorder.Ended(), s, parent.SpanContext().SpanID()) {
+					stages[s.Name()] = true
+				}
+				for _, l := range s.Links() {
+					if l.SpanContext.SpanID() == span.SpanContext().SpanID() {
+						stages[s.Name()] = true
+					}
+				}
+			}
+			for _, want := range []string{"consensus.propose", "consensus.wal_fsync", "consensus.deliver"} {
+				if !stages[want] {
+					t.Errorf("no %s span for the proposal; found %v", want, stages)
+				}
 			}
 		})
 	}

@@ -5,9 +5,11 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
@@ -41,7 +43,12 @@ func (k *Keeper) checkpointBatch(ctx context.Context) bool {
 	if len(cps) == 0 {
 		return false
 	}
+	ctx, span := k.stages.StartRoot(ctx, "leasekeeper.checkpoint", "other", trace.SpanContext{})
 	index, err := k.writeCheckpoints(ctx, cps, epoch)
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrCount.Int(len(cps)), obs.AttrRaftIndex.Int64(int64(index)))
+	}
+	span.End()
 	k.table.finishWrite(cps, index, time.Now())
 	if err != nil {
 		return false
@@ -72,6 +79,7 @@ func (k *Keeper) writeCheckpoints(ctx context.Context, cps []*pb.LeaseCheckpoint
 // resetRequest asks for a lease's stored remaining TTL to be cleared before the lease is renewed; done (the
 // lease's writing channel) is closed when the reset is written or has failed (err).
 type resetRequest struct {
+	ctx  context.Context // the keep-alive's
 	id   int64
 	done chan struct{}
 	err  error
@@ -110,7 +118,15 @@ func (k *Keeper) writeResets(ctx context.Context, batch []*resetRequest) {
 	epoch, ok := k.activeEpoch(time.Now())
 	err := keeperclaim.ErrNotActive
 	if ok {
-		index, err = k.writeCheckpoints(ctx, cps, epoch)
+		// One entry resets the TTLs of every keep-alive waiting: a batch span linking the sampled ones, whose
+		// context the storage write carries.
+		var renewals obs.Batch
+		for _, r := range batch {
+			renewals.Add(r.ctx)
+		}
+		span := k.stages.StartBatch("leasekeeper.checkpoint", &renewals)
+		index, err = k.writeCheckpoints(trace.ContextWithSpan(ctx, span), cps, epoch)
+		span.End()
 	}
 	if keeperclaim.IsStaleEpoch(err) {
 		err = keeperclaim.ErrNotActive // the client's keep-alive goes to the active keeper

@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
@@ -71,7 +72,9 @@ func (k *Keeper) revokeExpired(ctx context.Context, id int64) {
 	if !ok {
 		return
 	}
+	ctx, span := k.stages.StartRoot(ctx, "leasekeeper.revoke", "lease.revoke", trace.SpanContext{})
 	index, err := k.revoke(ctx, id, epoch)
+	span.End()
 	switch {
 	case err == nil || errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) || rpctypes.ErrorDesc(err) == rpctypes.ErrorDesc(rpctypes.ErrGRPCLeaseNotFound):
 		k.metrics.expired.Inc()

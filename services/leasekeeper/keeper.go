@@ -34,6 +34,7 @@ type Keeper struct {
 	deps    Deps
 	id      string
 	tel     *obs.Telemetry
+	stages  obs.StageTracer
 	logger  *slog.Logger
 	metrics *metrics
 	table   *table
@@ -81,7 +82,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	tel, logger := deps.Telemetry, deps.Logger
 	id := keeperID(cfg.Name)
 	k := &Keeper{
-		cfg: cfg, deps: deps, id: id, tel: tel, logger: logger.With("keeper", id),
+		cfg: cfg, deps: deps, id: id, tel: tel, stages: tel.Stages("leasekeeper", cfg.Name), logger: logger.With("keeper", id),
 		table:   newTable(cfg.CheckpointInterval),
 		revokeC: make(chan int64, cfg.RevokeRate),
 		resetC:  make(chan *resetRequest, cfg.CheckpointBatch),

@@ -101,7 +101,7 @@ func (k *Keeper) Renew(ctx context.Context, id int64) (int64, error) {
 				return 0, err
 			}
 		case l.storedRemaining > 0:
-			reset := &resetRequest{id: id, done: make(chan struct{})}
+			reset := &resetRequest{ctx: ctx, id: id, done: make(chan struct{})}
 			l.writing = reset.done
 			k.table.mu.Unlock()
 			if err := k.awaitReset(ctx, reset); err != nil {

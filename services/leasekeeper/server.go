@@ -6,6 +6,7 @@ import (
 	"io"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // server is the gRPC face of a Keeper: etcd's Lease service.
@@ -43,11 +44,15 @@ func (s *server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		if err != nil {
 			return err
 		}
-		ttl, err := s.k.Renew(ctx, req.ID)
+		renewCtx, span := s.k.stages.StartRoot(ctx, "leasekeeper.keepalive", "lease.keepalive", trace.SpanContextFromContext(ctx))
+		ttl, err := s.k.Renew(renewCtx, req.ID)
 		if err != nil {
+			span.End()
 			return err
 		}
-		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: s.k.header(), ID: req.ID, TTL: ttl}); err != nil {
+		err = stream.Send(&pb.LeaseKeepAliveResponse{Header: s.k.header(), ID: req.ID, TTL: ttl})
+		span.End()
+		if err != nil {
 			return err
 		}
 	}

@@ -7,12 +7,11 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/commitlog"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 
@@ -100,10 +99,12 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 		}
 		return nil
 	}
-	spanCtx := s.tel.Extract(context.Background(), entry.Trace)
-	applyCtx, span := s.tracer.Start(spanCtx, "storage.apply", trace.WithAttributes(
-		attribute.Int64("log.index", int64(e.Index)), attribute.Int64("log.term", int64(e.Term))))
+	applyCtx, span := s.stages.Start(s.tel.Extract(context.Background(), entry.Trace), "storage.apply")
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrRaftIndex.Int64(int64(e.Index)), obs.AttrBytes.Int(len(e.Data)))
+		s.commits.add(span.SpanContext())
+	}
 	start := time.Now()
 	var res *mvcc.Result
 	var err error
@@ -120,7 +121,9 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 		return nil // at or below the applied index: a replay
 	}
 	s.metrics.applied(entry.Request, res, time.Since(start))
-	span.SetAttributes(attribute.Int64("mvcc.revision", res.Revision))
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrRevision.Int64(res.Revision))
+	}
 	if rec, changed := appliedRecord(e, entry.Request.Compaction != nil, entry.Request.GetCompaction().GetRevision(), res); changed {
 		rec.Trace = s.tel.Inject(applyCtx)
 		s.sink.Applied(rec)
@@ -129,7 +132,7 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 		s.tokens.applied(e.Index, entry.Request, res.AuthRevision)
 	}
 	if entry.ProposerMember == s.cfg.MemberID {
-		s.waiters.trigger(entry.Request.ID, res)
+		s.waiters.trigger(entry.Request.ID, applied{res: res, start: start})
 	}
 	return nil
 }

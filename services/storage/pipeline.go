@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/codes"
@@ -33,13 +34,14 @@ func (s *Storage) servePipeline(conn *framed.Conn) {
 
 // pipelineSubmit serves a Submit call on a worker.
 func (s *Storage) pipelineSubmit(call *link.Call) {
+	s.served.pipeline.Add(1)
 	call.Go(func(ctx context.Context) {
 		req := &storagepb.SubmitRequest{}
 		if err := proto.Unmarshal(call.Body, req); err != nil {
 			call.Fail(status.Errorf(codes.InvalidArgument, "cairn storage: pipeline submit not decodable: %v", err))
 			return
 		}
-		resp, err := (&server{s: s}).Submit(ctx, req)
+		resp, err := s.submitRequest(ctx, req)
 		if err != nil {
 			call.Fail(err)
 			return
@@ -55,22 +57,24 @@ func (s *Storage) pipelineSubmit(call *link.Call) {
 
 // pipelineRange serves a Range call: on the spot when it answersAtOnce, else on a worker.
 func (s *Storage) pipelineRange(call *link.Call) {
+	s.served.pipeline.Add(1)
 	req := &pb.RangeRequest{}
 	if err := proto.Unmarshal(call.Body, req); err != nil {
 		call.Fail(status.Errorf(codes.InvalidArgument, "cairn storage: pipeline range not decodable: %v", err))
 		return
 	}
-	if answersAtOnce(call, req) {
+	if answersAtOnce(req) {
 		s.answerRange(call.ConnContext(), call, req)
 		return
 	}
 	call.Go(func(ctx context.Context) { s.answerRange(ctx, call, req) })
 }
 
-// answersAtOnce reports whether r is a serializable Range of one key without a trace: it waits for nothing and
-// reads little, so the receiving goroutine answers it itself rather than hand it to a worker.
-func answersAtOnce(call *link.Call, r *pb.RangeRequest) bool {
-	return r.Serializable && len(r.RangeEnd) == 0 && !call.Traced()
+// answersAtOnce reports whether r is a serializable Range of one key: it waits for nothing and reads little, so
+// the receiving goroutine answers it itself rather than hand it to a worker. Traced or not, the same call takes
+// the same path (TestTracingKeepsTheTransport).
+func answersAtOnce(r *pb.RangeRequest) bool {
+	return r.Serializable && len(r.RangeEnd) == 0
 }
 
 // answerRange answers call with the RangeResponse as Storage.RangeEncoded writes it, into one pooled buffer that
@@ -90,4 +94,13 @@ func (s *Storage) answerRange(ctx context.Context, call *link.Call, r *pb.RangeR
 	}
 	*buf = encoded
 	call.Reply(func() { s.answerBuffers.Put(buf) }, encoded)
+}
+
+// servedCalls counts the Submit and Range calls served, by transport.
+type servedCalls struct{ pipeline, grpc atomic.Uint64 }
+
+// CallsServed reports how many Submit and Range calls storage has served over pipeline links and over gRPC:
+// the frontend's go over its pipelines, traced or not (TestTracingKeepsTheTransport).
+func (s *Storage) CallsServed() (pipeline, grpc uint64) {
+	return s.served.pipeline.Load(), s.served.grpc.Load()
 }

@@ -4,6 +4,10 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // readBarrier shares ReadIndex calls among concurrent linearizable reads, as etcd's read loop does: a read
@@ -13,6 +17,7 @@ import (
 type readBarrier struct {
 	fetch   func(context.Context) (uint64, error)
 	timeout time.Duration
+	stages  obs.StageTracer
 
 	mu       sync.Mutex
 	inflight bool
@@ -23,10 +28,11 @@ type readRound struct {
 	done  chan struct{}
 	index uint64
 	err   error
+	reads obs.Batch // the reads waiting for it (a storage.read_index span links the sampled ones)
 }
 
-func newReadBarrier(fetch func(context.Context) (uint64, error), timeout time.Duration) *readBarrier {
-	return &readBarrier{fetch: fetch, timeout: timeout}
+func newReadBarrier(fetch func(context.Context) (uint64, error), timeout time.Duration, stages obs.StageTracer) *readBarrier {
+	return &readBarrier{fetch: fetch, timeout: timeout, stages: stages}
 }
 
 // readIndex returns a read index obtained after the call began.
@@ -37,6 +43,7 @@ func (b *readBarrier) readIndex(ctx context.Context) (uint64, error) {
 		round = &readRound{done: make(chan struct{})}
 		b.next = round
 	}
+	round.reads.Add(ctx)
 	if !b.inflight {
 		b.inflight, b.next = true, nil
 		go b.run(round)
@@ -54,7 +61,14 @@ func (b *readBarrier) readIndex(ctx context.Context) (uint64, error) {
 func (b *readBarrier) run(round *readRound) {
 	for round != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
-		round.index, round.err = b.fetch(ctx)
+		b.mu.Lock() // reads join the round until it starts
+		span := b.stages.StartBatch("storage.read_index", &round.reads)
+		b.mu.Unlock()
+		round.index, round.err = b.fetch(trace.ContextWithSpan(ctx, span))
+		if span.IsRecording() {
+			span.SetAttributes(obs.AttrRaftIndex.Int64(int64(round.index)))
+		}
+		span.End()
 		cancel()
 		close(round.done)
 		b.mu.Lock()

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // TestReadBarrierSharesRoundsThatStartAfterTheRead checks that concurrent reads share ReadIndex calls, and
@@ -21,7 +23,7 @@ func TestReadBarrierSharesRoundsThatStartAfterTheRead(t *testing.T) {
 			return 0, ctx.Err()
 		}
 		return n, nil
-	}, 5*time.Second)
+	}, 5*time.Second, obs.StageTracer{})
 	ctx := context.Background()
 	first := make(chan uint64, 1)
 	go func() { i, _ := b.readIndex(ctx); first <- i }()

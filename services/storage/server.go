@@ -20,6 +20,13 @@ type server struct {
 }
 
 func (g *server) Submit(ctx context.Context, r *storagepb.SubmitRequest) (*storagepb.SubmitResponse, error) {
+	g.s.served.grpc.Add(1)
+	return g.s.submitRequest(ctx, r)
+}
+
+// submitRequest serves a SubmitRequest, from gRPC or a pipeline.
+func (s *Storage) submitRequest(ctx context.Context, r *storagepb.SubmitRequest) (*storagepb.SubmitResponse, error) {
+	g := &server{s: s}
 	if r.KeeperClaim != nil {
 		return g.s.ClaimKeeper(ctx, r.KeeperClaim)
 	}
@@ -43,6 +50,7 @@ func (g *server) LeaseRecords(r *storagepb.LeaseRecordsRequest, stream grpc.Serv
 }
 
 func (g *server) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	g.s.served.grpc.Add(1)
 	return g.s.Range(ctx, r)
 }
 

@@ -43,6 +43,8 @@ type Storage struct {
 	sink    AppliedSink
 	tel     *obs.Telemetry
 	tracer  trace.Tracer
+	stages  obs.StageTracer
+	commits commitLinks // sampled applies waiting for their bbolt commit
 	logger  *slog.Logger
 	metrics *metrics
 	ids     *requestIDs
@@ -53,6 +55,7 @@ type Storage struct {
 
 	// answerBuffers hold the pipeline's encoded range answers until gRPC has sent them.
 	answerBuffers wiremsg.Pool
+	served        servedCalls
 
 	// applyMu is held while the apply loop delivers a batch, so a defragmentation can swap the store between
 	// batches; it is taken before storeMu.
@@ -99,11 +102,12 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 	}
 	s := &Storage{
 		cfg: cfg, deps: deps, log: log, sink: sink, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/storage"),
+		stages: tel.Stages("storage", fmt.Sprintf("%x", cfg.MemberID)),
 		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
 		stopping: make(chan struct{}), waiters: newWaiters(), tokens: newSimpleTokens(), appliedCh: make(chan struct{}),
 		failedCh: make(chan struct{}, 1), keyring: deps.Keyring,
 	}
-	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout)
+	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout, s.stages)
 	s.metrics = newMetrics(s)
 	if err := checkKeyring(s.dbPath(), s.keyring, s.logger); err != nil {
 		return nil, err
@@ -129,9 +133,10 @@ func (s *Storage) openStore() (*mvcc.Store, error) {
 		Path:      s.dbPath(), BatchInterval: s.cfg.BatchInterval, BatchLimit: s.cfg.BatchLimit,
 		CompactionBatchLimit: s.cfg.CompactionBatchLimit, CompactionSleepInterval: s.cfg.CompactionSleepInterval,
 		MinLeaseTTL: s.cfg.MinLeaseTTL, Logger: s.logger,
-		OnCommit: func(durable uint64, took time.Duration) {
+		OnCommit: func(durable uint64, entries int, start, end time.Time) {
 			s.durable.Store(durable)
-			s.metrics.backendCommit.Observe(took.Seconds())
+			s.metrics.backendCommit.Observe(end.Sub(start).Seconds())
+			s.committed(durable, entries, start, end)
 		},
 		OnFailure: func(error) {
 			select {

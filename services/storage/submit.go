@@ -8,12 +8,14 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 
@@ -28,7 +30,16 @@ func (s *Storage) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*sto
 // if the leasekeeper claim is still at that epoch, and refused with keeperclaim.ErrStaleEpoch otherwise.
 func (s *Storage) SubmitFenced(ctx context.Context, req *pb.InternalRaftRequest, keeperEpoch uint64) (*storagepb.SubmitResponse, error) {
 	start := time.Now()
+	ctx, span := s.stages.Start(ctx, "storage.submit")
 	resp, err := s.submit(ctx, req, keeperEpoch)
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrRaftIndex.Int64(int64(resp.GetIndex())),
+			obs.AttrRevision.Int64(resp.ResponseHeader().GetRevision()))
+		if err != nil {
+			span.SetStatus(otelcodes.Error, err.Error())
+		}
+	}
+	span.End()
 	s.metrics.observeSubmit(req, err, time.Since(start))
 	if h := resp.ResponseHeader(); h != nil {
 		// The term of the last entry applied: at least the term this write was committed in.
@@ -137,12 +148,23 @@ func (s *Storage) propose(ctx context.Context, entry *storagepb.Entry) (*mvcc.Re
 	defer s.waiters.cancel(req.ID)
 	s.metrics.pending.Inc()
 	defer s.metrics.pending.Dec()
-	if err := s.log.Propose(ctx, data); err != nil {
+	proposeCtx, span := s.stages.Start(ctx, "storage.propose")
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrBytes.Int(len(data)))
+	}
+	err = s.log.Propose(proposeCtx, data)
+	span.End()
+	if err != nil {
 		return nil, proposeError(ctx, err)
 	}
+	proposed := time.Now()
 	select {
-	case res := <-applied:
-		return res, nil
+	case a := <-applied:
+		if s.stages.Sampled(ctx) {
+			s.stages.Span(ctx, "storage.wait_commit", proposed, a.start)
+			s.stages.Span(ctx, "storage.wait_applied", a.end, time.Now())
+		}
+		return a.res, nil
 	case <-ctx.Done():
 		return nil, ctxError(ctx)
 	}
@@ -216,11 +238,19 @@ func wrapResponse(res *mvcc.Result) (*storagepb.SubmitResponse, error) {
 // linearize waits until this storage has applied a ReadIndex from the log, so a following local read sees every
 // write acknowledged before the call.
 func (s *Storage) linearize(ctx context.Context) error {
+	_, span := s.stages.Start(ctx, "storage.wait_read_index")
 	index, err := s.reads.readIndex(ctx)
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrRaftIndex.Int64(int64(index)))
+	}
+	span.End()
 	if err != nil {
 		return proposeError(ctx, err)
 	}
-	return s.waitApplied(ctx, index)
+	_, span = s.stages.Start(ctx, "storage.wait_applied")
+	err = s.waitApplied(ctx, index)
+	span.End()
+	return err
 }
 
 // linearizeWithTimeout is linearize bounded by RequestTimeout.
@@ -236,6 +266,7 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		return nil, err
 	}
 	s.metrics.ranges.Inc()
+	_, span := s.stages.Start(ctx, "storage.bbolt_read")
 	var resp *pb.RangeResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) {
 		if resp, err = st.Range(r); err == nil {
@@ -243,6 +274,10 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 		}
 		return err
 	})
+	if span.IsRecording() && resp != nil {
+		span.SetAttributes(obs.AttrCount.Int(len(resp.Kvs)), obs.AttrRevision.Int64(resp.Header.GetRevision()))
+	}
+	span.End()
 	return resp, sealError(err)
 }
 
@@ -253,11 +288,16 @@ func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest, alloc fu
 		return nil, err
 	}
 	s.metrics.ranges.Inc()
+	_, span := s.stages.Start(ctx, "storage.bbolt_read")
 	var encoded []byte
 	err := s.withStore(func(st *mvcc.Store) (err error) {
 		encoded, err = st.RangeEncoded(r, st.Position().AppliedTerm, alloc)
 		return err
 	})
+	if span.IsRecording() {
+		span.SetAttributes(obs.AttrBytes.Int(len(encoded)))
+	}
+	span.End()
 	return encoded, sealError(err)
 }
 
@@ -281,8 +321,10 @@ func (s *Storage) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnRespons
 			return nil, err
 		}
 	}
+	_, span := s.stages.Start(ctx, "storage.bbolt_read")
 	var resp *pb.TxnResponse
 	err := s.withStore(func(st *mvcc.Store) (err error) { resp, err = st.ReadTxn(r); return err })
+	span.End()
 	if err == nil {
 		s.metrics.countTxn(r, resp)
 	}

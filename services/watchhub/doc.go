@@ -47,8 +47,8 @@
 //     miss it; a watch from the past reads it from storage history).
 //   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval); losing a
 //     storage fails over to the next endpoint; stopping the hub ends its streams with Unavailable.
-//   - The watch event's trace continues the write's: the fan-out span's parent is the apply span carried in
-//     the NATS headers.
+//   - A sampled write's watch event has a trace of its own (eventTrace): a watchhub.event root linked to the
+//     apply span whose context the NATS headers carried, with the hub's stages under it.
 //
 // "Now" is storage's: before creating a watch the hub asks storage for its current revision (one Status call
 // for every create waiting at that moment) and waits until its head has reached it, so a watch created after a

@@ -51,6 +51,9 @@ type sharedResponse struct {
 	events int
 	// received is when the hub got the revision, for the delivery latency metric.
 	received time.Time
+	// traced is the event's trace, when sampled; queued is when the response was queued, for its sends.
+	traced *eventTrace
+	queued time.Time
 }
 
 // encodeShared encodes events at header for a group; fragmentLimit > 0 cuts it as etcd cuts fragments.

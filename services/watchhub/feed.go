@@ -116,7 +116,8 @@ func (f *feed) handle(br busRecord) {
 			"revision", rec.Revision, "err", err)
 		return
 	}
-	run, result := f.seq.offer(newRevisionEvents(rec.Revision, rec.Events, br.meta.Trace, br.received))
+	traced := f.hub.startEvent(br.meta.Trace, rec.Revision, br.received)
+	run, result := f.seq.offer(newRevisionEvents(rec.Revision, rec.Events, traced, br.received))
 	f.hub.metrics.busRecords.WithLabelValues(result.String()).Inc()
 	if len(run) > 0 {
 		f.hub.deliver(run)

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -33,7 +32,7 @@ type Hub struct {
 	cfg     Config
 	deps    Deps
 	tel     *obs.Telemetry
-	tracer  trace.Tracer
+	stages  obs.StageTracer
 	logger  *slog.Logger
 	metrics *metrics
 	pool    *storageclient.Pool
@@ -87,7 +86,7 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 	deps = deps.withDefaults()
 	tel, logger := deps.Telemetry, deps.Logger
 	h := &Hub{
-		cfg: cfg, deps: deps, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/watchhub"), logger: logger,
+		cfg: cfg, deps: deps, tel: tel, stages: tel.Stages("watchhub", cfg.ListenURL), logger: logger,
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
 		leaderLostAfter: defaultLeaderLostAfter,
@@ -352,12 +351,16 @@ func (h *Hub) fanOut(r revisionEvents) {
 	if len(r.events) == 0 {
 		return
 	}
-	ctx := context.Background()
-	if r.trace != nil {
-		ctx = h.tel.Extract(ctx, r.trace)
+	traced := r.traced
+	start := time.Time{}
+	if traced != nil {
+		// The stages' times are taken once and shared by the stages that meet, so they tile the root.
+		start = time.Now()
+		h.stages.Span(traced.ctx, "watchhub.sequence", traced.offered, start)
+		traced.ended(start)
+		defer traced.release()
 	}
-	_, span := h.tracer.Start(ctx, "watchhub.deliver", trace.WithAttributes(attribute.Int64("revision", r.rev)))
-	defer span.End()
+	_, match := h.stages.StartAt(traced.context(), "watchhub.match", start)
 	var touched []*group
 	for _, ev := range r.events {
 		h.groups.matching(ev.Kv.Key, func(g *group) {
@@ -370,6 +373,14 @@ func (h *Hub) fanOut(r revisionEvents) {
 			g.batch = append(g.batch, g.spec.project(ev, h.compactRev))
 		})
 	}
+	var matched time.Time
+	if match.IsRecording() {
+		matched = time.Now()
+		match.SetAttributes(obs.AttrCount.Int(len(touched)))
+		match.End(trace.WithTimestamp(matched))
+	}
+	_, encode := h.stages.StartAt(traced.context(), "watchhub.encode", matched)
+	encoded := matched
 	queued := 0
 	for _, g := range touched {
 		limit := 0
@@ -385,20 +396,30 @@ func (h *Hub) fanOut(r revisionEvents) {
 		}
 		h.metrics.encodedResponses.Inc()
 		resp.received = r.received
+		if traced != nil {
+			encoded = time.Now()
+			resp.traced, resp.queued = traced, encoded
+		}
 		// Backwards, because a watcher that falls behind leaves the group by swapping the last one into its slot.
 		for i := len(g.watchers) - 1; i >= 0; i-- {
 			w := g.watchers[i]
 			if r.rev < w.minRev {
 				continue // started in the future
 			}
+			traced.hold(1)
 			if w.stream.queueLive(w, resp) {
 				queued++
 				continue
 			}
+			traced.release()
 			h.fallBehind(w, r.rev)
 		}
 	}
-	span.SetAttributes(attribute.Int("groups", len(touched)), attribute.Int("responses", queued))
+	if encode.IsRecording() {
+		encode.SetAttributes(obs.AttrCount.Int(queued))
+		encode.End(trace.WithTimestamp(encoded))
+		traced.ended(encoded)
+	}
 }
 
 // fallBehind moves a synced watcher to catch-up from rev; mu is held.

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cairn-kv/cairn/internal/obs"
@@ -47,14 +48,30 @@ func TestWatchSpanContinuesTheWrite(t *testing.T) {
 	}
 	span.End()
 	recvEvents(t, wch, 1, 5*time.Second)
-	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the hub's span in the client's trace", func() bool {
+	// The event's trace: a watchhub.event root linked to the write's trace, holding the hub's stages.
+	var event trace.SpanContext
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "a watchhub.event span linked to the client's trace", func() bool {
 		for _, s := range recorder.Ended() {
-			if s.Name() == "watchhub.deliver" && s.SpanContext().TraceID() == span.SpanContext().TraceID() {
-				return true
+			for _, l := range s.Links() {
+				if s.Name() == "watchhub.event" && l.SpanContext.TraceID() == span.SpanContext().TraceID() {
+					event = s.SpanContext()
+					return true
+				}
 			}
 		}
 		return false
 	})
+	stages := map[string]bool{}
+	for _, s := range recorder.Ended() {
+		if s.SpanContext().TraceID() == event.TraceID() {
+			stages[s.Name()] = true
+		}
+	}
+	for _, want := range []string{"watchhub.bus_receive", "watchhub.sequence", "watchhub.match", "watchhub.encode", "watchhub.send"} {
+		if !stages[want] {
+			t.Errorf("the event's trace has no %s span: %v", want, stages)
+		}
+	}
 }
 
 // TestHubWaitsForStorage: a hub started before any storage answers serves nothing until one does (watch

@@ -92,8 +92,16 @@ func (s *stream) write(f *frame) error {
 
 // writeShared writes a shared response (all its fragments) to w, unless w is canceled.
 func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
+	defer shared.traced.release()
 	if w.canceled.Load() {
 		return nil
+	}
+	if shared.traced != nil {
+		defer func() {
+			written := time.Now()
+			s.hub.stages.Span(shared.traced.ctx, "watchhub.send", shared.queued, written)
+			shared.traced.ended(written)
+		}()
 	}
 	for _, part := range shared.boxed {
 		s.enc = encodedResponse{watchID: w.idField, part: part}

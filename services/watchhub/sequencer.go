@@ -12,20 +12,20 @@ import (
 type revisionEvents struct {
 	rev    int64
 	events []*mvccpb.Event
-	// trace is the W3C trace context of the write's apply span, when the revision came over the bus.
-	trace map[string]string
+	// traced is the event's trace, when the revision came over the bus with a sampled trace context.
+	traced *eventTrace
 	// received is when the hub got the revision, for the delivery latency metric.
 	received time.Time
 	// bytes is the encoded size of the events.
 	bytes int
 }
 
-func newRevisionEvents(rev int64, events []*mvccpb.Event, trace map[string]string, received time.Time) revisionEvents {
+func newRevisionEvents(rev int64, events []*mvccpb.Event, traced *eventTrace, received time.Time) revisionEvents {
 	size := 0
 	for _, ev := range events {
 		size += proto.Size(ev)
 	}
-	return revisionEvents{rev: rev, events: events, trace: trace, received: received, bytes: size}
+	return revisionEvents{rev: rev, events: events, traced: traced, received: received, bytes: size}
 }
 
 // sequencer turns revisions that arrive in any order, any number of times, from the bus and from storage

@@ -41,6 +41,8 @@ type Config struct {
 	LogLevel string
 	// EnablePprof serves /debug/pprof on the metrics port of every child whose subcommand has --enable-pprof.
 	EnablePprof bool
+	// TraceSampleRatio, when not empty, is every child's --trace-sample-ratio.
+	TraceSampleRatio string
 	// ClientTLS, when it names a certificate, makes every frontend serve https:// with it (etcd's
 	// --cert-file, --key-file, --trusted-ca-file, --client-cert-auth).
 	ClientTLS tlsconfig.Files
@@ -271,6 +273,9 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		argv = append(argv, s.plan.tlsArgs(svc, name)...)
 		if s.cfg.EnablePprof && svc.pprof {
 			argv = append(argv, "--enable-pprof")
+		}
+		if s.cfg.TraceSampleRatio != "" {
+			argv = append(argv, "--trace-sample-ratio", s.cfg.TraceSampleRatio)
 		}
 		argv = append(argv, s.cfg.ExtraArgs[svc.name]...)
 		var deps []string

@@ -55,9 +55,10 @@ type Config struct {
 	InitialMmapSize int
 	// Logger receives operator logs (default slog.Default()).
 	Logger *slog.Logger
-	// OnCommit, when set, is called after each successful bbolt commit with the durable consistent index and how
-	// long the commit (with its fsync) took. It runs with the write lock held: it must not block.
-	OnCommit func(durableIndex uint64, took time.Duration)
+	// OnCommit, when set, is called after each successful bbolt commit with the durable consistent index, how many
+	// entries the commit wrote, and when the bbolt commit (with its fsync) started and ended. It runs with the
+	// write lock held: it must not block.
+	OnCommit func(durableIndex uint64, entries int, start, end time.Time)
 	// OnFailure, when set, is called once when the store fails (a bbolt commit or write failed). It must not block.
 	OnFailure func(err error)
 	// OpenValue, when set, turns a stored value of key into its plain value: values are stored sealed (see
@@ -353,13 +354,14 @@ func (s *Store) commitLocked() error {
 	s.wtx = wtx
 	s.committedSize.Store(wtx.Size())
 	s.dirty = false
+	entries := s.pendingEntries
 	s.pendingEntries = 0
 	s.lastCommit = time.Now()
 	if took > time.Second {
 		s.log.Warn("slow bbolt commit", "took", took, "durable_index", applied)
 	}
 	if s.cfg.OnCommit != nil {
-		s.cfg.OnCommit(applied, took)
+		s.cfg.OnCommit(applied, entries, start, start.Add(took))
 	}
 	return nil
 }
