@@ -214,6 +214,13 @@ func (c *Config) RegisterIntegrityFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.CompactHashCheckTime, "experimental-compact-hash-check-time", c.CompactHashCheckTime, "Duration of time between leader checks followers compaction hashes.")
 }
 
+// SetIntegrity copies the settings RegisterIntegrityFlags binds from from (a parent's flags) into c.
+func (c *Config) SetIntegrity(from Config) {
+	c.AutoCompactionMode, c.AutoCompactionRetention = from.AutoCompactionMode, from.AutoCompactionRetention
+	c.InitialCorruptCheck = from.InitialCorruptCheck
+	c.CompactHashCheckEnabled, c.CompactHashCheckTime = from.CompactHashCheckEnabled, from.CompactHashCheckTime
+}
+
 // IntegrityArgs returns the flags RegisterIntegrityFlags binds that differ from the defaults, for a parent
 // (`cairn up`) to pass to the storages it starts.
 func (c Config) IntegrityArgs() []string {
