@@ -50,7 +50,7 @@ func (s *Storage) peerHashes(ctx context.Context, rev int64) []peerHash {
 	}
 	var out []peerHash
 	for _, m := range st.Members {
-		if m.ID == s.cfg.MemberID || m.IsLearner || m.StorageURL == "" {
+		if m.ID == s.cfg.MemberID || m.StorageURL == "" { // learners too, as etcd asks every member
 			continue
 		}
 		p := peerHash{id: m.ID, url: m.StorageURL}
