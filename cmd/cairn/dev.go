@@ -45,6 +45,7 @@ type devOptions struct {
 	authToken         string
 	authTokenTTL      uint
 	bcryptCost        int
+	integrity         storage.Config // --auto-compaction-* and the corruption checks, for the storage
 }
 
 func newDevCommand() *cobra.Command {
@@ -82,6 +83,9 @@ func newDevCommand() *cobra.Command {
 	do.peerTLS.FlagPrefix = tlsconfig.PeerFlags
 	do.peerTLS.RegisterFlags(tlsFlags)
 	flags.AddGoFlagSet(tlsFlags)
+	integrityFlags := goflag.NewFlagSet("integrity", goflag.ContinueOnError)
+	do.integrity.RegisterIntegrityFlags(integrityFlags)
+	flags.AddGoFlagSet(integrityFlags)
 	flags.BoolVar(&do.autoTLS, "tls", false, "Run every link with mutual TLS and the client URLs with TLS, on a CA and per-component certificates created in --data-dir/pki (kept across restarts); prints the etcdctl flags.")
 	opts.register(flags, "http://127.0.0.1:2381")
 	return cmd
@@ -261,6 +265,7 @@ func startDevStorage(ctx context.Context, d *devStack) error {
 	proc := d.component("storage")
 	cfg := storage.Config{DataDir: filepath.Join(d.do.dataDir, "storage"), ListenURL: d.storageURL,
 		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
+	cfg.SetIntegrity(d.do.integrity)
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: d.storageLis, Log: d.node, Keyring: d.keyring, Internal: proc.internal}, storage.Bus{NATSURL: d.natsURL})
 	if err == nil {

@@ -14,11 +14,13 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/tools/localstack"
+	"github.com/cairn-kv/cairn/services/storage"
 )
 
 func newUpCommand() *cobra.Command {
 	var cfg localstack.Config
 	var enc encryptionFlag
+	var integrity storage.Config // --auto-compaction-* and the corruption checks, passed to every storage
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a local multi-process Cairn cluster: NATS, 3 members (consensus + storage), 2 leasekeepers, 2 watchhubs and the frontends",
@@ -29,7 +31,7 @@ func newUpCommand() *cobra.Command {
 		Example: "  cairn up\n  cairn up --data-dir /tmp/cairn-up --members 5 --client-port 12379\n" +
 			"  etcdctl --endpoints http://127.0.0.1:2379 put foo bar",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc, integrity) },
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "up.cairn", "Directory for the members' data, the logs, layout.json and stack.json.")
@@ -52,10 +54,13 @@ func newUpCommand() *cobra.Command {
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
+	integrityFlags := goflag.NewFlagSet("integrity", goflag.ContinueOnError)
+	integrity.RegisterIntegrityFlags(integrityFlags)
+	flags.AddGoFlagSet(integrityFlags)
 	return cmd
 }
 
-func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag) error {
+func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag, integrity storage.Config) error {
 	binary, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locating the cairn binary: %w", err)
@@ -77,6 +82,12 @@ func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag) error 
 		// The storages seal, the watchhubs open the bus records: both need the file.
 		args := []string{"--encryption-config", encryptionConfig}
 		cfg.ExtraArgs = map[string][]string{"storage": args, "watchhub": args}
+	}
+	if args := integrity.IntegrityArgs(); len(args) > 0 {
+		if cfg.ExtraArgs == nil {
+			cfg.ExtraArgs = map[string][]string{}
+		}
+		cfg.ExtraArgs["storage"] = append(append([]string(nil), cfg.ExtraArgs["storage"]...), args...)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	lock, err := lockDataDir(cfg.DataDir, "cairn up", datadir.Stack)

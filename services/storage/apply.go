@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
@@ -127,6 +128,9 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 	if rec, changed := appliedRecord(e, entry.Request.Compaction != nil, entry.Request.GetCompaction().GetRevision(), res); changed {
 		rec.Trace = s.tel.Inject(applyCtx)
 		s.sink.Applied(rec)
+	}
+	if a := entry.Request.Alarm; a != nil && a.Action != pb.AlarmRequest_GET && res.Err == nil {
+		s.alarms.active(res.Alarms) // a disarmed CORRUPT alarm may be raised again
 	}
 	if res.Err == nil && res.AuthRevision != 0 {
 		s.tokens.applied(e.Index, entry.Request, res.AuthRevision)

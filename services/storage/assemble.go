@@ -66,7 +66,9 @@ func Assemble(ctx context.Context, cfg Config, deps Deps, bus Bus) (*Member, err
 	}
 	st, err := New(cfg, deps)
 	if err != nil {
-		m.closeBus(context.WithoutCancel(ctx))
+		if m.nc != nil {
+			m.nc.Close() // the publisher never started: its Stop would wait for a goroutine that never ran
+		}
 		return nil, err
 	}
 	m.Storage = st

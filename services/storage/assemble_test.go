@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -98,5 +99,31 @@ func TestStopTwice(t *testing.T) {
 	first, second := m.Stop(ctx), m.Stop(ctx)
 	if first != nil || second != nil {
 		t.Fatalf("Stop twice = %v, %v; want nil, nil", first, second)
+	}
+}
+
+// TestAssembleRefusedConfig: a configuration New refuses fails Assemble at once, leaving the bus it had joined
+// (it used to wait forever for a publisher that never started).
+func TestAssembleRefusedConfig(t *testing.T) {
+	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Shutdown()
+	cfg := testConfig(t, 7)
+	cfg.AutoCompactionMode = "hourly"
+	done := make(chan error, 1)
+	go func() {
+		_, err := Assemble(ctxT(t), cfg, Deps{Log: newMemlog(t, 7), Logger: slog.New(slog.DiscardHandler)},
+			Bus{NATSURL: bus.ClientURL(), SubjectPrefix: "assembletest"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "--auto-compaction-mode") {
+			t.Fatalf("Assemble with an unknown auto-compaction mode: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Assemble with a refused configuration did not return")
 	}
 }

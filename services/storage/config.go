@@ -28,6 +28,19 @@ const (
 	DefaultCompactionBatchLimit = 1000
 	DefaultCompactionSleep      = 10 * time.Millisecond
 	DefaultLogCompactInterval   = time.Second
+	// DefaultAutoCompactionMode and DefaultAutoCompactionRetention are etcd's: periodic, and "0" (off).
+	DefaultAutoCompactionMode      = AutoCompactionPeriodic
+	DefaultAutoCompactionRetention = "0"
+	// DefaultAutoCompactionRevisionInterval is how often etcd's revision mode compacts (v3compactor's revInterval).
+	DefaultAutoCompactionRevisionInterval = 5 * time.Minute
+	// DefaultCompactHashCheckTime is etcd's --experimental-compact-hash-check-time.
+	DefaultCompactHashCheckTime = time.Minute
+)
+
+// The values of --auto-compaction-mode, as etcd's.
+const (
+	AutoCompactionPeriodic = "periodic"
+	AutoCompactionRevision = "revision"
 )
 
 // Config configures a storage service. Zero fields take the defaults; Validate reports what is unusable.
@@ -58,6 +71,22 @@ type Config struct {
 	CompactionSleepInterval time.Duration
 	// LogCompactInterval is how often the durable applied index is reported to the log through Compact.
 	LogCompactInterval time.Duration
+	// AutoCompactionMode and AutoCompactionRetention are etcd's --auto-compaction-mode (periodic|revision) and
+	// --auto-compaction-retention: periodic keeps history for a duration ("1h", "30m", or an integer meaning
+	// hours), revision keeps the last N revisions; "0" turns auto-compaction off. See autocompact.go.
+	AutoCompactionMode      string
+	AutoCompactionRetention string
+	// AutoCompactionRevisionInterval is how often revision mode compacts (etcd: 5 minutes). Not a flag: tests
+	// shorten it.
+	AutoCompactionRevisionInterval time.Duration
+	// InitialCorruptCheck is etcd's --experimental-initial-corrupt-check: Start compares this member's HashKV
+	// with the other members' at its revision and refuses to start when one differs (see corrupt.go).
+	InitialCorruptCheck bool
+	// CompactHashCheckEnabled and CompactHashCheckTime are etcd's --experimental-compact-hash-check-enabled and
+	// --experimental-compact-hash-check-time: the leader's storage compares the hashes compactions recorded with
+	// its peers' every CompactHashCheckTime and raises the CORRUPT alarm through the log on a mismatch.
+	CompactHashCheckEnabled bool
+	CompactHashCheckTime    time.Duration
 }
 
 // Deps are what a storage takes from the process that runs it: where it reports, the listener the caller bound,
@@ -140,6 +169,18 @@ func (c Config) WithDefaults() Config {
 	if c.LogCompactInterval == 0 {
 		c.LogCompactInterval = DefaultLogCompactInterval
 	}
+	if c.AutoCompactionMode == "" {
+		c.AutoCompactionMode = DefaultAutoCompactionMode
+	}
+	if c.AutoCompactionRetention == "" {
+		c.AutoCompactionRetention = DefaultAutoCompactionRetention
+	}
+	if c.AutoCompactionRevisionInterval == 0 {
+		c.AutoCompactionRevisionInterval = DefaultAutoCompactionRevisionInterval
+	}
+	if c.CompactHashCheckTime == 0 {
+		c.CompactHashCheckTime = DefaultCompactHashCheckTime
+	}
 	return c
 }
 
@@ -159,6 +200,48 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CompactionBatchLimit, "compaction-batch-limit", c.CompactionBatchLimit, "Maximum number of revisions deleted in each compaction batch.")
 	fs.DurationVar(&c.CompactionSleepInterval, "compaction-sleep-interval", c.CompactionSleepInterval, "Sleep interval between each compaction batch.")
 	fs.DurationVar(&c.LogCompactInterval, "log-compact-interval", c.LogCompactInterval, "How often the durably applied index is reported to consensus, which may then compact its log.")
+	c.RegisterIntegrityFlags(fs)
+}
+
+// RegisterIntegrityFlags binds etcd's auto-compaction and corruption-check flags on fs; `cairn dev` and
+// `cairn up` register them too and pass them to every storage.
+func (c *Config) RegisterIntegrityFlags(fs *flag.FlagSet) {
+	*c = c.WithDefaults()
+	fs.StringVar(&c.AutoCompactionMode, "auto-compaction-mode", c.AutoCompactionMode, "interpret 'auto-compaction-retention' one of: periodic|revision. 'periodic' for duration based retention, defaulting to hours if no time unit is provided (e.g. '5m'). 'revision' for revision number based retention.")
+	fs.StringVar(&c.AutoCompactionRetention, "auto-compaction-retention", c.AutoCompactionRetention, "Auto compaction retention for mvcc key value store. 0 means disable auto compaction.")
+	fs.BoolVar(&c.InitialCorruptCheck, "experimental-initial-corrupt-check", c.InitialCorruptCheck, "Enable to check data corruption before serving any client/peer traffic.")
+	fs.BoolVar(&c.CompactHashCheckEnabled, "experimental-compact-hash-check-enabled", c.CompactHashCheckEnabled, "Enable leader to periodically check followers compaction hashes.")
+	fs.DurationVar(&c.CompactHashCheckTime, "experimental-compact-hash-check-time", c.CompactHashCheckTime, "Duration of time between leader checks followers compaction hashes.")
+}
+
+// SetIntegrity copies the settings RegisterIntegrityFlags binds from from (a parent's flags) into c.
+func (c *Config) SetIntegrity(from Config) {
+	c.AutoCompactionMode, c.AutoCompactionRetention = from.AutoCompactionMode, from.AutoCompactionRetention
+	c.InitialCorruptCheck = from.InitialCorruptCheck
+	c.CompactHashCheckEnabled, c.CompactHashCheckTime = from.CompactHashCheckEnabled, from.CompactHashCheckTime
+}
+
+// IntegrityArgs returns the flags RegisterIntegrityFlags binds that differ from the defaults, for a parent
+// (`cairn up`) to pass to the storages it starts.
+func (c Config) IntegrityArgs() []string {
+	c, d := c.WithDefaults(), DefaultConfig()
+	var args []string
+	if c.AutoCompactionMode != d.AutoCompactionMode {
+		args = append(args, "--auto-compaction-mode="+c.AutoCompactionMode)
+	}
+	if c.AutoCompactionRetention != d.AutoCompactionRetention {
+		args = append(args, "--auto-compaction-retention="+c.AutoCompactionRetention)
+	}
+	if c.InitialCorruptCheck {
+		args = append(args, "--experimental-initial-corrupt-check")
+	}
+	if c.CompactHashCheckEnabled {
+		args = append(args, "--experimental-compact-hash-check-enabled")
+	}
+	if c.CompactHashCheckTime != d.CompactHashCheckTime {
+		args = append(args, "--experimental-compact-hash-check-time="+c.CompactHashCheckTime.String())
+	}
+	return args
 }
 
 // Validate reports every unusable setting, one config.FieldError each (named by its flag).
@@ -174,7 +257,8 @@ func (c Config) Validate() error {
 		flag  string
 		value time.Duration
 	}{{"--backend-batch-interval", c.BatchInterval}, {"--request-timeout", c.RequestTimeout},
-		{"--compaction-sleep-interval", c.CompactionSleepInterval}, {"--log-compact-interval", c.LogCompactInterval}} {
+		{"--compaction-sleep-interval", c.CompactionSleepInterval}, {"--log-compact-interval", c.LogCompactInterval},
+		{"--experimental-compact-hash-check-time", c.CompactHashCheckTime}} {
 		if d.value < 0 {
 			errs = append(errs, config.Invalid(d.flag, "%s %v is negative", d.flag, d.value))
 		}
@@ -188,6 +272,9 @@ func (c Config) Validate() error {
 		if n.value < 0 {
 			errs = append(errs, config.Invalid(n.flag, "%s %d is negative", n.flag, n.value))
 		}
+	}
+	if _, _, err := c.autoCompaction(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

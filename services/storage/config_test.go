@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"flag"
 	"slices"
 	"testing"
 	"time"
@@ -26,6 +27,11 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 		{"negative batch limit", func(c *Config) { c.BatchLimit = -1 }, "--backend-batch-limit"},
 		{"negative txn ops", func(c *Config) { c.MaxTxnOps = -1 }, "--max-txn-ops"},
 		{"negative min lease TTL", func(c *Config) { c.MinLeaseTTL = -1 }, "--min-lease-ttl"},
+		{"unknown auto-compaction mode", func(c *Config) { c.AutoCompactionMode = "hourly" }, "--auto-compaction-mode"},
+		{"revision retention as a duration", func(c *Config) {
+			c.AutoCompactionMode, c.AutoCompactionRetention = AutoCompactionRevision, "1h"
+		}, "--auto-compaction-retention"},
+		{"negative compact hash check time", func(c *Config) { c.CompactHashCheckTime = -time.Second }, "--experimental-compact-hash-check-time"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,5 +48,29 @@ func TestConfigValidateNamesTheFlag(t *testing.T) {
 				t.Fatalf("Validate() = %v (fields %v), want a FieldError for %s", err, fields, tt.wantField)
 			}
 		})
+	}
+}
+
+// TestIntegrityArgs: the flags `cairn up` passes to its storages give them the configuration it was given.
+func TestIntegrityArgs(t *testing.T) {
+	tests := []Config{
+		{},
+		{AutoCompactionMode: AutoCompactionRevision, AutoCompactionRetention: "1000"},
+		{AutoCompactionRetention: "30m", InitialCorruptCheck: true, CompactHashCheckEnabled: true, CompactHashCheckTime: 5 * time.Second},
+	}
+	for _, given := range tests {
+		var parsed Config
+		fs := flag.NewFlagSet("storage", flag.ContinueOnError)
+		parsed.RegisterIntegrityFlags(fs)
+		if err := fs.Parse(given.IntegrityArgs()); err != nil {
+			t.Fatal(err)
+		}
+		var want Config
+		want.SetIntegrity(given.WithDefaults())
+		var got Config
+		got.SetIntegrity(parsed)
+		if got != want {
+			t.Fatalf("args %q parse to %+v, want %+v", given.IntegrityArgs(), got, want)
+		}
 	}
 }

@@ -47,6 +47,14 @@
 // retrying until commits succeed again. Acknowledged writes are in the log, so none is lost. Writes past the
 // quota raise etcd's NOSPACE alarm and are then refused with rpctypes.ErrGRPCNoSpace until it is disarmed.
 //
+// Auto-compaction (autocompact.go) is etcd's v3compactor, periodic or revision mode; every storage runs it and only
+// the one whose member leads raft proposes, a plain Compaction entry. Corruption checks (corrupt.go) are etcd's:
+// with InitialCorruptCheck, Start compares HashKV with the peers' storages and fails with ErrCorrupt on a
+// mismatch; with CompactHashCheckEnabled the leader's storage compares the hashes its compactions recorded
+// (mvcc.CompactHash) with its peers' and raises the CORRUPT alarm of the members that differ through the log, after
+// which every member refuses writes with rpctypes.ErrGRPCCorrupt (mvcc's alarm refusal). A sealed value that fails
+// authentication raises this member's CORRUPT alarm too, once (again only after a disarm).
+//
 // Encryption at rest (Deps.Keyring, package seal): Submit seals a write's values (and a txn's value compares)
 // before proposing, so the log, its snapshots, bbolt, Snapshot and the applied records hold ciphertext and every
 // member stores the same bytes; values are opened where they leave toward a reader (ranges and compares in mvcc,

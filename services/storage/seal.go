@@ -169,7 +169,8 @@ func (s *Storage) sealFailed(err error) {
 	switch {
 	case errors.Is(err, seal.ErrAuthFailed):
 		reason = "auth_failed"
-		s.logger.Error("ALARM: a sealed value failed authentication (tampered data or a changed key secret); it is not served", "err", err)
+		s.logger.Error("ALARM: a sealed value failed authentication (tampered data or a changed key secret); it is not served; raising CORRUPT", "err", err)
+		s.alarms.raise(s.cfg.MemberID)
 	case errors.Is(err, seal.ErrUnavailable):
 		reason = "unavailable"
 	case errors.Is(err, seal.ErrUnknownKey), errors.Is(err, seal.ErrNotSealed):

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -23,6 +24,7 @@ import (
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
 	"github.com/cairn-kv/cairn/internal/seal"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 
@@ -276,5 +278,30 @@ func TestTamperedValue(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(again.metrics.sealFailures.WithLabelValues("auth_failed")); n < 1 {
 		t.Fatalf("auth failures counted: %v", n)
+	}
+
+	// The failures raise this member's CORRUPT alarm through the log, once however many reads failed, and the
+	// cluster then refuses writes as etcd does.
+	corrupt := []*pb.AlarmMember{{MemberID: 1, Alarm: pb.AlarmType_CORRUPT}}
+	waittest.Until(t, 10*time.Second, 10*time.Millisecond, "the CORRUPT alarm", func() bool {
+		return proto.Equal(&pb.AlarmResponse{Alarms: again.currentStore().Alarms(pb.AlarmType_NONE)}, &pb.AlarmResponse{Alarms: corrupt})
+	})
+	for range 5 {
+		if _, err := again.Range(ctx, &pb.RangeRequest{Key: []byte("/t/000")}); status.Code(err) != codes.DataLoss {
+			t.Fatalf("Range of the tampered value after the alarm: %v", err)
+		}
+	}
+	if _, err := again.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: []byte("/t/new"), Value: []byte("v")}}); err != rpctypes.ErrGRPCCorrupt {
+		t.Fatalf("Put with the CORRUPT alarm: %v, want %v", err, rpctypes.ErrGRPCCorrupt)
+	}
+	records, _ := again.sink.Records()
+	raised := 0
+	for _, rec := range records {
+		if rec.Alarms != nil {
+			raised++
+		}
+	}
+	if raised != 1 {
+		t.Fatalf("%d alarm changes applied, want the one CORRUPT alarm", raised)
 	}
 }

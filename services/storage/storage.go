@@ -51,7 +51,8 @@ type Storage struct {
 	waiters *waiters
 	tokens  *simpleTokens // simple auth tokens of the applied Authenticate entries
 	reads   *readBarrier
-	keyring *seal.Keyring // nil: values are stored plain
+	alarms  *corruptAlarms // CORRUPT alarms waiting to be proposed
+	keyring *seal.Keyring  // nil: values are stored plain
 
 	// answerBuffers hold the pipeline's encoded range answers until gRPC has sent them.
 	answerBuffers wiremsg.Pool
@@ -105,7 +106,7 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 		stages: tel.Stages("storage", fmt.Sprintf("%x", cfg.MemberID)),
 		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
 		stopping: make(chan struct{}), waiters: newWaiters(), tokens: newSimpleTokens(), appliedCh: make(chan struct{}),
-		failedCh: make(chan struct{}, 1), keyring: deps.Keyring,
+		failedCh: make(chan struct{}, 1), keyring: deps.Keyring, alarms: newCorruptAlarms(),
 	}
 	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout, s.stages)
 	s.metrics = newMetrics(s)
@@ -147,8 +148,16 @@ func (s *Storage) openStore() (*mvcc.Store, error) {
 	})
 }
 
-// Start serves the gRPC API (and the admin endpoint, if configured) and starts applying the log.
+// Start serves the gRPC API (and the admin endpoint, if configured) and starts applying the log. With
+// InitialCorruptCheck it first compares this member's data with its peers' and fails with ErrCorrupt, serving
+// nothing, when they differ.
 func (s *Storage) Start(ctx context.Context) error {
+	if s.cfg.InitialCorruptCheck {
+		if err := s.initialCorruptCheck(ctx); err != nil {
+			s.logger.Error("initial corruption check failed; not starting", "err", err)
+			return err
+		}
+	}
 	lis, err := config.Listen(s.deps.Listener, s.cfg.ListenURL)
 	if err != nil {
 		return fmt.Errorf("storage: %w", err)
@@ -172,10 +181,16 @@ func (s *Storage) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	s.done.Add(3)
+	s.done.Add(5)
 	go func() { defer s.done.Done(); s.runApplyLoop(runCtx) }()
 	go func() { defer s.done.Done(); s.runCompactReporter(runCtx) }()
 	go func() { defer s.done.Done(); s.watchForForeignDatabase(runCtx) }()
+	go func() { defer s.done.Done(); s.runAutoCompaction(runCtx) }()
+	go func() { defer s.done.Done(); s.runCorruptAlarms(runCtx) }()
+	if s.cfg.CompactHashCheckEnabled {
+		s.done.Add(1)
+		go func() { defer s.done.Done(); s.runCompactHashCheck(runCtx) }()
+	}
 	s.logger.Info("storage started", "url", s.URL(), "data_dir", s.cfg.DataDir,
 		"applied_index", s.currentStore().Position().AppliedIndex)
 	return nil

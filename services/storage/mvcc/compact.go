@@ -22,21 +22,31 @@ func (s *Store) applyCompaction(r *pb.CompactionRequest) (*pb.CompactionResponse
 	if err := s.wtx.Bucket(bucketMeta).Put(metaScheduledCompact, uint64Bytes(uint64(r.Revision))); err != nil {
 		return nil, nil, nil, err
 	}
+	prevCompactRev := s.compactRev
 	s.compactRev = r.Revision
 	keep := s.index.compact(r.Revision)
 	done := make(chan struct{})
-	s.compactor.schedule(r.Revision, keep, done)
+	s.compactor.schedule(compaction{rev: r.Revision, prevRev: prevCompactRev, keep: keep, recordHash: true}, done)
 	return &pb.CompactionResponse{Header: &pb.ResponseHeader{Revision: s.currentRev}}, done, nil, nil
 }
 
+// compaction is one scheduled physical compaction.
+type compaction struct {
+	rev     int64
+	prevRev int64 // the compact revision before this one
+	keep    map[revision]struct{}
+	// recordHash says the pass sees every revision above prevRev (none was removed yet), so the hash it
+	// computes on the way is recorded (see CompactHash); false when a compaction interrupted by a restart resumes.
+	recordHash bool
+}
+
 // compactor removes compacted revisions from bbolt in batches, each in the shared write transaction under
-// batchMu, pausing between batches so applies are not stalled. A newer compaction supersedes a running one: its
+// batchMu, pausing between batches so applies are not stalled. A newer compaction supersedes a scheduled one: its
 // keep set covers everything the older one would have removed.
 type compactor struct {
 	s       *Store
 	mu      sync.Mutex
-	rev     int64
-	keep    map[revision]struct{}
+	next    compaction // keep is nil when nothing is scheduled
 	waiters []chan struct{}
 	wake    chan struct{}
 	quit    chan struct{}
@@ -49,9 +59,9 @@ func newCompactor(s *Store) *compactor {
 	return c
 }
 
-func (c *compactor) schedule(rev int64, keep map[revision]struct{}, done chan struct{}) {
+func (c *compactor) schedule(next compaction, done chan struct{}) {
 	c.mu.Lock()
-	c.rev, c.keep = rev, keep
+	c.next = next
 	if done != nil {
 		c.waiters = append(c.waiters, done)
 	}
@@ -81,29 +91,32 @@ func (c *compactor) run() {
 		}
 		for {
 			c.mu.Lock()
-			rev, keep := c.rev, c.keep
+			next := c.next
 			c.mu.Unlock()
-			if keep == nil {
+			if next.keep == nil {
 				break
 			}
-			if !c.compactOnce(rev, keep) {
+			if !c.compactOnce(next) {
 				return
 			}
 			c.mu.Lock()
-			if c.rev == rev {
+			if c.next.rev == next.rev {
 				for _, w := range c.waiters {
 					close(w)
 				}
-				c.waiters, c.keep = nil, nil
+				c.waiters, c.next = nil, compaction{}
 			}
 			c.mu.Unlock()
 		}
 	}
 }
 
-// compactOnce removes every revision at or below rev that is not in keep; false if stopped first.
-func (c *compactor) compactOnce(rev int64, keep map[revision]struct{}) bool {
+// compactOnce removes every revision at or below the compaction's that it does not keep, hashing them first;
+// false if stopped first.
+func (c *compactor) compactOnce(cp compaction) bool {
 	start := time.Now()
+	rev, keep := cp.rev, cp.keep
+	hasher := newKVHasher(cp.prevRev, rev, keep)
 	end := mainRevPrefix(rev + 1)
 	var from []byte
 	removed := 0
@@ -113,7 +126,7 @@ func (c *compactor) compactOnce(rev int64, keep map[revision]struct{}) bool {
 			return false
 		default:
 		}
-		next, n, ok := c.compactBatch(from, end, keep)
+		next, n, ok := c.compactBatch(from, end, hasher)
 		if !ok {
 			return false
 		}
@@ -138,13 +151,19 @@ func (c *compactor) compactOnce(rev int64, keep map[revision]struct{}) bool {
 		return false
 	}
 	c.s.dirty = true
-	c.s.log.Info("finished compaction", "compact_revision", rev, "removed_revisions", removed, "took", time.Since(start))
+	attrs := []any{"compact_revision", rev, "removed_revisions", removed, "took", time.Since(start)}
+	if cp.recordHash {
+		h := hasher.sum()
+		c.s.hashes.store(h)
+		attrs = append(attrs, "hash", h.Hash, "previous_compact_revision", h.CompactRevision)
+	}
+	c.s.log.Info("finished compaction", attrs...)
 	return true
 }
 
-// compactBatch removes up to CompactionBatchLimit revisions from from (inclusive) below end; it returns where to
-// continue, or nil when done.
-func (c *compactor) compactBatch(from, end []byte, keep map[revision]struct{}) (next []byte, removed int, ok bool) {
+// compactBatch removes up to CompactionBatchLimit revisions from from (inclusive) below end, hashing every
+// revision it visits before removing any; it returns where to continue, or nil when done.
+func (c *compactor) compactBatch(from, end []byte, hasher *kvHasher) (next []byte, removed int, ok bool) {
 	c.s.batchMu.Lock()
 	defer c.s.batchMu.Unlock()
 	if c.s.usable() != nil {
@@ -156,9 +175,9 @@ func (c *compactor) compactBatch(from, end []byte, keep map[revision]struct{}) (
 		}
 	}()
 	cur := c.s.wtx.Bucket(bucketKey).Cursor()
-	k, _ := cur.First()
+	k, v := cur.First()
 	if from != nil {
-		k, _ = cur.Seek(from)
+		k, v = cur.Seek(from)
 	}
 	for visited := 0; k != nil && bytes.Compare(k, end) < 0; visited++ {
 		if visited == c.s.cfg.CompactionBatchLimit {
@@ -169,17 +188,18 @@ func (c *compactor) compactBatch(from, end []byte, keep map[revision]struct{}) (
 			_ = c.s.fail(err)
 			return nil, removed, false
 		}
-		if _, kept := keep[rev]; !kept {
+		hasher.write(rev, k, v)
+		if _, kept := hasher.keep[rev]; !kept {
 			at := bytes.Clone(k)
 			if err := cur.Delete(); err != nil {
 				_ = c.s.fail(err)
 				return nil, removed, false
 			}
 			removed++
-			k, _ = cur.Seek(at)
+			k, v = cur.Seek(at)
 			continue
 		}
-		k, _ = cur.Next()
+		k, v = cur.Next()
 	}
 	return nil, removed, true
 }

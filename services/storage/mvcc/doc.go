@@ -7,7 +7,9 @@
 //     increasing sub-revisions. No-op deletes and read-only txns do not bump it.
 //   - Each KeyValue carries create_revision, mod_revision, version (reset on delete) and lease.
 //   - Compact(rev) keeps, of each key, the newest version at or below rev (a key deleted at or below rev
-//     disappears), forgets everything older, and removes it from bbolt in the background in batches.
+//     disappears), forgets everything older, and removes it from bbolt in the background in batches. As it walks
+//     the revisions it records etcd's compaction hash (CompactHash, the newest 10, in memory), which HashKV at
+//     that revision answers and which etcd's compact hash check compares across members.
 //   - Leases are bookkept here (ID, granted TTL, checkpointed remaining TTL, attached keys); their clock is not.
 //   - The auth store (users, roles, enabled flag, auth revision; rules in package authstate) is applied from
 //     the auth requests and kept in etcd's authUsers, authRoles and auth buckets. A request whose header names a

@@ -134,13 +134,19 @@ func (s *Store) prevVersion(key []byte, rev revision, v valueReader) (*mvccpb.Ke
 
 // Hash is etcd's HashKV: a CRC-32C of the key bucket up to rev (0: the current revision), counting of the
 // revisions at or below the compact revision only those the compaction keeps, so it does not depend on how far
-// the physical removal has gone. Members that applied the same log have the same hash.
+// the physical removal has gone. Members that applied the same log have the same hash. As in etcd, a rev that a
+// recorded compaction hashed is answered with that hash (CompactHash: its CompactRevision is the compaction
+// before), which is what the leader's compaction hash check asks its peers for.
 func (s *Store) Hash(rev int64) (*pb.HashKVResponse, error) {
 	tx, keep, cur, compactRev, err := s.consistentReadTx()
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
+	if recorded, ok := s.hashes.byRevision(rev); ok && rev > 0 {
+		return &pb.HashKVResponse{Header: &pb.ResponseHeader{Revision: cur}, Hash: recorded.Hash,
+			CompactRevision: recorded.CompactRevision, HashRevision: rev}, nil
+	}
 	switch {
 	case rev > 0 && rev < compactRev:
 		return nil, rpctypes.ErrGRPCCompacted

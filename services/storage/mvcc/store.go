@@ -127,6 +127,7 @@ type Store struct {
 	failed        error
 	closed        bool
 	compactor     *compactor
+	hashes        compactHashes // recorded by the compactor, newest last
 	stopCommitter chan struct{}
 	committerDone chan struct{}
 }
@@ -175,7 +176,8 @@ func Open(cfg Config) (*Store, error) {
 	s.committedSize.Store(s.wtx.Size())
 	s.compactor = newCompactor(s)
 	if s.compactRev > finishedCompact {
-		s.compactor.schedule(s.compactRev, s.index.compact(s.compactRev), nil)
+		// Resumed: revisions it had removed before the restart are gone, so its hash would differ; not recorded.
+		s.compactor.schedule(compaction{rev: s.compactRev, prevRev: finishedCompact, keep: s.index.compact(s.compactRev)}, nil)
 	}
 	go s.runCommitter()
 	s.log.Info("mvcc store opened", "path", cfg.Path, "applied_index", s.appliedIndex, "revision", s.currentRev,
