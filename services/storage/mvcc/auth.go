@@ -123,6 +123,13 @@ func (s *Store) AuthRevision() uint64 {
 	return s.auth.Revision
 }
 
+// AuthReadFence returns the auth store's read fence (authstate.State.ReadFence).
+func (s *Store) AuthReadFence() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.auth.ReadFence()
+}
+
 // AuthEnabled reports whether authentication is enabled.
 func (s *Store) AuthEnabled() bool {
 	s.mu.RLock()
