@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -11,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -23,8 +21,9 @@ import (
 // unaryInterceptor checks every unary call as etcd checks it, where it enters the system, before any handler
 // forwards it; the caller goes into the handler's context (writes carry it to storage in their header). Reads
 // (Range, a read-only Txn) are checked by fencedRead, which storage fences against a newer auth store. With
-// authentication disabled a call costs one atomic load, unless it carries a token and the copy is old enough
-// that auth may have been enabled elsewhere since.
+// authentication disabled in the copy a call costs one atomic load: it goes on anonymous, and storage refuses
+// an anonymous write (ErrAuthOldRevision) if auth was enabled meanwhile through another frontend (see submit),
+// which sends the call through the full check against a fresh copy.
 func (g *authGate) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	switch r := req.(type) {
 	case *healthpb.HealthCheckRequest, *pb.RangeRequest: // Range: checked by the KV handler, fencedRead
@@ -40,8 +39,14 @@ func (g *authGate) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryS
 			return resp, err
 		}
 	}
-	if st := g.state.Load(); st != nil && !st.Enabled && (time.Since(st.readAt) <= staleDisabledAfter || !hasToken(ctx)) {
-		return handler(ctx, req)
+	if st := g.state.Load(); st != nil && !st.Enabled {
+		resp, err := handler(ctx, req)
+		if !errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) {
+			return resp, err
+		}
+		if fresh, ferr := g.refresh(ctx); ferr != nil || !fresh.Enabled {
+			return resp, err
+		}
 	}
 	st, c, err := g.identify(ctx)
 	if err != nil {
@@ -53,12 +58,6 @@ func (g *authGate) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryS
 		}
 	}
 	return handler(context.WithValue(ctx, callerKey{}, c), req)
-}
-
-// hasToken reports whether ctx's request carries a token, without copying its metadata.
-func hasToken(ctx context.Context) bool {
-	return len(metadata.ValueFromIncomingContext(ctx, rpctypes.TokenFieldNameGRPC)) > 0 ||
-		len(metadata.ValueFromIncomingContext(ctx, rpctypes.TokenFieldNameSwagger)) > 0
 }
 
 // confirmed runs check against st and, if it is refused with permission denied, against a fresh read of the

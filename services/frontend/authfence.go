@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
@@ -53,4 +54,26 @@ type authFenceKey struct{}
 func checkedAuthFence(ctx context.Context) uint64 {
 	rev, _ := ctx.Value(authFenceKey{}).(uint64)
 	return rev
+}
+
+// requestHeader is the header a request sent to storage's Submit carries for storage's auth checks, as etcd's
+// apply checks it. A caller's write carries its user and its token's auth revision: storage refuses it if the
+// auth store changed since (ErrAuthOldRevision), so the permissions checked here are those it is applied
+// under. An anonymous write carries the read fence of this frontend's copy, which had authentication disabled
+// (else it would have been refused here): storage refuses it if authentication is enabled when it applies it.
+// A read carries the read fence it was checked at (fencedRead). nil when there is nothing to check.
+func (g *authGate) requestHeader(ctx context.Context, readOnly bool) *pb.RequestHeader {
+	if readOnly {
+		if fence := checkedAuthFence(ctx); fence != 0 {
+			return &pb.RequestHeader{Username: callerOf(ctx).user, AuthRevision: fence}
+		}
+		return nil
+	}
+	if c := callerOf(ctx); c.user != "" {
+		return &pb.RequestHeader{Username: c.user, AuthRevision: c.rev}
+	}
+	if st := g.state.Load(); st != nil {
+		return &pb.RequestHeader{AuthRevision: st.ReadFence()}
+	}
+	return nil
 }

@@ -135,14 +135,8 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 		return nil, err
 	}
 	readOnly, serializable := readOnlyRequest(req)
-	if c := callerOf(ctx); req.Header == nil && (c.user != "" || readOnly && checkedAuthFence(ctx) != 0) {
-		// Storage refuses a write if the auth store changed since the caller's token (ErrAuthOldRevision), as
-		// etcd's apply does: the permissions checked here are then those the write is applied under. A read
-		// carries the read fence it was checked at instead (fencedRead).
-		req.Header = &pb.RequestHeader{Username: c.user, AuthRevision: c.rev}
-		if readOnly {
-			req.Header.AuthRevision = checkedAuthFence(ctx)
-		}
+	if req.Header == nil {
+		req.Header = f.auth.requestHeader(ctx, readOnly)
 	}
 	// Storage bounds a write by its own request timeout and answers with etcd's error; the pipeline's bound
 	// (storageCallBound) is a little longer so that answer arrives first.
