@@ -17,6 +17,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/datadir"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/seal"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/services/consensus"
@@ -96,6 +97,7 @@ func newDevCommand() *cobra.Command {
 // no port is picked free and bound later; every service reports to the process's one registry, which the
 // frontend serves on the client URLs and on --listen-metrics-urls.
 type devStack struct {
+	relaySecret  string // the frontend's, watchhub's and leasekeeper's (package relayauth)
 	do           devOptions
 	proc         *process
 	peer         *tlsconfig.Link            // the raft peer port's TLS (nil: plain)
@@ -141,6 +143,10 @@ func runDev(ctx context.Context, do devOptions, opts processOptions) error {
 	}
 	defer lock.Release()
 	d := &devStack{do: do, proc: proc}
+	if d.relaySecret, err = relayauth.NewSecret(); err != nil {
+		proc.close(context.WithoutCancel(ctx))
+		return err
+	}
 	if d.keyring, err = do.encryption.load(ctx, proc.logger); err != nil {
 		proc.close(context.WithoutCancel(ctx))
 		return err
@@ -287,7 +293,7 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 	}
 	proc := d.component("leasekeeper")
 	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: "http://" + lis.Addr().String(),
-		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL}
+		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, RelaySecret: d.relaySecret}
 	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: lis, Internal: proc.internal})
 	if err != nil {
@@ -315,7 +321,7 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 	}
 	proc := d.component("watchhub")
 	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
-		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes}
+		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes, RelaySecret: d.relaySecret}
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: lis, Keyring: d.keyring, Internal: proc.internal})
 	if err != nil {
@@ -343,6 +349,7 @@ func startDevFrontend(ctx context.Context, d *devStack) error {
 	cfg.ConsensusEndpoints, cfg.StorageEndpoints = []string{d.consensusURL}, []string{d.storageURL}
 	cfg.LeaseEndpoints = []string{d.leaseURL}
 	cfg.WatchEndpoints = []string{d.watchURL}
+	cfg.RelaySecret = d.relaySecret
 	cfg.MaxRequestBytes, cfg.MaxTxnOps = uint(d.do.maxRequestBytes), uint(d.do.maxTxnOps)
 	cfg.LogLevel = d.proc.opts.logLevel
 	deps := frontend.Deps{Logger: proc.logger, Telemetry: proc.telemetry, Registry: proc.registry, Internal: proc.internal}

@@ -32,6 +32,19 @@ type State struct {
 // creates its auth store.
 const InitialRevision = 1
 
+// ReadFence is what must not have grown once a read checked against s has passed its read barrier: the auth
+// revision (bumped by every change of users, roles or permissions) and whether authentication is enabled
+// (AuthEnable changes it without a bump, as in etcd), as one number, revision<<1 | enabled, that grows with
+// every change that can make a check stricter. A store's fence higher than the one a read was checked at
+// means the check may be stale. Never 0.
+func (s *State) ReadFence() uint64 {
+	fence := s.Revision << 1
+	if s.Enabled {
+		fence |= 1
+	}
+	return fence
+}
+
 // New returns an empty, disabled auth store at InitialRevision.
 func New() *State {
 	return &State{Revision: InitialRevision, Users: map[string]*authpb.User{}, Roles: map[string]*authpb.Role{}}

@@ -135,3 +135,28 @@ func TestCheck(t *testing.T) {
 		t.Errorf("CheckAdmin(root) = %v", err)
 	}
 }
+
+// TestReadFence: the fence grows with every change that can make a check stricter (a bump, an enable) and
+// never mistakes one store for another.
+func TestReadFence(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		before, after State
+		wantRaised    bool
+	}{
+		{"enable", State{Revision: 3}, State{Revision: 3, Enabled: true}, true},
+		{"change while enabled", State{Revision: 3, Enabled: true}, State{Revision: 4, Enabled: true}, true},
+		{"change while disabled", State{Revision: 3}, State{Revision: 4}, true},
+		{"disable", State{Revision: 3, Enabled: true}, State{Revision: 3}, false},
+		{"nothing", State{Revision: 3, Enabled: true}, State{Revision: 3, Enabled: true}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.after.ReadFence() > tt.before.ReadFence(); got != tt.wantRaised {
+				t.Fatalf("fence %d -> %d: raised %v, want %v", tt.before.ReadFence(), tt.after.ReadFence(), got, tt.wantRaised)
+			}
+			if tt.before.ReadFence() == 0 {
+				t.Fatal("fence 0 means unchecked")
+			}
+		})
+	}
+}

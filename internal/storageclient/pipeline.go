@@ -59,9 +59,12 @@ func (p *Pipeline) Submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	return resp, nil
 }
 
-// Range is Client.Range over the pipeline.
-func (p *Pipeline) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
-	encoded, err := p.RangeEncoded(ctx, req)
+// Range is Client.Range over the pipeline. authFence, when not 0, is the read fence (authstate.State.ReadFence)
+// of the auth store the caller checked the read against: storage refuses the read with
+// rpctypes.ErrGRPCAuthOldRevision when its own fence is higher once it has read (for a linearizable read: once
+// it has applied the read index).
+func (p *Pipeline) Range(ctx context.Context, req *pb.RangeRequest, authFence uint64) (*pb.RangeResponse, error) {
+	encoded, err := p.RangeEncoded(ctx, req, authFence)
 	if err != nil {
 		return nil, err
 	}
@@ -75,12 +78,17 @@ func (p *Pipeline) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRe
 
 // RangeEncoded is Range answered with the RangeResponse in its wire encoding, as storage sent it, for passing
 // on undecoded: the bytes of the frame it arrived in (no copy is made), which the caller owns.
-func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.BufferSlice, error) {
-	body, err := proto.Marshal(req)
+func (p *Pipeline) RangeEncoded(ctx context.Context, req *pb.RangeRequest, authFence uint64) (mem.BufferSlice, error) {
+	method, msg := storagepb.PipelineRange, proto.Message(req)
+	if authFence != 0 {
+		method = storagepb.PipelineRangeChecked
+		msg = &pb.InternalRaftRequest{Header: &pb.RequestHeader{AuthRevision: authFence}, Range: req}
+	}
+	body, err := proto.Marshal(msg)
 	if err != nil {
 		return nil, link.NotSent(status.Errorf(codes.Internal, "cairn storage pipeline: encode range: %v", err))
 	}
-	answer, err := p.link.Call(ctx, storagepb.PipelineRange, body)
+	answer, err := p.link.Call(ctx, method, body)
 	if err != nil {
 		return nil, err
 	}

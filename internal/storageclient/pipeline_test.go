@@ -125,7 +125,7 @@ func TestPipelineBoundsUnansweredCalls(t *testing.T) {
 				defer cancel()
 			}
 			start := time.Now()
-			_, err := p.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+			_, err := p.Range(ctx, &pb.RangeRequest{Key: []byte("k")}, 0)
 			took := time.Since(start)
 			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) || status.Code(err) != tt.wantCode {
 				t.Fatalf("got %v, want %v (code %v)", err, tt.wantErr, tt.wantCode)
@@ -154,10 +154,10 @@ func TestPipelineEndedByStorage(t *testing.T) {
 	addr := listen(t, &silentStorage{ending: true, stopping: make(chan struct{})})
 	p := NewPipeline(addr, time.Minute, nil, nil)
 	t.Cleanup(p.Close)
-	if _, err := p.Range(context.Background(), &pb.RangeRequest{Key: []byte("k")}); err != nil {
+	if _, err := p.Range(context.Background(), &pb.RangeRequest{Key: []byte("k")}, 0); err != nil {
 		t.Fatalf("the call storage answered before stopping: %v", err)
 	}
-	_, err := p.Range(context.Background(), &pb.RangeRequest{Key: []byte("k")})
+	_, err := p.Range(context.Background(), &pb.RangeRequest{Key: []byte("k")}, 0)
 	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "cairn storage unavailable: stopping" ||
 		!errors.Is(err, link.ErrNotSent) {
 		t.Fatalf("call on an ending pipeline: %v, want storage's Unavailable \"cairn storage unavailable: stopping\", not sent", err)

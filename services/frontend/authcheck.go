@@ -19,17 +19,41 @@ import (
 )
 
 // unaryInterceptor checks every unary call as etcd checks it, where it enters the system, before any handler
-// forwards it; the caller goes into the handler's context (writes carry it to storage in their header).
+// forwards it; the caller goes into the handler's context (writes carry it to storage in their header). Reads
+// (Range, a read-only Txn) are checked by fencedRead, which storage fences against a newer auth store. With
+// authentication disabled in the copy a call costs one atomic load: it goes on anonymous, and storage refuses
+// an anonymous write (ErrAuthOldRevision) if auth was enabled meanwhile through another frontend (see submit),
+// which sends the call through the full check against a fresh copy.
 func (g *authGate) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if _, ok := req.(*healthpb.HealthCheckRequest); ok {
+	switch r := req.(type) {
+	case *healthpb.HealthCheckRequest, *pb.RangeRequest: // Range: checked by the KV handler, fencedRead
 		return handler(ctx, req)
+	case *pb.TxnRequest:
+		if readOnly, _ := readOnlyRequest(&pb.InternalRaftRequest{Txn: r}); readOnly {
+			var resp any
+			err := g.fencedRead(ctx, func(st *gateState, c caller) error { return g.check(ctx, st, c, req) },
+				func(ctx context.Context, authFence uint64) (err error) {
+					resp, err = handler(context.WithValue(ctx, authFenceKey{}, authFence), req)
+					return err
+				})
+			return resp, err
+		}
+	}
+	if st := g.state.Load(); st != nil && !st.Enabled {
+		resp, err := handler(ctx, req)
+		if !errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) {
+			return resp, err
+		}
+		if fresh, ferr := g.refresh(ctx); ferr != nil || !fresh.Enabled {
+			return resp, err
+		}
 	}
 	st, c, err := g.identify(ctx)
 	if err != nil {
 		return nil, err
 	}
 	if st.Enabled {
-		if err := g.confirmed(ctx, st, func(st *gateState) error { return g.check(ctx, st, c, req) }); err != nil {
+		if _, err := g.confirmed(ctx, st, func(st *gateState) error { return g.check(ctx, st, c, req) }); err != nil {
 			return nil, err
 		}
 	}
@@ -38,17 +62,18 @@ func (g *authGate) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryS
 
 // confirmed runs check against st and, if it is refused with permission denied, against a fresh read of the
 // auth store: the copy may predate a grant made through another frontend (the fresh read then answers
-// ErrAuthOldRevision to a token from before the grant, and client/v3 logs in again).
-func (g *authGate) confirmed(ctx context.Context, st *gateState, check func(*gateState) error) error {
+// ErrAuthOldRevision to a token from before the grant, and client/v3 logs in again). It returns the state the
+// check passed against.
+func (g *authGate) confirmed(ctx context.Context, st *gateState, check func(*gateState) error) (*gateState, error) {
 	err := check(st)
 	if !errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
-		return err
+		return st, err
 	}
 	fresh, ferr := g.refresh(ctx)
 	if ferr != nil || fresh.appliedIndex <= st.appliedIndex {
-		return err
+		return st, err
 	}
-	return check(fresh)
+	return fresh, check(fresh)
 }
 
 // streamInterceptor identifies the caller of every stream; the messages are checked by the stream's handler
@@ -90,7 +115,7 @@ func (s *callerStream) Context() context.Context { return s.ctx }
 func (g *authGate) check(ctx context.Context, st *gateState, c caller, req any) error {
 	switch r := req.(type) {
 	case *pb.RangeRequest:
-		return st.Check(c.user, c.rev, r.Key, r.RangeEnd, authpb.Permission_READ)
+		return checkRange(st, c, r)
 	case *pb.PutRequest:
 		return g.checkPut(ctx, st, c, r)
 	case *pb.DeleteRangeRequest:
@@ -255,7 +280,7 @@ func (g *authGate) leaseKeys(ctx context.Context, id int64) ([][]byte, error) {
 func (g *authGate) watchRefusal(ctx context.Context, r *pb.WatchCreateRequest) string {
 	st, c, err := g.identify(ctx)
 	if err == nil {
-		err = g.confirmed(ctx, st, func(st *gateState) error {
+		_, err = g.confirmed(ctx, st, func(st *gateState) error {
 			return st.Check(c.user, c.rev, r.Key, r.RangeEnd, authpb.Permission_READ)
 		})
 	}
@@ -316,13 +341,7 @@ func (g *authGate) screenKeepAlive(ctx context.Context) func(any) (any, error) {
 	}
 }
 
-// checkRead checks a read the stream interceptor let through unchecked (RangeStream's request).
-func (g *authGate) checkRead(ctx context.Context, r *pb.RangeRequest) error {
-	st, c, err := g.identify(ctx)
-	if err != nil || !st.Enabled {
-		return err
-	}
-	return g.confirmed(ctx, st, func(st *gateState) error {
-		return st.Check(c.user, c.rev, r.Key, r.RangeEnd, authpb.Permission_READ)
-	})
+// checkRange is etcd's IsRangePermitted: read on the range.
+func checkRange(st *gateState, c caller, r *pb.RangeRequest) error {
+	return st.Check(c.user, c.rev, r.Key, r.RangeEnd, authpb.Permission_READ)
 }

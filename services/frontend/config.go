@@ -86,6 +86,9 @@ type Config struct {
 	AuthTokenTTL uint
 	// BcryptCost is etcd's --bcrypt-cost for hashing passwords (4 to 31).
 	BcryptCost int
+	// RelaySecret is sent on every call relayed to a watchhub or leasekeeper, to prove it comes from a
+	// frontend (package relayauth; --relay-secret, the hubs' and keepers' own).
+	RelaySecret string
 }
 
 // Deps are what a frontend takes from the process that runs it: where it reports, and the listeners the
@@ -156,6 +159,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AuthToken, "auth-token", c.AuthToken, "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
 	fs.UintVar(&c.AuthTokenTTL, "auth-token-ttl", c.AuthTokenTTL, "The lifetime in seconds of the auth token.")
 	fs.IntVar(&c.BcryptCost, "bcrypt-cost", c.BcryptCost, "Specify bcrypt algorithm cost factor for auth password hashing.")
+	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret sent to the watchhubs and leasekeepers to prove calls come from a frontend (their --relay-secret).")
 }
 
 // Validate reports every unusable setting.

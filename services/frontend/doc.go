@@ -70,8 +70,10 @@
 // changed meanwhile, as etcd) and issues a token at the revision it was applied at: --auth-token simple (etcd's
 // "<prefix>.<index>", --auth-token-ttl; every storage records it when applying the entry, and a frontend asks
 // the storages about a simple token it did not issue, refusing those of deleted users) or jwt (etcd's claims,
-// accepted by every frontend with the same keys; package authtoken). A copy saying "disabled" older than 50 ms
-// is read again when a request carries a token (auth may have been enabled through another frontend). With --client-cert-auth a request without a token is
+// accepted by every frontend with the same keys; package authtoken). On a stream, a copy saying "disabled"
+// older than 50 ms is read again when a request carries a token (auth may have been enabled through another
+// frontend); a unary call with the copy saying "disabled" costs one atomic load and is fenced by storage
+// instead (below). With --client-cert-auth a request without a token is
 // the user its certificate's CN names, except through the gateway, as etcd.
 //
 // The gate (authgate.go) keeps a copy of the auth store, read at start, when a probe shows another auth
@@ -84,9 +86,16 @@
 // the frontend relays it and refused as etcd refuses it (created and canceled, watch ID -1, "permission
 // denied"); the gateway and the Lock and Election recipes go through the same gRPC server, so the same checks.
 // A write carries its user and token revision to storage, which refuses it with ErrAuthOldRevision if the
-// store changed since (etcd's apply-time check). A refusal is confirmed against a fresh read of the store, so
-// a grant made through another frontend is seen at once; a revoke made elsewhere reaches this frontend's
-// reads within a probe interval (writes are fenced by storage). grpc.health.v1 is never checked.
+// store changed since (etcd's apply-time check); an anonymous write let through on a copy saying "disabled"
+// carries the copy's read fence and is refused if auth is enabled when it is applied. A read (Range, a
+// read-only Txn, RangeStream's first chunk) is checked by fencedRead (authfence.go) and carries the read fence
+// of the copy it was checked against (authstate.State.ReadFence): storage refuses it with ErrAuthOldRevision if
+// its own fence is higher once it has applied the read index, and the frontend reads the store again and checks
+// the read again, so a revoke made through another frontend holds for the next linearizable read here, as
+// etcd checks a read after its barrier. A permission-denied refusal is confirmed against a fresh read of the
+// store, so a grant made through another frontend is seen at once. Calls relayed to watchhubs and leasekeepers
+// carry the relay secret (Config.RelaySecret, package relayauth): with auth on, those serve only frontends.
+// grpc.health.v1 is never checked.
 //
 // # Lock, Election, health
 //

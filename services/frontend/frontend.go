@@ -29,6 +29,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
@@ -79,12 +80,13 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	if f.pool, err = newPool(cfg, tel, logger, deps.Internal); err != nil {
 		return nil, err
 	}
-	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption()))
+	relay := relayauth.DialOption(cfg.RelaySecret)
+	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption(), relay))
 	if err != nil {
 		f.pool.close()
 		return nil, fmt.Errorf("watch endpoints: %w", err)
 	}
-	leasekeepers, err := dialBackends(cfg.LeaseEndpoints, append(tel.DialOptions(), deps.Internal.DialOption()))
+	leasekeepers, err := dialBackends(cfg.LeaseEndpoints, append(tel.DialOptions(), deps.Internal.DialOption(), relay))
 	if err != nil {
 		f.pool.close()
 		closeBackends(watchhubs)

@@ -23,8 +23,8 @@ type kvServer struct {
 
 func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	var resp *pb.RangeResponse
-	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica) (err error) {
-		resp, err = rep.kv().Range(ctx, r)
+	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica, authFence uint64) (err error) {
+		resp, err = rep.kv().Range(ctx, r, authFence)
 		return err
 	})
 	if err != nil {
@@ -46,8 +46,8 @@ func (s *kvServer) relayRange(ctx context.Context, req any, info *grpc.UnaryServ
 		return handler(ctx, req)
 	}
 	var encoded mem.BufferSlice
-	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica) (err error) {
-		encoded, err = rep.rangeEncoded(ctx, r)
+	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica, authFence uint64) (err error) {
+		encoded, err = rep.rangeEncoded(ctx, r, authFence)
 		return err
 	})
 	if err != nil {
@@ -56,16 +56,24 @@ func (s *kvServer) relayRange(ctx context.Context, req any, info *grpc.UnaryServ
 	return &wiremsg.Encoded{Parts: append(mem.BufferSlice{mem.SliceBuffer(v.headerField(served))}, encoded...)}, nil
 }
 
-// readRange checks r as etcd does and runs read on the storages, in the order r's consistency asks for, until
-// one answers; it returns the view it used and the storage that answered.
+// readRange checks r as etcd does, its permission included (fencedRead), and runs read on the storages, in
+// the order r's consistency asks for, until one answers; it returns the view it used and the storage that
+// answered.
 func (s *kvServer) readRange(ctx context.Context, r *pb.RangeRequest,
-	read func(context.Context, *storageReplica) error) (*view, *storageReplica, error) {
+	read func(context.Context, *storageReplica, uint64) error) (v *view, served *storageReplica, err error) {
 	if err := etcdcheck.Range(r); err != nil {
 		return nil, nil, err
 	}
-	// The pipeline bounds its calls itself (storage's timeout answer, or the link's sweep), without a timer per call.
-	v := s.f.pool.view()
-	served, err := s.f.readOn(ctx, v.rangeOrder(r), func(rep *storageReplica) error { return read(ctx, rep) })
+	err = s.f.auth.fencedRead(ctx, func(st *gateState, c caller) error { return checkRange(st, c, r) },
+		func(ctx context.Context, authFence uint64) (err error) {
+			// The pipeline bounds its calls itself (storage's timeout answer, or the link's sweep), without a
+			// timer per call.
+			v = s.f.pool.view()
+			served, err = s.f.readOn(ctx, v.rangeOrder(r), func(rep *storageReplica) error {
+				return read(ctx, rep, authFence)
+			})
+			return err
+		})
 	return v, served, err
 }
 
@@ -126,10 +134,9 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	if err := etcdcheck.Write(req, f.cfg.limits()); err != nil {
 		return nil, err
 	}
-	if c := callerOf(ctx); c.user != "" && req.Header == nil {
-		// Storage refuses it if the auth store changed since the caller's token (ErrAuthOldRevision), as etcd's
-		// apply does: the permissions checked here are then those the write is applied under.
-		req.Header = &pb.RequestHeader{Username: c.user, AuthRevision: c.rev}
+	readOnly, serializable := readOnlyRequest(req)
+	if req.Header == nil {
+		req.Header = f.auth.requestHeader(ctx, readOnly)
 	}
 	// Storage bounds a write by its own request timeout and answers with etcd's error; the pipeline's bound
 	// (storageCallBound) is a little longer so that answer arrives first.
@@ -141,7 +148,7 @@ func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*st
 	}
 	var served *storageReplica
 	var err error
-	if readOnly, serializable := readOnlyRequest(req); readOnly {
+	if readOnly {
 		served, err = f.readOn(ctx, v.readOrder(serializable), call)
 	} else {
 		served, err = f.writeOn(ctx, v.leaderFirst, call)

@@ -60,8 +60,8 @@ func (r *storageReplica) kv() *storageclient.Pipeline { return r.pipeline }
 
 // rangeEncoded is Range answered in the response's wire encoding, storage's own: references to the buffers it
 // arrived in (see storageclient.Pipeline.RangeEncoded).
-func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest) (mem.BufferSlice, error) {
-	return r.pipeline.RangeEncoded(ctx, req)
+func (r *storageReplica) rangeEncoded(ctx context.Context, req *pb.RangeRequest, authFence uint64) (mem.BufferSlice, error) {
+	return r.pipeline.RangeEncoded(ctx, req, authFence)
 }
 
 // connected reports whether some connection is up or may come up without a failed dial.

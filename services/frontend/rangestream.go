@@ -25,10 +25,6 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 		return err
 	}
 	ctx := stream.Context()
-	if err := s.f.auth.checkRead(ctx, r); err != nil {
-		return err
-	}
-	v := s.f.pool.view()
 	q := &pb.RangeRequest{Key: r.Key, RangeEnd: r.RangeEnd, Revision: r.Revision, Serializable: r.Serializable,
 		KeysOnly: r.KeysOnly, CountOnly: r.CountOnly}
 	totalLimit := r.Limit
@@ -38,9 +34,14 @@ func (s *kvServer) RangeStream(r *pb.RangeRequest, stream pb.KV_RangeStreamServe
 	if !r.CountOnly {
 		q.Limit = min(initialStreamChunkLimit, totalLimit)
 	}
+	// The first chunk is read on the pipeline, fenced by the auth revision it was checked at (fencedRead);
+	// later ones read the revision it pinned.
 	var first *pb.RangeResponse
-	served, err := s.f.readOn(ctx, v.rangeOrder(r), func(rep *storageReplica) (err error) {
-		first, err = s.rangeChunk(ctx, rep, q)
+	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica, authFence uint64) error {
+		ctx, cancel := context.WithTimeout(ctx, s.f.cfg.RequestTimeout)
+		defer cancel()
+		var err error
+		first, err = rep.kv().Range(ctx, q, authFence)
 		return err
 	})
 	if err != nil {

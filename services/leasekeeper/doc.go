@@ -1,5 +1,7 @@
 // Package leasekeeper is Cairn's lease service: the clock of etcd's leases, and etcd v3.7's Lease API
 // (etcdserverpb.Lease: LeaseGrant, LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, LeaseLeases) on its own gRPC port.
+// It checks no permissions: the frontends check every call before relaying it, so while storage's status says
+// auth is enabled the keeper serves only them (package relayauth: internal TLS or Config.RelaySecret).
 //
 // What lives where. A lease's existence, granted TTL, checkpointed remaining TTL and attached keys are storage's:
 // grants, revokes and checkpoints are log entries every member applies (storage package), so every member deletes

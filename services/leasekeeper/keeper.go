@@ -19,6 +19,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/internal/storageclient"
 )
@@ -30,6 +31,8 @@ const revokeWorkers = 16
 // leases and the claim, and answers clients with keeperclaim.ErrNotActive). Build it with New, run it with Start,
 // end it with Stop.
 type Keeper struct {
+	// guard refuses callers other than the frontends while authentication is enabled (package relayauth).
+	guard   *relayauth.Guard
 	cfg     Config
 	deps    Deps
 	id      string
@@ -89,6 +92,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 		// The bucket holds two expiry ticks of revokes, so a late tick loses none of the rate.
 		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, int(2*float64(cfg.RevokeRate)*cfg.ExpiryTick.Seconds()))),
 		stopping:    make(chan struct{}),
+		guard:       relayauth.NewGuard(cfg.RelaySecret, deps.Internal.Enabled()),
 	}
 	k.metrics = newMetrics(k)
 	// Calls go to the storage that last answered and fail over only when one cannot serve at all.
@@ -142,7 +146,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 		return fmt.Errorf("leasekeeper: %w", err)
 	}
 	k.listener = lis
-	k.grpcServer = grpc.NewServer(append(k.tel.ServerOptions(), rpctune.ServerOptions()...)...)
+	k.grpcServer = grpc.NewServer(append(append(k.tel.ServerOptions(), rpctune.ServerOptions()...), k.guard.ServerOptions()...)...)
 	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
 	k.serving.Go(func() {
 		if err := k.grpcServer.Serve(k.deps.Internal.Listener(lis, "leasekeeper")); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -156,7 +160,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 		}
 		k.admin.Start()
 	}
-	k.run(runCtx, k.runElection, k.runExpiry, k.runCheckpoints, k.runResets, k.runReconcile)
+	k.run(runCtx, k.runElection, k.runExpiry, k.runCheckpoints, k.runResets, k.runReconcile, k.runAuthPoll)
 	for range revokeWorkers {
 		k.run(runCtx, k.runRevokes)
 	}

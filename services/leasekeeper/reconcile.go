@@ -38,3 +38,22 @@ func (k *Keeper) leaseRecords(ctx context.Context) ([]*storagepb.LeaseRecord, ui
 	})
 	return records, applied, err
 }
+
+// runAuthPoll tells the guard, every renew interval, whether the auth store has authentication enabled (read
+// from a storage's status), from the start.
+func (k *Keeper) runAuthPoll(ctx context.Context) {
+	poll := func(ctx context.Context) {
+		err := k.storage(ctx, k.cfg.RequestTimeout, func(ctx context.Context, c *storageclient.Client) error {
+			st, err := c.Status(ctx)
+			if err == nil {
+				k.guard.SetAuthEnabled(st.AuthEnabled)
+			}
+			return err
+		})
+		if err != nil && ctx.Err() == nil {
+			k.logger.Debug("reading whether auth is enabled failed", "err", err)
+		}
+	}
+	poll(ctx)
+	every(ctx, k.cfg.RenewInterval, poll)
+}

@@ -83,7 +83,7 @@ func BenchmarkPipelineRange(b *testing.B) {
 	p := dialPipeline(b, m)
 	runPipelineCalls(b, 256, func(ctx context.Context, i int64) error {
 		key := []byte(fmt.Sprintf("k%07d", i%keys))
-		if resp, err := p.Range(ctx, &pb.RangeRequest{Key: key, Serializable: true}); err != nil || len(resp.Kvs) != 1 {
+		if resp, err := p.Range(ctx, &pb.RangeRequest{Key: key, Serializable: true}, 0); err != nil || len(resp.Kvs) != 1 {
 			return fmt.Errorf("range %s: %v %v", key, resp, err)
 		}
 		return nil

@@ -38,7 +38,11 @@
 // request header's username and auth revision are kept in the entry for the apply-time check (mvcc). A
 // response to an auth request carries the auth revision after it; Status reports the auth revision and enabled
 // flag (frontends refresh their copy when they change) and AuthState returns the whole auth store, linearizably.
-// Every storage keeps the simple tokens of the Authenticate entries it applied, in memory as etcd's members do
+// A read a frontend checked (the pipeline's RangeChecked, a read-only Txn's Submit) carries the read fence of
+// the frontend's copy of the auth store in its header; after the read barrier (linearizable) or at once
+// (serializable) a fence below this storage's is refused with ErrAuthOldRevision (authFence), so the frontend
+// checks it again against a fresh copy; an anonymous write whose header carries a fence is refused at apply
+// once auth is enabled. Every storage keeps the simple tokens of the Authenticate entries it applied, in memory as etcd's members do
 // (dropped when their user is deleted or changes password, when unused for the asker's TTL, and on restart);
 // AuthToken answers whose a token is, so any frontend accepts a token another issued.
 //

@@ -29,6 +29,7 @@ func (s *Storage) servePipeline(conn *framed.Conn) {
 	})
 	srv.Handle(storagepb.PipelineSubmit, s.pipelineSubmit)
 	srv.Handle(storagepb.PipelineRange, s.pipelineRange)
+	srv.Handle(storagepb.PipelineRangeChecked, s.pipelineRangeChecked)
 	srv.Serve(conn, s.stopping)
 }
 
@@ -55,7 +56,7 @@ func (s *Storage) pipelineSubmit(call *link.Call) {
 	})
 }
 
-// pipelineRange serves a Range call: on the spot when it answersAtOnce, else on a worker.
+// pipelineRange serves a Range call.
 func (s *Storage) pipelineRange(call *link.Call) {
 	s.served.pipeline.Add(1)
 	req := &pb.RangeRequest{}
@@ -63,11 +64,28 @@ func (s *Storage) pipelineRange(call *link.Call) {
 		call.Fail(status.Errorf(codes.InvalidArgument, "cairn storage: pipeline range not decodable: %v", err))
 		return
 	}
-	if answersAtOnce(req) {
-		s.answerRange(call.ConnContext(), call, req)
+	s.serveRange(call, req, 0)
+}
+
+// pipelineRangeChecked serves a RangeChecked call: a Range the frontend checked against its copy of the auth
+// store whose read fence the request's header carries as its auth revision (see authFence).
+func (s *Storage) pipelineRangeChecked(call *link.Call) {
+	s.served.pipeline.Add(1)
+	req := &pb.InternalRaftRequest{}
+	if err := proto.Unmarshal(call.Body, req); err != nil || req.Range == nil {
+		call.Fail(status.Errorf(codes.InvalidArgument, "cairn storage: pipeline checked range not decodable (%v)", err))
 		return
 	}
-	call.Go(func(ctx context.Context) { s.answerRange(ctx, call, req) })
+	s.serveRange(call, req.Range, req.Header.GetAuthRevision())
+}
+
+// serveRange answers a Range call on the spot when it answersAtOnce, else on a worker.
+func (s *Storage) serveRange(call *link.Call, req *pb.RangeRequest, authFence uint64) {
+	if answersAtOnce(req) {
+		s.answerRange(call.ConnContext(), call, req, authFence)
+		return
+	}
+	call.Go(func(ctx context.Context) { s.answerRange(ctx, call, req, authFence) })
 }
 
 // answersAtOnce reports whether r is a serializable Range of one key: it waits for nothing and reads little, so
@@ -79,9 +97,9 @@ func answersAtOnce(r *pb.RangeRequest) bool {
 
 // answerRange answers call with the RangeResponse as Storage.RangeEncoded writes it, into one pooled buffer that
 // goes back to the pool once it has been sent.
-func (s *Storage) answerRange(ctx context.Context, call *link.Call, r *pb.RangeRequest) {
+func (s *Storage) answerRange(ctx context.Context, call *link.Call, r *pb.RangeRequest, authFence uint64) {
 	var buf *[]byte
-	encoded, err := s.RangeEncoded(ctx, r, func(n int) []byte {
+	encoded, err := s.rangeEncoded(ctx, r, authFence, func(n int) []byte {
 		buf = s.answerBuffers.Get(n)
 		return (*buf)[:0]
 	})

@@ -55,14 +55,14 @@ func TestPipelineAnswersAsUnary(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			want, wantErr := m.client.Range(ctx, tt.req)
-			got, gotErr := p.Range(ctx, tt.req)
+			got, gotErr := p.Range(ctx, tt.req, 0)
 			if status.Code(gotErr) != status.Code(wantErr) || status.Convert(gotErr).Message() != status.Convert(wantErr).Message() {
 				t.Fatalf("error %v, want %v", gotErr, wantErr)
 			}
 			if !proto.Equal(got, want) {
 				t.Fatalf("answer %v, want %v", got, want)
 			}
-			encoded, encErr := p.RangeEncoded(ctx, tt.req)
+			encoded, encErr := p.RangeEncoded(ctx, tt.req, 0)
 			if status.Code(encErr) != status.Code(wantErr) || status.Convert(encErr).Message() != status.Convert(wantErr).Message() {
 				t.Fatalf("encoded: error %v, want %v", encErr, wantErr)
 			}
@@ -100,7 +100,7 @@ func TestPipelineConcurrentCalls(t *testing.T) {
 					errs <- err
 					return
 				}
-				got, err := p.Range(ctx, &pb.RangeRequest{Key: []byte(key)})
+				got, err := p.Range(ctx, &pb.RangeRequest{Key: []byte(key)}, 0)
 				if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != key ||
 					got.Kvs[0].ModRevision != put.GetPut().Header.Revision {
 					errs <- fmt.Errorf("read %s after its put at %d: %v, %v", key, put.GetPut().Header.Revision, got, err)
@@ -124,16 +124,16 @@ func TestPipelineDeadlinesAndBrokenStreams(t *testing.T) {
 	expired, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
 	defer cancel()
 	<-expired.Done()
-	if _, err := p.Range(expired, &pb.RangeRequest{Key: []byte("a")}); status.Code(err) != codes.DeadlineExceeded {
+	if _, err := p.Range(expired, &pb.RangeRequest{Key: []byte("a")}, 0); status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("expired call: %v, want DeadlineExceeded", err)
 	}
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := p.Range(canceled, &pb.RangeRequest{Key: []byte("a")}); status.Code(err) != codes.Canceled {
+	if _, err := p.Range(canceled, &pb.RangeRequest{Key: []byte("a")}, 0); status.Code(err) != codes.Canceled {
 		t.Fatalf("canceled call: %v, want Canceled", err)
 	}
 	ctx := ctxT(t)
-	if _, err := p.Range(ctx, &pb.RangeRequest{Key: []byte("a")}); err != nil {
+	if _, err := p.Range(ctx, &pb.RangeRequest{Key: []byte("a")}, 0); err != nil {
 		t.Fatal(err)
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -143,7 +143,45 @@ func TestPipelineDeadlinesAndBrokenStreams(t *testing.T) {
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := p.Range(callCtx, &pb.RangeRequest{Key: []byte("a")}); status.Code(err) != codes.Unavailable || !errors.Is(err, link.ErrNotSent) {
+	if _, err := p.Range(callCtx, &pb.RangeRequest{Key: []byte("a")}, 0); status.Code(err) != codes.Unavailable || !errors.Is(err, link.ErrNotSent) {
 		t.Fatalf("call on a stopped storage: %v, want Unavailable, marked not sent", err)
+	}
+}
+
+// TestPipelineAuthFence: a read a frontend checked against an older auth store than storage's (a lower read
+// fence) is refused with ErrAuthOldRevision once it has passed its barrier; at the store's fence, or unchecked
+// (0), it is answered.
+func TestPipelineAuthFence(t *testing.T) {
+	m := startMember(t, testConfig(t, 1), newMemlog(t, 1), nil)
+	p := dialPipeline(t, m)
+	ctx := ctxT(t)
+	storeFence := m.currentStore().AuthReadFence() // a fresh store: revision 1, disabled
+	readTxn := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{
+		RequestRange: &pb.RangeRequest{Key: []byte("a")}}}}}
+	for _, tt := range []struct {
+		name    string
+		fence   uint64
+		wantErr error
+	}{
+		{"unchecked", 0, nil},
+		{"checked at the store's fence", storeFence, nil},
+		{"checked at a newer fence", storeFence + 1, nil},
+		{"checked at an older fence", storeFence - 1, rpctypes.ErrGRPCAuthOldRevision},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, serializable := range []bool{false, true} {
+				_, err := p.Range(ctx, &pb.RangeRequest{Key: []byte("a"), Serializable: serializable}, tt.fence)
+				if !errors.Is(err, tt.wantErr) && !(tt.wantErr == nil && err == nil) {
+					t.Fatalf("range (serializable %v): %v, want %v", serializable, err, tt.wantErr)
+				}
+			}
+			req := &pb.InternalRaftRequest{Txn: readTxn}
+			if tt.fence != 0 {
+				req.Header = &pb.RequestHeader{AuthRevision: tt.fence}
+			}
+			if _, err := p.Submit(ctx, req); !errors.Is(err, tt.wantErr) && !(tt.wantErr == nil && err == nil) {
+				t.Fatalf("read-only txn: %v, want %v", err, tt.wantErr)
+			}
+		})
 	}
 }

@@ -54,7 +54,7 @@ func BenchmarkSealed(b *testing.B) {
 				for _, serializable := range []bool{true, false} {
 					b.Run(fmt.Sprintf("range/serializable=%v", serializable), func(b *testing.B) {
 						runPipelineCalls(b, 256, func(ctx context.Context, i int64) error {
-							resp, err := p.Range(ctx, &pb.RangeRequest{Key: fmt.Appendf(nil, "/r/%03d", i%keys), Serializable: serializable})
+							resp, err := p.Range(ctx, &pb.RangeRequest{Key: fmt.Appendf(nil, "/r/%03d", i%keys), Serializable: serializable}, 0)
 							if err != nil || len(resp.Kvs) != 1 || len(resp.Kvs[0].Value) != size {
 								return fmt.Errorf("range: %v", err)
 							}

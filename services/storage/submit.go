@@ -65,7 +65,7 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 	case req.Range != nil:
 		return nil, status.Error(codes.InvalidArgument, "cairn storage: use Range for reads")
 	case req.Txn != nil && mvcc.IsTxnReadOnly(req.Txn):
-		resp, err := s.readTxn(ctx, req.Txn)
+		resp, err := s.readTxn(ctx, req.Txn, req.Header.GetAuthRevision()) // a read's header carries its fence
 		if err != nil {
 			return nil, err
 		}
@@ -262,7 +262,7 @@ func (s *Storage) linearizeWithTimeout(ctx context.Context) error {
 
 // Range answers an etcd RangeRequest; serializable=false makes it linearizable.
 func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if err := s.rangeReady(ctx, r); err != nil {
+	if err := s.rangeReady(ctx, r, 0); err != nil {
 		return nil, err
 	}
 	s.metrics.ranges.Inc()
@@ -284,7 +284,13 @@ func (s *Storage) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRespo
 // RangeEncoded is Range answered in the RangeResponse's wire encoding, appended to alloc(n) (see
 // mvcc.Store.RangeEncoded), for the pipeline to send on without encoding it again.
 func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest, alloc func(n int) []byte) ([]byte, error) {
-	if err := s.rangeReady(ctx, r); err != nil {
+	return s.rangeEncoded(ctx, r, 0, alloc)
+}
+
+// rangeEncoded is RangeEncoded of a read a frontend checked against its copy of the auth store at authFence
+// (0: not checked, see authFence).
+func (s *Storage) rangeEncoded(ctx context.Context, r *pb.RangeRequest, authFence uint64, alloc func(n int) []byte) ([]byte, error) {
+	if err := s.rangeReady(ctx, r, authFence); err != nil {
 		return nil, err
 	}
 	s.metrics.ranges.Inc()
@@ -302,24 +308,44 @@ func (s *Storage) RangeEncoded(ctx context.Context, r *pb.RangeRequest, alloc fu
 }
 
 // rangeReady checks r as etcd does and, for a linearizable read, waits until this storage has applied a
-// ReadIndex obtained after the call began.
-func (s *Storage) rangeReady(ctx context.Context, r *pb.RangeRequest) error {
+// ReadIndex obtained after the call began; then it fences the read's auth check (authFence).
+func (s *Storage) rangeReady(ctx context.Context, r *pb.RangeRequest, authFence uint64) error {
 	if err := etcdcheck.Range(r); err != nil {
 		return err
 	}
-	if r.Serializable {
-		return nil
+	if !r.Serializable {
+		ctx, cancel := s.withRequestTimeout(ctx)
+		defer cancel()
+		if err := s.linearize(ctx); err != nil {
+			return err
+		}
 	}
-	ctx, cancel := s.withRequestTimeout(ctx)
-	defer cancel()
-	return s.linearize(ctx)
+	return s.authFence(authFence)
 }
 
-func (s *Storage) readTxn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+// authFence is etcd's check, after a read's barrier, that the permissions the read was checked with are still
+// the auth store's. A frontend checks a read against its copy of the auth store and sends the copy's read fence
+// (authstate.State.ReadFence: its auth revision and enabled flag); if this storage's fence is higher once it has
+// applied the read index (a linearizable read) or now (a serializable one, which etcd checks against the
+// serving member's local store too), the copy predates a change made through another frontend, and the read is
+// refused with ErrAuthOldRevision: the frontend reads the store again and checks the read again. 0 is a read
+// no frontend checked (a service's own).
+func (s *Storage) authFence(checkedAt uint64) error {
+	if checkedAt != 0 && s.currentStore().AuthReadFence() > checkedAt {
+		return rpctypes.ErrGRPCAuthOldRevision
+	}
+	return nil
+}
+
+// readTxn answers a read-only Txn; authFence is the read fence the frontend checked it at (see authFence).
+func (s *Storage) readTxn(ctx context.Context, r *pb.TxnRequest, authFence uint64) (*pb.TxnResponse, error) {
 	if !mvcc.IsTxnSerializable(r) {
 		if err := s.linearize(ctx); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.authFence(authFence); err != nil {
+		return nil, err
 	}
 	_, span := s.stages.Start(ctx, "storage.bbolt_read")
 	var resp *pb.TxnResponse

@@ -74,6 +74,9 @@ type Config struct {
 	HistoryPageSize int
 	// AdminAddr is host:port for /metrics and /health; empty serves none (--admin-addr).
 	AdminAddr string
+	// RelaySecret is what the frontends send to prove they are (package relayauth): with authentication
+	// enabled, a plain hub serves only callers that send it (--relay-secret).
+	RelaySecret string
 }
 
 // Deps are what a hub takes from the process that runs it: where it reports, and the listener the caller
@@ -152,6 +155,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StoragePollInterval, "storage-poll-interval", c.StoragePollInterval, "How often storage's revision is checked for records the bus did not deliver.")
 	fs.DurationVar(&c.StorageTimeout, "storage-timeout", c.StorageTimeout, "Timeout of one storage call.")
 	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "host:port to serve /metrics and /health on (empty: none).")
+	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
 }
 
 // Validate reports every unusable setting, one config.FieldError each (named by its flag).

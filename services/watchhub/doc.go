@@ -1,6 +1,8 @@
 // Package watchhub is Cairn's watch fan-out: a stateless service that follows the store's applied revisions
 // and serves etcd's Watch API (etcdserverpb.Watch) to any number of clients. More hubs mean more watchers;
-// a hub keeps nothing that another hub or storage cannot give back.
+// a hub keeps nothing that another hub or storage cannot give back. It checks no permissions: the frontends
+// check every Watch create before relaying it, so while storage's status says auth is enabled the hub serves
+// only them (package relayauth: internal TLS or Config.RelaySecret) and refuses direct clients.
 //
 // # Data flow
 //

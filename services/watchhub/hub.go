@@ -23,12 +23,15 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
 // Hub is one watchhub. Build it with New, run it with Start, end it with Stop.
 type Hub struct {
+	// guard refuses callers other than the frontends while authentication is enabled (package relayauth).
+	guard   *relayauth.Guard
 	cfg     Config
 	deps    Deps
 	tel     *obs.Telemetry
@@ -90,6 +93,7 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
 		leaderLostAfter: defaultLeaderLostAfter,
+		guard:           relayauth.NewGuard(cfg.RelaySecret, deps.Internal.Enabled()),
 	}
 	h.metrics = newMetrics(deps.Registry)
 	pool, err := newStoragePool(cfg, tel, deps)
@@ -155,7 +159,7 @@ func (h *Hub) Start(ctx context.Context) error {
 
 // serverOptions are etcd's gRPC server settings for the Watch service, with otelgrpc and the hub's codec.
 func (h *Hub) serverOptions() []grpc.ServerOption {
-	return append(append(h.tel.ServerOptions(), rpctune.ServerOptions()...),
+	return append(append(append(h.tel.ServerOptions(), rpctune.ServerOptions()...), h.guard.ServerOptions()...),
 		grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxRecvMsgSize(h.cfg.fragmentBytes()),
 		grpc.MaxSendMsgSize(1<<31-1),
@@ -283,6 +287,7 @@ func (h *Hub) noteStorage(st *storagepb.StatusResponse, compactRev int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.header.ClusterId, h.header.MemberId, h.header.RaftTerm = st.ClusterId, st.MemberId, st.RaftTerm
+	h.guard.SetAuthEnabled(st.AuthEnabled)
 	h.compactRev = max(h.compactRev, compactRev)
 	switch {
 	case st.Leader != 0:

@@ -84,6 +84,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// RelaySecret is the relay secret of every cluster's frontends, watchhubs and leasekeepers (package
+// relayauth): a test calling a hub or keeper directly sends it to pass as a frontend.
+const RelaySecret = "clustertest-relay-secret"
+
 // Cluster is a running Cairn cluster inside the test process.
 type Cluster struct {
 	t         testing.TB

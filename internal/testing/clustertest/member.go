@@ -236,6 +236,7 @@ func (f *Frontend) Config() frontend.Config {
 	cfg.ProbeInterval = 100 * time.Millisecond
 	cfg.LeaseEndpoints = f.cluster.LeasekeeperURLs()
 	cfg.WatchEndpoints = f.cluster.WatchhubURLs()
+	cfg.RelaySecret = RelaySecret
 	if f.cluster.opts.ConfigureFrontend != nil {
 		f.cluster.opts.ConfigureFrontend(&cfg)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
@@ -238,7 +239,11 @@ func (s *Stack) Plan() ([]supervisor.ChildSpec, error) {
 		return nil, fmt.Errorf("localstack: %s holds a plain stack (its raft peer URLs, recorded in the WAL, are http://); "+
 			"run `cairn up --tls` with a new --data-dir, or this one without --tls", s.cfg.DataDir)
 	}
-	s.plan = &plan{cfg: s.cfg, layout: l}
+	relaySecret, err := relayauth.NewSecret()
+	if err != nil {
+		return nil, err
+	}
+	s.plan = &plan{cfg: s.cfg, layout: l, relaySecret: relaySecret}
 	if err := l.assignPorts(s.wantedPorts(), map[string]map[string]int{"frontend-1": {"client": s.cfg.ClientPort}}); err != nil {
 		return nil, err
 	}

@@ -123,6 +123,13 @@ func (s *Store) AuthRevision() uint64 {
 	return s.auth.Revision
 }
 
+// AuthReadFence returns the auth store's read fence (authstate.State.ReadFence).
+func (s *Store) AuthReadFence() uint64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.auth.ReadFence()
+}
+
 // AuthEnabled reports whether authentication is enabled.
 func (s *Store) AuthEnabled() bool {
 	s.mu.RLock()
@@ -133,10 +140,18 @@ func (s *Store) AuthEnabled() bool {
 // authRefusal is etcd's check at apply time of a request made by an authenticated user: with authentication
 // enabled, a request whose header carries an auth revision older than the store's was checked against
 // permissions that may have changed since, and is refused with ErrAuthOldRevision (the client authenticates
-// again and retries).
+// again and retries). An anonymous request whose header carries an auth revision was let through by a
+// frontend whose copy of the store had authentication disabled: with authentication enabled it is refused the
+// same way, and the frontend checks it again against a fresh copy.
 func (s *Store) authRefusal(req *pb.InternalRaftRequest) error {
 	h := req.Header
-	if !s.auth.Enabled || h == nil || h.Username == "" || req.Authenticate != nil {
+	if !s.auth.Enabled || h == nil || req.Authenticate != nil {
+		return nil
+	}
+	if h.Username == "" {
+		if h.AuthRevision != 0 {
+			return rpctypes.ErrGRPCAuthOldRevision
+		}
 		return nil
 	}
 	if h.AuthRevision < s.auth.Revision {

@@ -14,7 +14,8 @@ import (
 )
 
 // TestAuthPersistsInEtcdLayout: auth requests applied through the log are written to etcd's authUsers,
-// authRoles and auth buckets, survive a reopen, and a request checked at an older auth revision is refused.
+// authRoles and auth buckets, survive a reopen, and a request checked at an older auth revision, or checked
+// anonymous by a frontend that had auth disabled, is refused.
 func TestAuthPersistsInEtcdLayout(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "storage.db")
 	ts := openTestStore(t, Config{Path: path})
@@ -31,14 +32,21 @@ func TestAuthPersistsInEtcdLayout(t *testing.T) {
 			t.Fatalf("apply %v: %v", req, res.Err)
 		}
 	}
-	res := ts.apply(&pb.InternalRaftRequest{Header: &pb.RequestHeader{Username: "root", AuthRevision: 4},
-		Put: &pb.PutRequest{Key: []byte("k")}})
-	if !errors.Is(res.Err, rpctypes.ErrGRPCAuthOldRevision) {
-		t.Fatalf("put at auth revision 4 of 5 = %v, want ErrAuthOldRevision", res.Err)
-	}
-	if res := ts.apply(&pb.InternalRaftRequest{Header: &pb.RequestHeader{Username: "root", AuthRevision: 5},
-		Put: &pb.PutRequest{Key: []byte("k")}}); res.Err != nil {
-		t.Fatalf("put at the current auth revision: %v", res.Err)
+	for _, tt := range []struct {
+		name    string
+		header  *pb.RequestHeader
+		wantErr error
+	}{
+		{"root at auth revision 4 of 5", &pb.RequestHeader{Username: "root", AuthRevision: 4}, rpctypes.ErrGRPCAuthOldRevision},
+		{"root at the current auth revision", &pb.RequestHeader{Username: "root", AuthRevision: 5}, nil},
+		// A frontend whose copy had auth disabled let it through anonymous, with its copy's fence.
+		{"anonymous, checked with auth disabled", &pb.RequestHeader{AuthRevision: 5 << 1}, rpctypes.ErrGRPCAuthOldRevision},
+		{"anonymous, unchecked (a service's own write)", nil, nil},
+	} {
+		res := ts.apply(&pb.InternalRaftRequest{Header: tt.header, Put: &pb.PutRequest{Key: []byte("k")}})
+		if !errors.Is(res.Err, tt.wantErr) && !(tt.wantErr == nil && res.Err == nil) {
+			t.Fatalf("put, %s: %v, want %v", tt.name, res.Err, tt.wantErr)
+		}
 	}
 	if err := ts.Close(); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,15 @@
+// Package relayauth decides who may call a watchhub's or a leasekeeper's etcd API (Watch, Lease): the frontends
+// relay clients' streams and calls to them after checking them against the auth store, so while
+// authentication is enabled a hub or keeper serves only its frontends, never a client that reached its port
+// directly (no copy of the permission checks runs there).
+//
+// A frontend proves it is one: on a stack with internal mutual TLS (--internal-*), by its certificate, which
+// the hub's listener has already verified (every caller of that port is internal); on a plain stack, by the
+// stack's relay secret (--relay-secret, one random value per `cairn up` stack or `cairn dev` process), sent as
+// gRPC metadata on every relayed call (DialOption). A Guard on the hub's or keeper's gRPC server refuses any
+// other caller with ErrDirectClient while the auth store says authentication is enabled (SetAuthEnabled, from
+// the storage status the service polls; until the first poll calls wait for it). With authentication
+// disabled every caller is served, so benchmarks may still stream to hubs directly.
+//
+// It needs only gRPC; product code and services import it, never the other way round.
+package relayauth

@@ -1,0 +1,124 @@
+package relayauth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// MetadataKey is the gRPC metadata key a frontend's relayed calls carry the relay secret in.
+const MetadataKey = "cairn-relay-secret"
+
+// ErrDirectClient answers a caller that is not a frontend while authentication is enabled.
+var ErrDirectClient = status.Error(codes.PermissionDenied,
+	"cairn: authentication is enabled and this port serves only Cairn's frontends: connect through a frontend")
+
+// Guard is the check on one hub's or keeper's gRPC server. The zero value is not usable: use NewGuard.
+type Guard struct {
+	secret      []byte
+	internalTLS bool
+	authEnabled atomic.Bool
+	known       chan struct{} // closed once the auth state is known
+	knownOnce   sync.Once
+}
+
+// NewGuard returns the guard of a server whose listener is internal mutual TLS (internalTLS: every caller has
+// been verified as internal), or else expects secret from its frontends (an empty secret: no caller proves
+// anything, so while authentication is enabled every call is refused). Until SetAuthEnabled is first called
+// calls wait for it.
+func NewGuard(secret string, internalTLS bool) *Guard {
+	return &Guard{secret: []byte(secret), internalTLS: internalTLS, known: make(chan struct{})}
+}
+
+// SetAuthEnabled records whether the auth store has authentication enabled.
+func (g *Guard) SetAuthEnabled(enabled bool) {
+	g.authEnabled.Store(enabled)
+	g.knownOnce.Do(func() { close(g.known) })
+}
+
+// Check returns ErrDirectClient when authentication is enabled and ctx's call comes from neither an internal
+// TLS peer nor a caller with the relay secret. Until the auth state is known it waits for it, as long as ctx
+// lets it.
+func (g *Guard) Check(ctx context.Context) error {
+	if g.internalTLS {
+		return nil
+	}
+	select {
+	case <-g.known:
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	if !g.authEnabled.Load() {
+		return nil
+	}
+	for _, v := range metadata.ValueFromIncomingContext(ctx, MetadataKey) {
+		if len(g.secret) > 0 && subtle.ConstantTimeCompare([]byte(v), g.secret) == 1 {
+			return nil
+		}
+	}
+	return ErrDirectClient
+}
+
+// ServerOptions are the interceptors that apply the guard to every call but grpc health's.
+func (g *Guard) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+			if info.FullMethod != healthpb.Health_Check_FullMethodName {
+				if err := g.Check(ctx); err != nil {
+					return nil, err
+				}
+			}
+			return handler(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if info.FullMethod != healthpb.Health_Watch_FullMethodName {
+				if err := g.Check(ss.Context()); err != nil {
+					return err
+				}
+			}
+			return handler(srv, ss)
+		}),
+	}
+}
+
+// NewSecret returns a fresh random relay secret (256 bits, hex), for a stack that starts its own frontends,
+// hubs and keepers.
+func NewSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("relayauth: random secret: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// DialOption makes every call on a connection carry secret (none when it is empty), for a frontend's
+// connections to hubs and keepers.
+func DialOption(secret string) grpc.DialOption {
+	return grpc.WithPerRPCCredentials(secretCredentials(secret))
+}
+
+type secretCredentials string
+
+func (s secretCredentials) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	return map[string]string{MetadataKey: string(s)}, nil
+}
+
+// RequireTransportSecurity is false: on a plain stack the secret travels in clear, as everything else does
+// (the internal TLS links are what keeps it from the network).
+func (secretCredentials) RequireTransportSecurity() bool { return false }
+
+var _ credentials.PerRPCCredentials = secretCredentials("")

@@ -1,0 +1,79 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// fenceRetries bounds how many times a read refused by storage's auth fence is checked and sent again: each
+// retry follows a fresh read of the auth store, so only auth changes arriving faster than reads exhaust it.
+const fenceRetries = 3
+
+// fencedRead runs a read checked by check against this frontend's copy of the auth store, as etcd checks a read
+// after its read barrier. The copy may predate a change made through another frontend (it learns of those by
+// probing), so read is given the copy's read fence (authstate.State.ReadFence: auth revision and enabled flag)
+// to send with the read: storage refuses the read with ErrAuthOldRevision when its own fence is higher once it
+// has applied the read index (storage's authFence), and then the copy is read again and the read checked and
+// run again. A linearizable read is thus never answered on permissions older than its read index. With
+// authentication disabled in the copy the check is skipped: the cost is one atomic load and the fence sent (an
+// AuthEnable made through another frontend raises the fence, so it is caught the same way).
+func (g *authGate) fencedRead(ctx context.Context, check func(*gateState, caller) error,
+	read func(ctx context.Context, authFence uint64) error) error {
+	for attempt := 0; ; attempt++ {
+		st := g.state.Load()
+		if st == nil || st.Enabled || attempt > 0 {
+			var c caller
+			var err error
+			if st, c, err = g.identify(ctx); err != nil {
+				return err
+			}
+			if st.Enabled {
+				if st, err = g.confirmed(ctx, st, func(st *gateState) error { return check(st, c) }); err != nil {
+					return err
+				}
+			}
+			ctx = context.WithValue(ctx, callerKey{}, c)
+		}
+		err := read(ctx, st.ReadFence())
+		if attempt < fenceRetries && errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) && ctx.Err() == nil {
+			if fresh, ferr := g.refresh(ctx); ferr == nil && fresh.ReadFence() > st.ReadFence() {
+				continue
+			}
+		}
+		return err
+	}
+}
+
+// authFenceKey carries, into a read-only Txn's handler, the read fence fencedRead checked it at.
+type authFenceKey struct{}
+
+// checkedAuthFence is the read fence ctx's read was checked at by fencedRead (0 when none).
+func checkedAuthFence(ctx context.Context) uint64 {
+	rev, _ := ctx.Value(authFenceKey{}).(uint64)
+	return rev
+}
+
+// requestHeader is the header a request sent to storage's Submit carries for storage's auth checks, as etcd's
+// apply checks it. A caller's write carries its user and its token's auth revision: storage refuses it if the
+// auth store changed since (ErrAuthOldRevision), so the permissions checked here are those it is applied
+// under. An anonymous write carries the read fence of this frontend's copy, which had authentication disabled
+// (else it would have been refused here): storage refuses it if authentication is enabled when it applies it.
+// A read carries the read fence it was checked at (fencedRead). nil when there is nothing to check.
+func (g *authGate) requestHeader(ctx context.Context, readOnly bool) *pb.RequestHeader {
+	if readOnly {
+		if fence := checkedAuthFence(ctx); fence != 0 {
+			return &pb.RequestHeader{Username: callerOf(ctx).user, AuthRevision: fence}
+		}
+		return nil
+	}
+	if c := callerOf(ctx); c.user != "" {
+		return &pb.RequestHeader{Username: c.user, AuthRevision: c.rev}
+	}
+	if st := g.state.Load(); st != nil {
+		return &pb.RequestHeader{AuthRevision: st.ReadFence()}
+	}
+	return nil
+}
