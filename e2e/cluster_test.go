@@ -25,6 +25,7 @@ func TestCluster(t *testing.T) {
 	t.Run("client v3", func(t *testing.T) { testClientV3(t, s) })
 	t.Run("leases are served", func(t *testing.T) { testLeasesServed(t, s) })
 	t.Run("storages take turns publishing applied records on NATS", func(t *testing.T) { testAppliedRecordsOnNATS(t, s) })
+	t.Run("the bus is locked down without TLS", func(t *testing.T) { testPlainBusLockedDown(t, s) })
 	t.Run("crashes during writes", func(t *testing.T) { testCrashesDuringWrites(t, s, etcdctl) })
 }
 

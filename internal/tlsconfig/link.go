@@ -23,6 +23,10 @@ const handshakeTimeout = 10 * time.Second
 const (
 	KindPeer     = "peer"
 	KindInternal = "internal"
+	// KindClient is etcd's client port (the frontends'), KindNATS the bus: their servers do their own TLS
+	// and count their refusals in the same metric (HandshakeFailures).
+	KindClient = "client"
+	KindNATS   = "nats"
 )
 
 // Deps are where a Link reports.
@@ -68,15 +72,16 @@ func NewLink(kind string, f Files, p Policy, deps Deps) (*Link, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	failures, err := handshakeFailures(deps.Registry)
+	failures, err := HandshakeFailures(deps.Registry)
 	if err != nil {
 		return nil, err
 	}
 	return &Link{kind: kind, server: server, client: client, logger: logger, failures: failures}, nil
 }
 
-// handshakeFailures is the process's cairn_tls_handshake_failures_total, registered on reg once.
-func handshakeFailures(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+// HandshakeFailures is the process's cairn_tls_handshake_failures_total{link,side}, registered on reg once
+// (every caller gets the same counter); not exported when reg is nil.
+func HandshakeFailures(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cairn_tls_handshake_failures_total",
 		Help: "TLS handshakes refused, by kind of link (client, peer, internal) and side (server: a connection this process accepted; client: one it dialed).",

@@ -30,6 +30,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
@@ -169,7 +170,10 @@ func (f *Frontend) Start(ctx context.Context) error {
 	}
 	for i, lis := range f.listeners {
 		if f.secure[i] {
-			f.serveTLS(lis, tlsConfig, clientMux)
+			if err := f.serveTLS(lis, tlsConfig, clientMux); err != nil {
+				_ = f.Stop(ctx)
+				return err
+			}
 			continue
 		}
 		m := cmux.New(lis) // as etcd splits a plain client port: HTTP/2 to gRPC, HTTP/1 to the gateway
@@ -198,10 +202,14 @@ func (f *Frontend) Start(ctx context.Context) error {
 
 // serveTLS serves a TLS client port as etcd serves one: one HTTP server (HTTP/1 and, negotiated by ALPN,
 // HTTP/2) hands HTTP/2 requests of content-type application/grpc to the gRPC server and everything else (the
-// gateway, /health, /metrics; a curl of https:// speaks HTTP/2) to mux.
-func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Handler) {
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Minute, TLSConfig: tlsConfig,
-		ErrorLog: slog.NewLogLogger(f.logger.With("server", "https").Handler(), slog.LevelWarn), // refused handshakes
+// gateway, /health, /metrics; a curl of https:// speaks HTTP/2) to mux. Refused handshakes are logged and
+// counted (cairn_tls_handshake_failures_total{link="client"}).
+func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Handler) error {
+	errorLog, err := tlsconfig.HTTPErrorLog(tlsconfig.KindClient, f.logger.With("server", "https"), f.metrics.registry)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Minute, TLSConfig: tlsConfig, ErrorLog: errorLog,
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 				f.grpcServer.ServeHTTP(w, r)
@@ -211,6 +219,7 @@ func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Ha
 		})}
 	f.httpServers = append(f.httpServers, srv)
 	f.serve("https", lis, func() error { return srv.Serve(tls.NewListener(lis, tlsConfig)) })
+	return nil
 }
 
 // listenMetrics returns the metrics listeners the caller bound, or binds ListenMetricsURLs.

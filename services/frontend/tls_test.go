@@ -2,8 +2,11 @@ package frontend_test
 
 import (
 	"context"
+	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
@@ -71,6 +75,62 @@ func TestClientTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientTLSRefusalsCounted: a plain-text client, a TLS client without a certificate and one with a
+// certificate of another CA are refused by a --client-cert-auth client port, and each refusal is counted in
+// cairn_tls_handshake_failures_total{link="client",side="server"}.
+func TestClientTLSRefusalsCounted(t *testing.T) {
+	certs := certtest.Write(t)
+	trusted := certs.ClientTLS(t, certs.ClientCert, certs.ClientKey)
+	c := clustertest.Start(t, clustertest.Options{Members: 1, ConfigureFrontend: clustertest.ServeHTTPS(certs),
+		ClientTLS: trusted})
+	addr := strings.TrimPrefix(c.Frontends()[0].URL, "http://")
+	metrics := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: trusted}}
+	refusals := func() float64 {
+		resp, err := metrics.Get("https://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(body), "\n") {
+			if value, ok := strings.CutPrefix(line, `cairn_tls_handshake_failures_total{link="client",side="server"} `); ok {
+				v, err := strconv.ParseFloat(value, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+		return 0
+	}
+	before := refusals()
+	strangers := map[string]*tls.Config{
+		"plain text":                  nil,
+		"no certificate":              certs.ClientTLS(t, "", ""),
+		"a certificate of another CA": certs.ClientTLS(t, certs.UntrustedClientCert, certs.UntrustedKey),
+	}
+	for name, cfg := range strangers {
+		nc, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := nc
+		if cfg != nil {
+			conn = tls.Client(nc, cfg)
+		}
+		_ = conn.SetDeadline(time.Now().Add(3 * time.Second))
+		_, _ = io.WriteString(conn, "GET /health HTTP/1.1\r\nHost: cairn\r\n\r\n")
+		reply, _ := io.ReadAll(conn)
+		conn.Close()
+		if strings.Contains(string(reply), `"health"`) {
+			t.Errorf("%s: the client port answered %q", name, reply)
+		}
+	}
+	waittest.Until(t, 5*time.Second, 20*time.Millisecond, "every refusal counted", func() bool {
+		return refusals()-before == float64(len(strangers))
+	})
 }
 
 // TestHTTPSURLNeedsCertificate: an https client URL without --cert-file and --key-file is refused with etcd's error.
