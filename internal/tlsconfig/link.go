@@ -79,6 +79,21 @@ func NewLink(kind string, f Files, p Policy, deps Deps) (*Link, error) {
 	return &Link{kind: kind, server: server, client: client, logger: logger, failures: failures}, nil
 }
 
+// NewServerLink is the Link of a port this process serves with server, a configuration of its own (etcd's
+// client port: Files.ClientPortConfig): its Listener handshakes, logs and counts refusals as every link's
+// does. It dials nothing (ClientConfig is nil).
+func NewServerLink(kind string, server *tls.Config, deps Deps) (*Link, error) {
+	logger := deps.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	failures, err := HandshakeFailures(deps.Registry)
+	if err != nil {
+		return nil, err
+	}
+	return &Link{kind: kind, server: server, logger: logger, failures: failures}, nil
+}
+
 // HandshakeFailures is the process's cairn_tls_handshake_failures_total{link,side}, registered on reg once
 // (every caller gets the same counter); not exported when reg is nil.
 func HandshakeFailures(reg prometheus.Registerer) (*prometheus.CounterVec, error) {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +29,6 @@ import (
 	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
-	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
@@ -120,6 +118,7 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
 		grpc.ChainUnaryInterceptor(f.metrics.unaryInterceptor, f.auth.unaryInterceptor, kv.relayRange),
 		grpc.ChainStreamInterceptor(f.auth.streamInterceptor),
+		grpc.Creds(clientPortCredentials{}),
 	)
 	s := grpc.NewServer(opts...)
 	pb.RegisterKVServer(s, kv)
@@ -197,28 +196,6 @@ func (f *Frontend) Start(ctx context.Context) error {
 	f.logger.Info("frontend started", "name", f.cfg.Name, "client_urls", f.ClientURLs(),
 		"consensus_endpoints", f.cfg.ConsensusEndpoints, "storage_endpoints", f.cfg.StorageEndpoints,
 		"watch_endpoints", f.cfg.WatchEndpoints, "lease_endpoints", f.cfg.LeaseEndpoints)
-	return nil
-}
-
-// serveTLS serves a TLS client port as etcd serves one: one HTTP server (HTTP/1 and, negotiated by ALPN,
-// HTTP/2) hands HTTP/2 requests of content-type application/grpc to the gRPC server and everything else (the
-// gateway, /health, /metrics; a curl of https:// speaks HTTP/2) to mux. Refused handshakes are logged and
-// counted (cairn_tls_handshake_failures_total{link="client"}).
-func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Handler) error {
-	errorLog, err := tlsconfig.HTTPErrorLog(tlsconfig.KindClient, f.logger.With("server", "https"), f.metrics.registry)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Minute, TLSConfig: tlsConfig, ErrorLog: errorLog,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-				f.grpcServer.ServeHTTP(w, r)
-				return
-			}
-			mux.ServeHTTP(w, r)
-		})}
-	f.httpServers = append(f.httpServers, srv)
-	f.serve("https", lis, func() error { return srv.Serve(tls.NewListener(lis, tlsConfig)) })
 	return nil
 }
 
