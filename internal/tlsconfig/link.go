@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -177,10 +179,24 @@ func (c *serverConn) handshake() error {
 		defer cancel()
 		if c.err = c.Conn.HandshakeContext(ctx); c.err != nil {
 			c.listener.link.refused("server", c.listener.service, c.Conn.RemoteAddr(), c.err)
+			c.answerPlainHTTP()
 			_ = c.Conn.NetConn().Close()
 		}
 	})
 	return c.err
+}
+
+// answerPlainHTTP tells a plain-text HTTP client of a client port what it did wrong, as net/http's TLS
+// server (and so etcd) does; the other links answer nothing.
+func (c *serverConn) answerPlainHTTP() {
+	var plain tls.RecordHeaderError
+	if c.listener.link.kind != KindClient || !errors.As(c.err, &plain) || plain.Conn == nil {
+		return
+	}
+	if method := string(plain.RecordHeader[:]); !slices.Contains([]string{"GET /", "HEAD ", "POST ", "PUT /", "OPTIO"}, method) {
+		return
+	}
+	_, _ = io.WriteString(plain.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
 }
 
 func (c *serverConn) Read(b []byte) (int, error) {

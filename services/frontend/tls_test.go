@@ -80,7 +80,8 @@ func TestClientTLS(t *testing.T) {
 }
 
 // TestClientTLSRefusalsCounted: a plain-text client, a TLS client without a certificate and one with a
-// certificate of another CA are refused by a --client-cert-auth client port, and each refusal is counted in
+// certificate of another CA are refused by a --client-cert-auth client port (the plain-text one told so by a
+// 400, as etcd tells it), and each refusal is counted in
 // cairn_tls_handshake_failures_total{link="client",side="server"}.
 func TestClientTLSRefusalsCounted(t *testing.T) {
 	certs := certtest.Write(t)
@@ -128,6 +129,9 @@ func TestClientTLSRefusalsCounted(t *testing.T) {
 		conn.Close()
 		if strings.Contains(string(reply), `"health"`) {
 			t.Errorf("%s: the client port answered %q", name, reply)
+		}
+		if cfg == nil && !strings.Contains(string(reply), "400 Bad Request") { // as net/http, and so etcd, answer
+			t.Errorf("plain text: answered %q, want a 400 saying the port speaks HTTPS", reply)
 		}
 	}
 	waittest.Until(t, 5*time.Second, 20*time.Millisecond, "every refusal counted", func() bool {
