@@ -5,11 +5,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/eventpb"
 	"github.com/cairn-kv/cairn/internal/eventbus"
@@ -25,12 +33,8 @@ type busRecords struct {
 
 func followBus(t *testing.T, s *upStack) *busRecords {
 	t.Helper()
-	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", s.child(t, "nats").Ports["client"])
-	nc, err := eventbus.Connect(natsURL, "e2e", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	// The bus is locked down: a watchhub's credentials read applied records, a leasekeeper's lease changes.
+	nc, leases := s.busClient(t, eventbus.RoleWatchhub), s.busClient(t, eventbus.RoleLeasekeeper)
 	b := &busRecords{revisions: map[int64][]uint64{}, leaseGrant: map[int64]bool{}}
 	if _, err := eventbus.Subscribe(nc, "", func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
 		b.mu.Lock()
@@ -39,7 +43,7 @@ func followBus(t *testing.T, s *upStack) *busRecords {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := eventbus.SubscribeLeaseChanges(nc, "", func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
+	if _, err := eventbus.SubscribeLeaseChanges(leases, "", func(rec *eventpb.AppliedRecord, _ eventbus.Meta) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		for _, c := range rec.GetLeases() {
@@ -50,8 +54,10 @@ func followBus(t *testing.T, s *upStack) *busRecords {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
+	for _, c := range []*nats.Conn{nc, leases} {
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// The storages publish applied records only while a consumer says it needs them, as watchhubs with
 	// watch streams do.
@@ -78,6 +84,100 @@ func followBus(t *testing.T, s *upStack) *busRecords {
 		return true
 	})
 	return b
+}
+
+// busURL is the stack's NATS.
+func (s *upStack) busURL(t *testing.T) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", s.child(t, "nats").Ports["client"])
+}
+
+// busClient connects to a plain stack's bus with role's credentials, as the stack's processes of that role do;
+// errors the server reports (permission violations) are logged.
+func (s *upStack) busClient(t *testing.T, role string, opts ...nats.Option) *nats.Conn {
+	t.Helper()
+	opts = append([]nats.Option{eventbus.NkeySeedFile(eventbus.SeedFile(filepath.Join(s.dir, "nats"), role))}, opts...)
+	nc, err := eventbus.Connect(s.busURL(t), "e2e-"+role, slog.New(slog.NewTextHandler(io.Discard, nil)), nil, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// testPlainBusLockedDown: a plain `cairn up` runs its bus locked down by role nkeys: an anonymous client is
+// refused, a watchhub's credentials cannot publish applied records, a record forged with them never reaches a
+// watcher, and NATS counts each refusal.
+func testPlainBusLockedDown(t *testing.T, s *upStack) {
+	for _, role := range eventbus.Roles() {
+		if info, err := os.Stat(eventbus.SeedFile(filepath.Join(s.dir, "nats"), role)); err != nil || info.Mode().Perm() != 0o600 {
+			t.Errorf("%s's nkey seed: %v; want a file of mode 0600", role, err)
+		}
+	}
+	violations := func(kind string) float64 {
+		v, _ := s.metric(t, "nats", fmt.Sprintf(`cairn_nats_authorization_violations_total{kind=%q}`, kind))
+		return v
+	}
+	connectsBefore, publishesBefore := violations(eventbus.ViolationConnect), violations(eventbus.ViolationPublish)
+	if nc, err := nats.Connect(s.busURL(t), nats.MaxReconnects(0), nats.Timeout(3*time.Second)); err == nil {
+		nc.Close()
+		t.Error("an anonymous client connected to the bus of a plain cairn up")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c := s.client(t)
+	events := c.Watch(ctx, "forged/", clientv3.WithPrefix())
+	status, err := c.Put(ctx, "forged/before", "real")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := make(chan error, 4)
+	hub := s.busClient(t, eventbus.RoleWatchhub, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		refused <- err
+	}))
+	forged := &eventpb.AppliedBatch{Records: []*eventpb.AppliedRecord{{MemberId: 1, Index: 1 << 40, Revision: status.Header.Revision + 1,
+		Events: []*mvccpb.Event{{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte("forged/key"), Value: []byte("forged"),
+			CreateRevision: status.Header.Revision + 1, ModRevision: status.Header.Revision + 1, Version: 1}}}}}}
+	body, err := proto.Marshal(forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(eventbus.Subject("", 1))
+	msg.Data = body
+	msg.Header.Set(eventbus.HeaderMember, "1")
+	msg.Header.Set(eventbus.HeaderFirstIndex, fmt.Sprint(uint64(1<<40)))
+	msg.Header.Set(eventbus.HeaderIndex, fmt.Sprint(uint64(1<<40)))
+	msg.Header.Set(eventbus.HeaderRevision, fmt.Sprint(status.Header.Revision+1))
+	if err := hub.PublishMsg(msg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-refused:
+		if !strings.Contains(err.Error(), "Permissions Violation") {
+			t.Errorf("the forged publish was refused with %v, want a permissions violation", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("NATS did not refuse a watchhub's publish of an applied record")
+	}
+	if _, err := c.Put(ctx, "forged/after", "real"); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for len(seen) < 2 {
+		resp, ok := <-events
+		if !ok {
+			t.Fatalf("watch ended after %q: %v", seen, ctx.Err())
+		}
+		for _, ev := range resp.Events {
+			seen = append(seen, string(ev.Kv.Key))
+		}
+	}
+	if !slices.Equal(seen, []string{"forged/before", "forged/after"}) {
+		t.Errorf("the watcher saw %q, want only the two real puts", seen)
+	}
+	waittest.Until(t, 10*time.Second, 100*time.Millisecond, "NATS counted the refusals", func() bool {
+		return violations(eventbus.ViolationConnect) > connectsBefore && violations(eventbus.ViolationPublish) > publishesBefore
+	})
 }
 
 // senders returns who sent the record ending at revision.

@@ -26,6 +26,7 @@ func TestCluster(t *testing.T) {
 	t.Run("leases are served", func(t *testing.T) { testLeasesServed(t, s) })
 	t.Run("storages take turns publishing applied records on NATS", func(t *testing.T) { testAppliedRecordsOnNATS(t, s) })
 	t.Run("etcd's monitoring mixin finds its series", func(t *testing.T) { testEtcdMixin(t, s) })
+	t.Run("the bus is locked down without TLS", func(t *testing.T) { testPlainBusLockedDown(t, s) })
 	t.Run("crashes during writes", func(t *testing.T) { testCrashesDuringWrites(t, s, etcdctl) })
 }
 

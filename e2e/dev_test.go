@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 )
@@ -166,5 +171,62 @@ func TestDevWithTLSFlag(t *testing.T) {
 		"--listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", plainPorts[2])).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "new --data-dir") {
 		t.Fatalf("cairn dev --tls on a plain data dir: %v\n%s", err, out)
+	}
+}
+
+// TestDevWithOwnCertificates: `cairn dev` with the operator's certificates (--internal-* for every link
+// between its components, etcd's client flags for the client port) runs every link on them; the bus is TLS
+// and the components prove their roles on it with the nkeys dev keeps in DATA-DIR/nats, so a watcher gets
+// its events.
+func TestDevWithOwnCertificates(t *testing.T) {
+	etcdctl := etcdreftest.Etcdctl(t)
+	ca, err := tlsconfig.LoadOrCreateCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ca.Issue(tlsconfig.Identity{Name: "dev", Hosts: []string{"127.0.0.1", "localhost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := ca.Issue(tlsconfig.Identity{Name: "client", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports, err := supervisor.FreePorts(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	endpoint, stop := startDevWith(t, etcdctl, dir, ports, devTLS{
+		devArgs: []string{"--cert-file", server.CertFile, "--key-file", server.KeyFile,
+			"--trusted-ca-file", server.TrustedCAFile, "--client-cert-auth",
+			"--internal-cert-file", server.CertFile, "--internal-key-file", server.KeyFile,
+			"--internal-trusted-ca-file", server.TrustedCAFile},
+		etcdctlArgs: []string{"--cacert", client.TrustedCAFile, "--cert", client.CertFile, "--key", client.KeyFile},
+	})
+	defer stop()
+	for _, role := range eventbus.Roles() {
+		if _, err := os.Stat(eventbus.SeedFile(filepath.Join(dir, "nats"), role)); err != nil {
+			t.Errorf("%s's nkey seed: %v", role, err)
+		}
+	}
+	tlsConfig, err := client.ClientConfig(tlsconfig.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClientTLS(t, []string{endpoint}, tlsConfig)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	events := c.Watch(ctx, "own/", clientv3.WithPrefix())
+	if _, err := c.Put(ctx, "own/a", "1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case resp := <-events:
+		if len(resp.Events) != 1 || string(resp.Events[0].Kv.Key) != "own/a" {
+			t.Fatalf("watch got %+v (err %v), want the put of own/a", resp.Events, resp.Err())
+		}
+	case <-ctx.Done():
+		t.Fatal("no watch event: the watchhub does not follow the bus")
 	}
 }

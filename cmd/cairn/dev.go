@@ -104,6 +104,7 @@ type devStack struct {
 	links        map[string]*tlsconfig.Link // --tls: each component's internal link
 	clientFiles  tlsconfig.Files            // --tls: the certificate issued for clients
 	natsURL      string
+	natsSeeds    string       // the bus's role nkeys (unless --tls's certificates prove the roles): SeedFile(natsSeeds, role)
 	storageLis   net.Listener // bound before consensus starts: consensus names it as its snapshots' source
 	storageURL   string
 	node         *consensus.Node
@@ -203,16 +204,35 @@ func (d *devStack) listen(what, addr string) (net.Listener, error) {
 	return lis, nil
 }
 
+// startDevNATS runs the embedded NATS, locked down as `cairn up`'s: with --tls, role certificates prove each
+// component's role; otherwise role nkeys kept in DATA-DIR/nats do (over TLS when --internal-* are given).
 func startDevNATS(_ context.Context, d *devStack) error {
 	proc := d.component("nats")
-	bus, err := eventbus.StartEmbedded(eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1,
-		TLS: proc.internal, Logger: proc.logger})
+	cfg := eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: -1, TLS: proc.internal, Logger: proc.logger,
+		Registry: proc.registry}
+	if d.links == nil {
+		d.natsSeeds = filepath.Join(d.do.dataDir, "nats")
+		keys, err := eventbus.LoadOrCreateRoleKeys(d.natsSeeds)
+		if err != nil {
+			return err
+		}
+		cfg.RoleKeys = keys
+	}
+	bus, err := eventbus.StartEmbedded(cfg)
 	if err != nil {
 		return err
 	}
 	d.natsURL = bus.ClientURL()
 	d.stops = append(d.stops, func(context.Context) error { bus.Shutdown(); return nil })
 	return nil
+}
+
+// seedFile is the nkey seed the component of role proves it on the bus with ("" when certificates do).
+func (d *devStack) seedFile(role string) string {
+	if d.natsSeeds == "" {
+		return ""
+	}
+	return eventbus.SeedFile(d.natsSeeds, role)
 }
 
 // startDevConsensus starts the single consensus member, serving its Consensus API on a loopback port of its
@@ -273,7 +293,7 @@ func startDevStorage(ctx context.Context, d *devStack) error {
 		QuotaBackendBytes: d.do.quotaBackendBytes, MaxRequestBytes: d.do.maxRequestBytes, MaxTxnOps: d.do.maxTxnOps}
 	cfg.SetIntegrity(d.do.integrity)
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Listener: d.storageLis, Log: d.node, Keyring: d.keyring, Internal: proc.internal}, storage.Bus{NATSURL: d.natsURL})
+		Registry: proc.registry, Listener: d.storageLis, Log: d.node, Keyring: d.keyring, Internal: proc.internal}, storage.Bus{NATSURL: d.natsURL, NkeySeedFile: d.seedFile(eventbus.RoleStorage)})
 	if err == nil {
 		err = member.Start(ctx)
 	}
@@ -293,7 +313,8 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 	}
 	proc := d.component("leasekeeper")
 	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: "http://" + lis.Addr().String(),
-		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, RelaySecret: d.relaySecret}
+		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, NATSNkeySeedFile: d.seedFile(eventbus.RoleLeasekeeper),
+		RelaySecret: d.relaySecret}
 	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: lis, Internal: proc.internal})
 	if err != nil {
@@ -321,7 +342,8 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 	}
 	proc := d.component("watchhub")
 	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
-		NATSURL: d.natsURL, MaxRequestBytes: d.do.maxRequestBytes, RelaySecret: d.relaySecret}
+		NATSURL: d.natsURL, NATSNkeySeedFile: d.seedFile(eventbus.RoleWatchhub), MaxRequestBytes: d.do.maxRequestBytes,
+		RelaySecret: d.relaySecret}
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: lis, Keyring: d.keyring, Internal: proc.internal})
 	if err != nil {

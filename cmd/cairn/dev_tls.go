@@ -36,7 +36,9 @@ func setUpDevTLS(d *devStack, clientURLsSet bool) error {
 			"run `cairn dev --tls` with a new --data-dir, or this one without --tls", d.do.dataDir)
 	}
 	if !d.proc.opts.tls.internal.Empty() {
-		return errors.New("cairn dev: --tls issues a certificate per component; leave out --internal-cert-file and --internal-key-file")
+		return errors.New("cairn dev: --tls issues its own certificate per component; either leave out --internal-cert-file and " +
+			"--internal-key-file, or leave out --tls to run every link on your certificates (with --cert-file/--key-file " +
+			"for the client port and --peer-* with an https:// --listen-peer-urls for the peer port)")
 	}
 	ca, err := tlsconfig.LoadOrCreateCA(pki)
 	if err != nil {

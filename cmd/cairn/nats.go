@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +12,7 @@ import (
 func newNATSCommand() *cobra.Command {
 	cfg := eventbus.EmbeddedConfig{Host: "127.0.0.1", Port: 4222}
 	var opts processOptions
+	var nkeysDir string
 	cmd := &cobra.Command{
 		Use:   "nats",
 		Short: "Run the NATS server that carries applied records from storages to watchhubs and leasekeepers",
@@ -18,22 +20,31 @@ func newNATSCommand() *cobra.Command {
 			"does; any NATS server works in its place.",
 		Example: "  cairn nats --addr 127.0.0.1 --port 4222 --listen-metrics-urls http://127.0.0.1:8223",
 		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runNATS(cmd.Context(), cfg, opts) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runNATS(cmd.Context(), cfg, nkeysDir, opts) },
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.Host, "addr", cfg.Host, "Host to accept NATS client connections on.")
 	flags.IntVar(&cfg.Port, "port", cfg.Port, "Port to accept NATS client connections on (-1 picks a free one).")
 	flags.IntVar(&cfg.HTTPPort, "http-port", 0, "Port of NATS's own monitoring endpoint (/varz, /healthz); 0 serves none.")
+	flags.StringVar(&nkeysDir, "nkeys-dir", "", "Lock the bus down with role nkeys: the public keys (ROLE.pub) of storages, watchhubs and leasekeepers "+
+		"in this directory, as `cairn up` keeps them in DATA-DIR/nats (each process connects with its role's seed, --nats-nkey-seed-file); "+
+		"with --internal-cert-file too, the bus is TLS and the nkeys prove the roles.")
 	opts.register(flags, "http://localhost:8223")
 	return cmd
 }
 
-func runNATS(ctx context.Context, cfg eventbus.EmbeddedConfig, opts processOptions) error {
+func runNATS(ctx context.Context, cfg eventbus.EmbeddedConfig, nkeysDir string, opts processOptions) error {
 	proc, err := newProcess(ctx, "nats", "", opts)
 	if err != nil {
 		return err
 	}
-	cfg.TLS, cfg.Logger = proc.internal, proc.logger
+	cfg.TLS, cfg.Logger, cfg.Registry = proc.internal, proc.logger, proc.registry
+	if nkeysDir != "" {
+		if cfg.RoleKeys, err = eventbus.LoadRoleKeys(nkeysDir); err != nil {
+			proc.close(context.WithoutCancel(ctx))
+			return fmt.Errorf("--nkeys-dir: %w", err)
+		}
+	}
 	server, err := eventbus.StartEmbedded(cfg)
 	if err != nil {
 		return err

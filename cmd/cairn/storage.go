@@ -17,6 +17,7 @@ type storageOptions struct {
 	name              string
 	consensusEndpoint string
 	natsURL           string
+	natsSeedFile      string
 	encryption        encryptionFlag
 }
 
@@ -40,6 +41,7 @@ func newStorageCommand() *cobra.Command {
 	flags.StringVar(&so.name, "name", "default", "Name of this member (as its consensus member is named), for logs.")
 	flags.StringVar(&so.consensusEndpoint, "consensus-endpoint", "http://localhost:2390", "Consensus API URL of this member's consensus (its --listen-consensus-url).")
 	flags.StringVar(&so.natsURL, "nats-url", "", "NATS URL to publish applied records on (comma-separated for a NATS cluster); empty publishes nothing.")
+	flags.StringVar(&so.natsSeedFile, "nats-nkey-seed-file", "", "File holding this process's nkey seed, its credentials on a bus locked down with role nkeys (cairn up keeps them in DATA-DIR/nats); empty: none.")
 	so.encryption.register(flags)
 	opts.register(flags, "http://localhost:23791")
 	return cmd
@@ -67,7 +69,7 @@ func runStorage(ctx context.Context, cfg storage.Config, so storageOptions, opts
 	}
 	defer keyring.Close()
 	member, err := storage.Assemble(ctx, cfg, storage.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
-		Registry: proc.registry, Log: log, Keyring: keyring, Internal: proc.internal}, storage.Bus{NATSURL: so.natsURL})
+		Registry: proc.registry, Log: log, Keyring: keyring, Internal: proc.internal}, storage.Bus{NATSURL: so.natsURL, NkeySeedFile: so.natsSeedFile})
 	if err == nil {
 		err = member.Start(ctx)
 	}

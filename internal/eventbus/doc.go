@@ -32,7 +32,10 @@
 // with client certificates, and nats-server's own authorization decides who may do what: a certificate's URI
 // SAN RoleURI(role) maps it to that role's user (verify_and_map), storages alone publish applied records,
 // lease changes and turns, watchhubs alone read applied records and announce interest, leasekeepers only read
-// lease changes. Without TLS the bus is open, as before: keep it on loopback.
+// lease changes. Without role certificates (EmbeddedConfig.RoleKeys, as a plain `cairn up` and `cairn dev` run
+// it), the same roles are proven with nkeys: LoadOrCreateRoleKeys keeps a seed per role (mode 0600), the
+// server knows only the public keys, and a process connects with NkeySeedFile. The server's refusals (TLS
+// handshakes, unproven roles, publishes and subscriptions outside a role) are logged and counted.
 //
 // Embedded starts an in-process NATS server (github.com/nats-io/nats-server/v2) for `cairn dev`, for the
 // `cairn nats` child of `cairn up`, and for tests.

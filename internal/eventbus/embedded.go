@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
@@ -22,12 +23,18 @@ type EmbeddedConfig struct {
 	// ReadyTimeout bounds the wait for the server to accept connections (default 10s).
 	ReadyTimeout time.Duration
 	// TLS, when set, locks the bus down: clients must connect with TLS and a certificate of the link's CA
-	// that names a role (RoleURI), and each role may publish and subscribe only what it needs. Nil: plain
-	// and open to any client.
+	// that names a role (RoleURI), and each role may publish and subscribe only what it needs. Nil: plain.
 	TLS *tlsconfig.Link
+	// RoleKeys, when set, lock the bus down with nkeys instead of certificates: a client proves its role with
+	// the role's nkey seed (NkeySeedFile), with or without TLS. With neither TLS nor RoleKeys the bus is open
+	// to any client.
+	RoleKeys RoleKeys
 	// Logger gets the server's notices, warnings and errors (refused clients, permission violations); nil:
 	// none.
 	Logger *slog.Logger
+	// Registry gets the refusals' counters (cairn_tls_handshake_failures_total{link="nats"},
+	// cairn_nats_authorization_violations_total); nil: not exported.
+	Registry prometheus.Registerer
 }
 
 // Embedded is a NATS server running inside this process.
@@ -57,18 +64,26 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	if cfg.TLS.Enabled() {
 		opts.TLSConfig = cfg.TLS.ServerConfig()
-		opts.TLS, opts.TLSVerify, opts.TLSMap = true, true, true
+		opts.TLS, opts.TLSVerify = true, true
 		opts.TLSTimeout = 5
-		opts.Users = rolePermissions()
+	}
+	switch {
+	case len(cfg.RoleKeys) > 0:
+		opts.Nkeys = nkeyUsers(cfg.RoleKeys)
+	case cfg.TLS.Enabled():
+		opts.TLSMap, opts.Users = true, certificateUsers()
+	}
+	logger, err := newRefusalLogger(cfg.Logger, cfg.Registry)
+	if err != nil {
+		return nil, err
 	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("nats server on %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
-	if cfg.Logger != nil {
-		opts.NoLog = false
-		srv.SetLogger(slogNATS{cfg.Logger.With("component", "nats")}, false, false)
-	}
+	opts.NoLog = false
+	// Debug on: nats-server logs a plain-text client on a TLS port (a "probe") at debug level only.
+	srv.SetLogger(logger, true, false)
 	srv.Start()
 	if !srv.ReadyForConnections(cfg.ReadyTimeout) {
 		srv.Shutdown()

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +25,10 @@ const handshakeTimeout = 10 * time.Second
 const (
 	KindPeer     = "peer"
 	KindInternal = "internal"
+	// KindClient is etcd's client port (the frontends'), KindNATS the bus: their servers do their own TLS
+	// and count their refusals in the same metric (HandshakeFailures).
+	KindClient = "client"
+	KindNATS   = "nats"
 )
 
 // Deps are where a Link reports.
@@ -68,15 +74,31 @@ func NewLink(kind string, f Files, p Policy, deps Deps) (*Link, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	failures, err := handshakeFailures(deps.Registry)
+	failures, err := HandshakeFailures(deps.Registry)
 	if err != nil {
 		return nil, err
 	}
 	return &Link{kind: kind, server: server, client: client, logger: logger, failures: failures}, nil
 }
 
-// handshakeFailures is the process's cairn_tls_handshake_failures_total, registered on reg once.
-func handshakeFailures(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
+// NewServerLink is the Link of a port this process serves with server, a configuration of its own (etcd's
+// client port: Files.ClientPortConfig): its Listener handshakes, logs and counts refusals as every link's
+// does. It dials nothing (ClientConfig is nil).
+func NewServerLink(kind string, server *tls.Config, deps Deps) (*Link, error) {
+	logger := deps.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	failures, err := HandshakeFailures(deps.Registry)
+	if err != nil {
+		return nil, err
+	}
+	return &Link{kind: kind, server: server, logger: logger, failures: failures}, nil
+}
+
+// HandshakeFailures is the process's cairn_tls_handshake_failures_total{link,side}, registered on reg once
+// (every caller gets the same counter); not exported when reg is nil.
+func HandshakeFailures(reg prometheus.Registerer) (*prometheus.CounterVec, error) {
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cairn_tls_handshake_failures_total",
 		Help: "TLS handshakes refused, by kind of link (client, peer, internal) and side (server: a connection this process accepted; client: one it dialed).",
@@ -157,10 +179,24 @@ func (c *serverConn) handshake() error {
 		defer cancel()
 		if c.err = c.Conn.HandshakeContext(ctx); c.err != nil {
 			c.listener.link.refused("server", c.listener.service, c.Conn.RemoteAddr(), c.err)
+			c.answerPlainHTTP()
 			_ = c.Conn.NetConn().Close()
 		}
 	})
 	return c.err
+}
+
+// answerPlainHTTP tells a plain-text HTTP client of a client port what it did wrong, as net/http's TLS
+// server (and so etcd) does; the other links answer nothing.
+func (c *serverConn) answerPlainHTTP() {
+	var plain tls.RecordHeaderError
+	if c.listener.link.kind != KindClient || !errors.As(c.err, &plain) || plain.Conn == nil {
+		return
+	}
+	if method := string(plain.RecordHeader[:]); !slices.Contains([]string{"GET /", "HEAD ", "POST ", "PUT /", "OPTIO"}, method) {
+		return
+	}
+	_, _ = io.WriteString(plain.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
 }
 
 func (c *serverConn) Read(b []byte) (int, error) {

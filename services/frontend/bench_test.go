@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/tlsconfig/certtest"
 	"github.com/cairn-kv/cairn/internal/tools/bench"
 	"github.com/cairn-kv/cairn/services/frontend"
 )
@@ -110,6 +111,42 @@ func BenchmarkAuth(b *testing.B) {
 				}
 				cancel()
 			}
+		})
+		c.Stop()
+	}
+}
+
+// BenchmarkClientPortTLS measures puts from 256 concurrent callers on one client connection to an http and
+// an https (--client-cert-auth) client port, with the CPU time per put of the whole process (client and
+// server; user and system), steadier than the wall time on a shared machine.
+// go test -run '^$' -bench ClientPortTLS -benchtime 20000x ./services/frontend/
+func BenchmarkClientPortTLS(b *testing.B) {
+	certs := certtest.Write(b)
+	for _, port := range []string{"http", "https"} {
+		opts := clustertest.Options{Members: 1}
+		if port == "https" {
+			opts.ConfigureFrontend = clustertest.ServeHTTPS(certs)
+			opts.ClientTLS = certs.ClientTLS(b, certs.ClientCert, certs.ClientKey)
+		}
+		c := clustertest.Start(b, opts)
+		cli := c.Client(b)
+		ctx := b.Context()
+		if _, err := cli.Put(ctx, "bench/key", "v"); err != nil {
+			b.Fatal(err)
+		}
+		b.Run("put/"+port, func(b *testing.B) {
+			b.SetParallelism(max(1, 256/runtime.GOMAXPROCS(0)))
+			cpuBefore := bench.ProcessCPU()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := cli.Put(ctx, "bench/key", "v"); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64((bench.ProcessCPU()-cpuBefore).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 		c.Stop()
 	}

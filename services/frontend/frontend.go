@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,6 +122,7 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 		grpc.ChainUnaryInterceptor(f.metrics.grpc.UnaryServerInterceptor(), f.metrics.unaryInterceptor,
 			f.auth.unaryInterceptor, kv.relayRange),
 		grpc.ChainStreamInterceptor(f.metrics.grpc.StreamServerInterceptor(), f.auth.streamInterceptor),
+		grpc.Creds(clientPortCredentials{}),
 	)
 	s := grpc.NewServer(opts...)
 	pb.RegisterKVServer(s, kv)
@@ -174,7 +174,10 @@ func (f *Frontend) Start(ctx context.Context) error {
 	}
 	for i, lis := range f.listeners {
 		if f.secure[i] {
-			f.serveTLS(lis, tlsConfig, clientMux)
+			if err := f.serveTLS(lis, tlsConfig, clientMux); err != nil {
+				_ = f.Stop(ctx)
+				return err
+			}
 			continue
 		}
 		m := cmux.New(lis) // as etcd splits a plain client port: HTTP/2 to gRPC, HTTP/1 to the gateway
@@ -199,23 +202,6 @@ func (f *Frontend) Start(ctx context.Context) error {
 		"consensus_endpoints", f.cfg.ConsensusEndpoints, "storage_endpoints", f.cfg.StorageEndpoints,
 		"watch_endpoints", f.cfg.WatchEndpoints, "lease_endpoints", f.cfg.LeaseEndpoints)
 	return nil
-}
-
-// serveTLS serves a TLS client port as etcd serves one: one HTTP server (HTTP/1 and, negotiated by ALPN,
-// HTTP/2) hands HTTP/2 requests of content-type application/grpc to the gRPC server and everything else (the
-// gateway, /health, /metrics; a curl of https:// speaks HTTP/2) to mux.
-func (f *Frontend) serveTLS(lis net.Listener, tlsConfig *tls.Config, mux http.Handler) {
-	srv := &http.Server{ReadHeaderTimeout: 5 * time.Minute, TLSConfig: tlsConfig,
-		ErrorLog: slog.NewLogLogger(f.logger.With("server", "https").Handler(), slog.LevelWarn), // refused handshakes
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
-				f.grpcServer.ServeHTTP(w, r)
-				return
-			}
-			mux.ServeHTTP(w, r)
-		})}
-	f.httpServers = append(f.httpServers, srv)
-	f.serve("https", lis, func() error { return srv.Serve(tls.NewListener(lis, tlsConfig)) })
 }
 
 // listenMetrics returns the metrics listeners the caller bound, or binds ListenMetricsURLs.

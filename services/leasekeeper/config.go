@@ -47,6 +47,9 @@ type Config struct {
 	// NATSURL is the event bus (comma-separated for a NATS cluster); SubjectPrefix the cluster's subjects.
 	NATSURL       string
 	SubjectPrefix string
+	// NATSNkeySeedFile holds the keeper's nkey seed on a bus locked down with role nkeys
+	// (--nats-nkey-seed-file).
+	NATSNkeySeedFile string
 	// CheckpointInterval is how long after a renewal a lease's remaining TTL is checkpointed (etcd:
 	// --lease-checkpoint-interval). A failover may keep a lease that was not renewed for up to about this much
 	// longer than its TTL; each lease renewed less often than this costs two checkpoint items per renewal
@@ -187,6 +190,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenURL, "listen-url", c.ListenURL, "URL to serve the etcd Lease gRPC service on.")
 	fs.Var((*config.URLList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs (fail over in order).")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS URL of the event bus.")
+	fs.StringVar(&c.NATSNkeySeedFile, "nats-nkey-seed-file", c.NATSNkeySeedFile, "File holding this process's nkey seed, its credentials on a bus locked down with role nkeys (cairn up keeps them in DATA-DIR/nats); empty: none.")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "Event bus subject prefix of the cluster.")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "Time after a renewal at which a lease's remaining TTL is checkpointed through the log.")
 	fs.IntVar(&c.CheckpointRate, "checkpoint-rate", c.CheckpointRate, "Maximum checkpoint entries per second.")

@@ -121,7 +121,7 @@ func (k *Keeper) ID() string { return k.id }
 // Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
 // claim: the keeper becomes active when it wins it.
 func (k *Keeper) Start(ctx context.Context) error {
-	var natsOptions []nats.Option
+	natsOptions := []nats.Option{eventbus.NkeySeedFile(k.cfg.NATSNkeySeedFile)}
 	if k.deps.Dialer != nil {
 		natsOptions = append(natsOptions, eventbus.DialWith(k.deps.Dialer))
 	}

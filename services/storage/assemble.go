@@ -20,6 +20,8 @@ type Bus struct {
 	NATSURL string
 	// SubjectPrefix is the cluster's subject prefix (eventbus.DefaultSubjectPrefix when empty).
 	SubjectPrefix string
+	// NkeySeedFile holds the storage's nkey seed on a bus locked down with role nkeys; empty: none.
+	NkeySeedFile string
 }
 
 // Member is a member's storage with what feeds its applied records to the event bus. Assemble builds it;
@@ -51,7 +53,8 @@ func Assemble(ctx context.Context, cfg Config, deps Deps, bus Bus) (*Member, err
 	}
 	m := &Member{}
 	if bus.NATSURL != "" {
-		nc, err := eventbus.Connect(bus.NATSURL, fmt.Sprintf("cairn-storage-%x", cfg.MemberID), deps.Logger, deps.Internal)
+		nc, err := eventbus.Connect(bus.NATSURL, fmt.Sprintf("cairn-storage-%x", cfg.MemberID), deps.Logger, deps.Internal,
+			eventbus.NkeySeedFile(bus.NkeySeedFile))
 		if err != nil {
 			return nil, fmt.Errorf("storage of member %x: %w", cfg.MemberID, err)
 		}

@@ -47,6 +47,8 @@ type Config struct {
 	StorageEndpoints []string
 	// NATSURL is the event bus (--nats-url; comma-separated for a NATS cluster).
 	NATSURL string
+	// NATSNkeySeedFile holds the hub's nkey seed on a bus locked down with role nkeys (--nats-nkey-seed-file).
+	NATSNkeySeedFile string
 	// SubjectPrefix is the cluster's subject prefix on the bus (--subject-prefix).
 	SubjectPrefix string
 	// WindowRevisions and WindowBytes bound the recent revisions kept in memory for watchers that start in the
@@ -145,6 +147,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ListenURL, "listen-url", c.ListenURL, "URL to serve the etcd Watch API on (http://host:port).")
 	fs.Var((*config.URLList)(&c.StorageEndpoints), "storage-endpoints", "Comma-separated storage URLs to read history and status from.")
 	fs.StringVar(&c.NATSURL, "nats-url", c.NATSURL, "NATS URL of the event bus (comma-separated for a cluster).")
+	fs.StringVar(&c.NATSNkeySeedFile, "nats-nkey-seed-file", c.NATSNkeySeedFile, "File holding this process's nkey seed, its credentials on a bus locked down with role nkeys (cairn up keeps them in DATA-DIR/nats); empty: none.")
 	fs.StringVar(&c.SubjectPrefix, "subject-prefix", c.SubjectPrefix, "Subject prefix of the cluster's records on the bus.")
 	fs.IntVar(&c.WindowRevisions, "window-revisions", c.WindowRevisions, "Recent revisions kept in memory.")
 	fs.IntVar(&c.WindowBytes, "window-bytes", c.WindowBytes, "Bytes of recent revisions kept in memory.")

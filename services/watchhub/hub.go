@@ -114,7 +114,8 @@ func (h *Hub) Start(ctx context.Context) error {
 		return fmt.Errorf("watchhub: %w", err)
 	}
 	h.listener = lis
-	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger, h.deps.Internal)
+	nc, err := eventbus.Connect(h.cfg.NATSURL, "cairn-watchhub", h.logger, h.deps.Internal,
+		eventbus.NkeySeedFile(h.cfg.NATSNkeySeedFile))
 	if err != nil {
 		_ = lis.Close()
 		return err

@@ -20,7 +20,8 @@
 //
 // Layout of DataDir: layout.json, stack.json, logs/<child>.log, member-<i>/consensus (WAL) and
 // member-<i>/storage (storage.db); with Config.TLS, pki/ (ca.pem, ca-key.pem, <child>.pem and <child>-key.pem
-// for every child, client.pem for etcdctl).
+// for every child, client.pem for etcdctl); without it, nats/ (<role>.nk, the nkey seed a storage, watchhub
+// or leasekeeper proves its role on the bus with, mode 0600, and <role>.pub, what NATS lets in).
 //
 // Adding a kind of service (a watchhub, a leasekeeper) is one entry in services(): its name, how many
 // instances, which ports each instance needs, its command line and what it depends on.

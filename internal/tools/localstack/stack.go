@@ -207,6 +207,9 @@ func (s *Stack) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := s.createBusKeys(); err != nil {
+		return err
+	}
 	sup, err := supervisor.New(supervisor.Config{
 		Children:     children,
 		StackFile:    s.StackFile(),
@@ -276,6 +279,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		argv := append([]string{s.cfg.Binary, svc.name}, svc.args(s.plan, i)...)
 		argv = append(argv, "--listen-metrics-urls", s.plan.url(name, "metrics"), "--log-level", s.cfg.LogLevel)
 		argv = append(argv, s.plan.tlsArgs(svc, name)...)
+		argv = append(argv, s.plan.busArgs(svc)...)
 		if s.cfg.EnablePprof && svc.pprof {
 			argv = append(argv, "--enable-pprof")
 		}
