@@ -32,6 +32,8 @@ type OpReport struct {
 	Stages []StageStats
 	// Typical is the median trace (by end-to-end duration), Slowest the slowest.
 	Typical, Slowest *TraceView
+	// tagged says Op came from cairn.op rather than the root span's name.
+	tagged bool
 }
 
 // StageStats describes one stage (span name) of an operation type.
@@ -58,8 +60,8 @@ type TraceView struct {
 	Start    time.Time
 	Duration time.Duration
 	Spans    []ViewSpan
-	// Critical is the critical path: each span on it with its own time on the path, in the order the path
-	// first reaches it. The Self times add up to Duration.
+	// Critical is the critical path: each span on it with its own time on the path, in the order of its first
+	// moment on the path. The Self times add up to Duration.
 	Critical []Segment
 }
 
@@ -88,7 +90,8 @@ type node struct {
 	children []*node
 	linked   bool
 	critical time.Duration
-	order    int // first reached by the critical path walk, from 1; 0: not on it
+	// pathStart is the earliest moment the node is on the critical path (valid when critical > 0).
+	pathStart time.Time
 }
 
 // linkedSpan is a span of some trace that links to target.
@@ -125,7 +128,10 @@ func Analyze(traces map[TraceID][]*Span, opts Options) *Report {
 		report.Traces += len(trees)
 		all = append(all, trees...)
 	}
-	slices.SortFunc(report.Ops, func(x, y *OpReport) int { return cmp.Or(y.Count-x.Count, cmp.Compare(x.Op, y.Op)) })
+	// Types from cairn.op first (the contract's requests), then those named after an untagged root span.
+	slices.SortFunc(report.Ops, func(x, y *OpReport) int {
+		return cmp.Or(boolOrder(x.tagged, y.tagged), y.Count-x.Count, cmp.Compare(x.Op, y.Op))
+	})
 	slices.SortFunc(all, func(x, y *tree) int { return cmp.Or(cmp.Compare(y.duration(), x.duration()), compareIDs(x.id, y.id)) })
 	for _, t := range all[:min(len(all), opts.Slowest)] {
 		report.Slowest = append(report.Slowest, t.view())
@@ -141,10 +147,11 @@ type analysis struct {
 
 // tree is one request trace assembled for analysis.
 type tree struct {
-	id    TraceID
-	op    string
-	root  *node
-	nodes []*node
+	id     TraceID
+	op     string
+	tagged bool
+	root   *node
+	nodes  []*node
 }
 
 func (t *tree) duration() time.Duration { return t.root.span.Duration() }
@@ -178,7 +185,7 @@ func (a *analysis) build(id TraceID) *tree {
 	})
 	switch {
 	case t.root.span.Op != "":
-		t.op = t.root.span.Op
+		t.op, t.tagged = t.root.span.Op, true
 	case len(t.root.span.Links) > 0:
 		return nil // a batch: its time is counted in the requests it links
 	default:
@@ -205,9 +212,7 @@ func (a *analysis) build(id TraceID) *tree {
 		}
 		parent.children = append(parent.children, a.linkedSubtree(t, ls.span, seen))
 	}
-	t.root.critical = 0
-	order := 0
-	walkCritical(t.root, t.root.span.Start, t.root.span.End, &order)
+	walkCritical(t.root, t.root.span.Start, t.root.span.End)
 	return t
 }
 
@@ -240,7 +245,7 @@ func (a *analysis) childrenOf(id TraceID) map[SpanID][]*Span {
 
 // walkCritical adds n's critical-path time within [from, to): from the window's end back to its start, the
 // child that ends last (clipped to what is left) is on the path, recursively; the gaps between are n's own.
-func walkCritical(n *node, from, to time.Time, order *int) {
+func walkCritical(n *node, from, to time.Time) {
 	start, end := later(n.span.Start, from), earlier(n.span.End, to)
 	if !end.After(start) {
 		return
@@ -256,22 +261,22 @@ func walkCritical(n *node, from, to time.Time, order *int) {
 		if !childEnd.After(childStart) {
 			continue
 		}
-		n.addCritical(cursor.Sub(childEnd), order)
-		walkCritical(child, childStart, childEnd, order)
+		n.addCritical(childEnd, cursor)
+		walkCritical(child, childStart, childEnd)
 		cursor = childStart
 	}
-	n.addCritical(cursor.Sub(start), order)
+	n.addCritical(start, cursor)
 }
 
-func (n *node) addCritical(d time.Duration, order *int) {
-	if d <= 0 {
+// addCritical puts [from, to) of n's own time on the critical path.
+func (n *node) addCritical(from, to time.Time) {
+	if !to.After(from) {
 		return
 	}
-	if n.order == 0 {
-		*order++
-		n.order = *order
+	if n.critical == 0 || from.Before(n.pathStart) {
+		n.pathStart = from
 	}
-	n.critical += d
+	n.critical += to.Sub(from)
 }
 
 // view lays the tree out for a waterfall.
@@ -287,8 +292,8 @@ func (t *tree) view() *TraceView {
 		}
 	}
 	visit(t.root, 0)
-	onPath := slices.DeleteFunc(slices.Clone(t.nodes), func(n *node) bool { return n.order == 0 })
-	slices.SortFunc(onPath, func(x, y *node) int { return x.order - y.order })
+	onPath := slices.DeleteFunc(slices.Clone(t.nodes), func(n *node) bool { return n.critical == 0 })
+	slices.SortStableFunc(onPath, func(x, y *node) int { return x.pathStart.Compare(y.pathStart) })
 	for _, n := range onPath {
 		v.Critical = append(v.Critical, Segment{Name: n.span.Name, Span: n.span.ID, Self: n.critical})
 	}
@@ -304,7 +309,7 @@ func opReport(op string, trees []*tree) *OpReport {
 		durations[i] = t.duration()
 		total += durations[i]
 	}
-	r := &OpReport{Op: op, Count: len(trees), P50: percentile(durations, 0.50), P90: percentile(durations, 0.90),
+	r := &OpReport{Op: op, Count: len(trees), tagged: trees[0].tagged, P50: percentile(durations, 0.50), P90: percentile(durations, 0.90),
 		P99: percentile(durations, 0.99), Max: durations[len(durations)-1],
 		Typical: trees[(len(trees)-1)/2].view(), Slowest: trees[len(trees)-1].view()}
 	type acc struct {

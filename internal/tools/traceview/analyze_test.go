@@ -41,7 +41,8 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 		name  string
 		spans map[TraceID][]*Span
 		op    string
-		// critical is each stage's time on the median trace's critical path, in the order the path reaches it.
+		// critical is each stage's time on the median trace's critical path, in the order of its first moment
+		// on the path.
 		critical []Segment
 		// shares are the op's stage shares (only those listed are checked).
 		shares map[string]float64
@@ -66,8 +67,8 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 				b.span(1, 3, 1, "storage.bbolt_read", 2, 8),
 			),
 			op: "range.linearizable",
-			critical: []Segment{{Name: "frontend.receive", Self: msd(3)}, {Name: "storage.bbolt_read", Self: msd(6)},
-				{Name: "consensus.read_index", Self: msd(1)}},
+			critical: []Segment{{Name: "frontend.receive", Self: msd(3)}, {Name: "consensus.read_index", Self: msd(1)},
+				{Name: "storage.bbolt_read", Self: msd(6)}},
 			shares: map[string]float64{"frontend.receive": 0.3, "storage.bbolt_read": 0.6, "consensus.read_index": 0.1},
 		},
 		{
@@ -77,7 +78,7 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 				b.span(1, 2, 1, "storage.submit", 4, 14),
 			),
 			op:       "put",
-			critical: []Segment{{Name: "storage.submit", Self: msd(6)}, {Name: "frontend.receive", Self: msd(4)}},
+			critical: []Segment{{Name: "frontend.receive", Self: msd(4)}, {Name: "storage.submit", Self: msd(6)}},
 		},
 		{
 			name: "a batch span linked from another trace is a stage of every request it carries",
@@ -93,7 +94,7 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 			op: "put",
 			// the median of two traces (10 and 12 ms) is the first, trace 1
 			critical: []Segment{{Name: "frontend.receive", Self: msd(2)}, {Name: "storage.propose", Self: msd(4)},
-				{Name: "consensus.wal_fsync", Self: msd(3)}, {Name: "consensus.wal_append", Self: msd(1)}},
+				{Name: "consensus.wal_append", Self: msd(1)}, {Name: "consensus.wal_fsync", Self: msd(3)}},
 			shares: map[string]float64{"consensus.wal_fsync": 6.0 / 22, "consensus.wal_append": 2.0 / 22},
 		},
 		{
