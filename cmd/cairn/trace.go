@@ -175,6 +175,10 @@ func writePageFile(path string, report *traceview.Report, info traceview.PageInf
 		_ = tmp.Close()
 		return fmt.Errorf("--html %s: %w", path, err)
 	}
+	if err := tmp.Chmod(0o644); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("--html %s: %w", path, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("--html %s: %w", path, err)
 	}

@@ -11,6 +11,8 @@ import (
 type Options struct {
 	// Slowest is how many of the slowest traces the Report lists. Default 10.
 	Slowest int
+	// From and To, when set, keep only the requests whose root span started in [From, To] (a benchmark's run).
+	From, To time.Time
 }
 
 // Report is the analysis of a set of traces: one OpReport per operation type, most frequent first, and the
@@ -117,7 +119,7 @@ func Analyze(traces map[TraceID][]*Span, opts Options) *Report {
 	}
 	byOp := map[string][]*tree{}
 	for id := range traces {
-		if t := a.build(id); t != nil {
+		if t := a.build(id); t != nil && opts.inWindow(t.root.span.Start) {
 			byOp[t.op] = append(byOp[t.op], t)
 		}
 	}
@@ -137,6 +139,10 @@ func Analyze(traces map[TraceID][]*Span, opts Options) *Report {
 		report.Slowest = append(report.Slowest, t.view())
 	}
 	return report
+}
+
+func (o Options) inWindow(start time.Time) bool {
+	return (o.From.IsZero() || !start.Before(o.From)) && (o.To.IsZero() || !start.After(o.To))
 }
 
 type analysis struct {

@@ -55,6 +55,7 @@ type section struct {
 type bar struct {
 	Op       string
 	Label    string
+	Note     string
 	Y        int
 	Segments []barSegment
 }
@@ -67,17 +68,16 @@ type barSegment struct {
 }
 
 const (
-	barWidth      = 900.0
-	barLabelW     = 270.0
+	barWidth      = 760.0
 	barRowH       = 30
 	waterLabelW   = 300.0
-	waterBarW     = 760.0
+	waterBarW     = 780.0
 	waterRowH     = 18
 	waterMaxSpans = 300
 )
 
 func stackedBar(op *OpReport) bar {
-	b := bar{Op: op.Op, Label: fmt.Sprintf("%s (%d, p50 %s)", op.Op, op.Count, ms(op.P50))}
+	b := bar{Op: op.Op, Label: op.Op, Note: fmt.Sprintf("%d, p50 %s", op.Count, ms(op.P50))}
 	x := 0.0
 	for _, s := range op.Stages {
 		if s.Share <= 0 {
@@ -133,7 +133,7 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 		width := max(1, float64(s.Duration())*scale)
 		label := s.Name
 		if s.Linked {
-			label += " ⛓"
+			label += " [batch]"
 		}
 		title := fmt.Sprintf("%s  %s at +%s  (%s %s)", s.Name, ms(s.Duration()), ms(s.Offset), s.Service, s.Instance)
 		if s.Critical > 0 {
@@ -148,7 +148,7 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 			}
 		}
 		w.Rows = append(w.Rows, waterRow{Y: y, TextY: y + 12, Indent: 4 + float64(min(s.Depth, 20))*12, Label: label,
-			Time: ms(s.Duration()), Color: stageColor(s.Name), X: x, Width: width, TimeX: min(x+width+4, waterLabelW+waterBarW-40),
+			Time: ms(s.Duration()), Color: stageColor(s.Name), X: x, Width: width, TimeX: waterLabelW + waterBarW + 6,
 			Linked: s.Linked, OnCritical: s.Critical > 0, Title: title})
 	}
 	w.Height = 30 + len(w.Rows)*waterRowH

@@ -32,16 +32,16 @@ svg .bar-label { font: 12px system-ui, sans-serif; }
 <h1>{{.Info.Title}}</h1>
 <p class="meta">{{.Report.Traces}} request traces. Store: {{.Info.Store.Traces}} traces, {{.Info.Store.Spans}} spans kept (bound {{.Info.Store.MaxSpans}} spans; {{.Info.Store.Evicted}} evicted of {{.Info.Store.Received}} received){{if not .Info.Generated.IsZero}}; written {{rfc3339 .Info.Generated}}{{end}}.
 A stage's share is its part of the end-to-end (root span) time on the critical path, so the shares of an operation type add up to 100%.
-In the waterfalls a black outline marks the critical path and ⛓ a batch span linked to the request.</p>
+In the waterfalls a black outline marks the critical path, a dashed one and [batch] a batch span linked to the request; the time at the right of a row is the span's duration.</p>
 {{if not .Report.Ops}}<p><strong>No request traces yet.</strong> Set OTEL_EXPORTER_OTLP_ENDPOINT (and OTEL_EXPORTER_OTLP_INSECURE=true) on the services to this receiver and send some requests.</p>{{end}}
 {{if .Bars}}
 <h2 id="where">Where the time went</h2>
-<svg width="1180" height="{{.BarsHeight}}" viewBox="0 0 1180 {{.BarsHeight}}" role="img" aria-label="critical path time per operation type">
+<svg width="1200" height="{{.BarsHeight}}" viewBox="0 0 1200 {{.BarsHeight}}" role="img" aria-label="critical path time per operation type">
 {{range .Bars}}<g transform="translate(0,{{.Y}})">
 <text class="bar-label" x="0" y="16">{{.Label}}</text>
-{{range .Segments}}<rect x="{{px .X}}" y="2" width="{{px .Width}}" height="20" fill="{{.Color}}" transform="translate(270,0)"><title>{{.Title}}</title></rect>
-{{if .ShowLabel}}<text class="seg-label" x="{{px .X}}" y="16" dx="4" transform="translate(270,0)">{{.Stage}}</text>{{end}}
-{{end}}</g>
+{{range .Segments}}<rect x="{{px .X}}" y="2" width="{{px .Width}}" height="20" fill="{{.Color}}" transform="translate(300,0)"><title>{{.Title}}</title></rect>
+{{if .ShowLabel}}<text class="seg-label" x="{{px .X}}" y="16" dx="4" transform="translate(300,0)">{{.Stage}}</text>{{end}}
+{{end}}<text class="bar-label" x="1068" y="16">{{.Note}}</text></g>
 {{end}}</svg>
 {{end}}
 {{range .Sections}}{{$op := .Op}}
@@ -50,13 +50,13 @@ In the waterfalls a black outline marks the critical path and ⛓ a batch span l
 <table>
 <thead><tr><th>stage</th><th>spans</th><th>traces</th><th>p50</th><th>p90</th><th>p99</th><th>critical path share</th></tr></thead>
 <tbody>
-{{range $op.Stages}}<tr><td><span class="swatch" style="background: {{color .Name | safeCSS}}"></span>{{.Name}}{{if .Linked}} ⛓{{end}}</td><td>{{.Count}}</td><td>{{.Traces}}</td><td>{{ms .P50}}</td><td>{{ms .P90}}</td><td>{{ms .P99}}</td><td>{{percent .Share}}</td></tr>
+{{range $op.Stages}}<tr><td><span class="swatch" style="background: {{color .Name | safeCSS}}"></span>{{.Name}}{{if .Linked}} [batch]{{end}}</td><td>{{.Count}}</td><td>{{.Traces}}</td><td>{{ms .P50}}</td><td>{{ms .P90}}</td><td>{{ms .P99}}</td><td>{{percent .Share}}</td></tr>
 {{end}}</tbody>
 </table>
 {{range .Waterfalls}}
 <h3>{{.Caption}} {{.View.ID}}: {{ms .View.Duration}}</h3>
 <p class="path">critical path: {{range $i, $s := .View.Critical}}{{if $i}} › {{end}}{{$s.Name}} {{ms $s.Self}}{{end}}</p>
-<svg width="1180" height="{{.Height}}" viewBox="0 0 1180 {{.Height}}" role="img" aria-label="waterfall of trace {{.View.ID}}">
+<svg width="1200" height="{{.Height}}" viewBox="0 0 1200 {{.Height}}" role="img" aria-label="waterfall of trace {{.View.ID}}">
 {{$height := .Height}}{{range .Ticks}}<line class="axis" x1="{{px .X}}" y1="14" x2="{{px .X}}" y2="{{$height}}"></line><text x="{{px .X}}" y="11" text-anchor="middle">{{.Label}}</text>
 {{end}}{{range .Rows}}<g><title>{{.Title}}</title>
 <text x="{{px .Indent}}" y="{{.TextY}}">{{.Label}}</text>

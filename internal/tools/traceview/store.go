@@ -155,6 +155,22 @@ func (s *Store) Stats() StoreStats {
 	return StoreStats{Traces: len(s.traces), Spans: s.spans, MaxSpans: s.maxSpans, Received: s.received, Evicted: s.evicted}
 }
 
+// StartedBefore counts the stored spans that started before t: once it stops growing, the spans of the
+// requests sent before t have arrived, whatever the services keep sending since.
+func (s *Store) StartedBefore(t time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, spans := range s.traces {
+		for _, span := range spans {
+			if span.Start.Before(t) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Reset forgets every span (the counters stay).
 func (s *Store) Reset() {
 	s.mu.Lock()
