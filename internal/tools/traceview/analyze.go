@@ -110,6 +110,9 @@ func Analyze(traces map[TraceID][]*Span, opts Options) *Report {
 	a := &analysis{traces: traces, linkedInto: map[TraceID][]linkedSpan{}, children: map[TraceID]map[SpanID][]*Span{}}
 	for _, spans := range traces {
 		for _, span := range spans {
+			if span.Op != "" {
+				continue // a request of its own (a watch event linking the write it reports): its links are causes, not a batch
+			}
 			for _, ref := range span.Links {
 				if ref.Trace != span.Trace {
 					a.linkedInto[ref.Trace] = append(a.linkedInto[ref.Trace], linkedSpan{span, ref.Span})

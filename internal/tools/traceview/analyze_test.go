@@ -98,6 +98,16 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 			shares: map[string]float64{"consensus.wal_fsync": 6.0 / 22, "consensus.wal_append": 2.0 / 22},
 		},
 		{
+			name: "a request linking another (a watch event linking its write) is not a batch stage of it",
+			spans: group(
+				withOp(b.span(1, 1, 0, "frontend.receive", 0, 10), "put"),
+				b.span(1, 2, 1, "storage.apply", 6, 8),
+				withLinks(withOp(b.span(2, 1, 0, "watchhub.event", 7, 12), "watch.event"), SpanRef{traceID(1), spanID(2)}),
+			),
+			op:       "put",
+			critical: []Segment{{Name: "frontend.receive", Self: msd(8)}, {Name: "storage.apply", Self: msd(2)}},
+		},
+		{
 			name: "a root without cairn.op is typed by its name; an orphan's time stays in the trace",
 			spans: group(
 				b.span(1, 1, 0, "etcdserverpb.KV/Put", 0, 10),
@@ -164,11 +174,14 @@ func TestAnalyzePercentilesAndOpTypes(t *testing.T) {
 	for i := 101; i <= 103; i++ {
 		spans = append(spans, withOp(b.span(byte(i), 1, 0, "frontend.receive", 0, 1), "lease.keepalive"))
 	}
+	for i := 110; i < 115; i++ { // background calls without cairn.op: typed by name, listed after the requests
+		spans = append(spans, b.span(byte(i), 1, 0, "cairn.storage.Storage/Status", 0, 1))
+	}
 	// a batch trace on its own is no request
 	spans = append(spans, withLinks(b.span(200, 1, 0, "storage.bbolt_commit", 0, 1), SpanRef{traceID(1), spanID(1)}))
 	report := Analyze(group(spans...), Options{Slowest: 3})
-	if report.Traces != 103 || len(report.Ops) != 2 {
-		t.Fatalf("%d traces in %d op types, want 103 in 2", report.Traces, len(report.Ops))
+	if report.Traces != 108 || len(report.Ops) != 3 {
+		t.Fatalf("%d traces in %d op types, want 108 in 3", report.Traces, len(report.Ops))
 	}
 	put := report.Ops[0]
 	tests := []struct {
@@ -191,6 +204,8 @@ func TestAnalyzePercentilesAndOpTypes(t *testing.T) {
 		{"slowest listed", len(report.Slowest), 3},
 		{"slowest first", report.Slowest[0].Duration, msd(100)},
 		{"keepalives", findOp(t, report, "lease.keepalive").Count, 3},
+		{"cairn.op types before the more frequent untagged one", report.Ops[1].Op, "lease.keepalive"},
+		{"untagged type last", report.Ops[2].Op, "cairn.storage.Storage/Status"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

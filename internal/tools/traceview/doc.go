@@ -14,10 +14,11 @@
 // services: span names are `<service>.<stage>`; the root of a client request's trace is the frontend's
 // server span and carries `cairn.op` (put, txn, range.linearizable, watch.event, lease.keepalive, ...), which
 // is the trace's operation type (a trace whose root has no cairn.op is typed by the root's span name; one
-// whose root only links to other traces is a batch and is not a request of its own). A batched stage (group
-// commit, a WAL fsync of several entries, a shared ReadIndex round) is one span with a link to every request
-// span it carries: the analyser counts it, and its descendants, as a stage of each linked request, placed
-// under the span it links to. Per operation type the Report has every stage with its count and p50/p90/p99
+// whose root only links to other traces is a batch and is not a request of its own; types from cairn.op are
+// listed first). A batched stage (group commit, a WAL fsync of several entries, a shared ReadIndex round) is
+// one span with a link to every request span it carries: the analyser counts it, and its descendants, as a
+// stage of each linked request, placed under the span it links to. A span carrying cairn.op is a request of
+// its own, so its links (a watch event's trace linking the write it reports) are causes, not a batch. Per operation type the Report has every stage with its count and p50/p90/p99
 // duration, the stage's share of the end-to-end (root) time on the critical path, and the median and the
 // slowest trace as waterfalls; and the N slowest traces overall.
 //
