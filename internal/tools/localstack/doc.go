@@ -22,6 +22,9 @@
 // member-<i>/storage (storage.db); with Config.TLS, pki/ (ca.pem, ca-key.pem, <child>.pem and <child>-key.pem
 // for every child, client.pem for etcdctl).
 //
+// With Config.Trace a `cairn trace` child (listed first) receives every other child's spans: they get
+// OTEL_EXPORTER_OTLP_ENDPOINT set to its OTLP/gRPC port; Stack.TraceURL is its page.
+//
 // Adding a kind of service (a watchhub, a leasekeeper) is one entry in services(): its name, how many
 // instances, which ports each instance needs, its command line and what it depends on.
 package localstack
