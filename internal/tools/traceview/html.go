@@ -143,7 +143,7 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 			title += "; batch span linked to this request"
 		}
 		for _, key := range []string{"raft.index", "mvcc.revision", "cairn.batch.size", "cairn.count", "cairn.bytes"} {
-			if value := s.Attrs[key]; value != "" {
+			if value := s.Attr(key); value != "" {
 				title += fmt.Sprintf("; %s=%s", key, value)
 			}
 		}

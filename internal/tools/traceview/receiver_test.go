@@ -124,7 +124,7 @@ func TestReceiverTakesEveryOTLPTransport(t *testing.T) {
 			if view == nil || view.Op != "put" || len(view.Spans) != 3 {
 				t.Fatalf("trace %s in the report: %+v, want a put with its linked fsync (3 spans)", id, view)
 			}
-			if last := view.Spans[2]; last.Name != "consensus.wal_fsync" || !last.Linked || last.Depth != 2 || last.Attrs["cairn.batch.size"] != "1" {
+			if last := view.Spans[2]; last.Name != "consensus.wal_fsync" || !last.Linked || last.Depth != 2 || last.Attr("cairn.batch.size") != "1" {
 				t.Errorf("linked span %+v, want consensus.wal_fsync under storage.propose with cairn.batch.size 1", last)
 			}
 		})
