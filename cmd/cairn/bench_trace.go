@@ -118,7 +118,7 @@ func (t *benchTrace) report(ctx context.Context) *traceview.Report {
 			last, quietSince = n, time.Now()
 		}
 	}
-	report := traceview.Analyze(t.receiver.Store().Traces(), traceview.Options{Slowest: 5, From: t.from, To: to})
+	report := traceview.Analyze(t.receiver.Store().Traces(), traceview.Options{Slowest: 5, From: t.from, To: to, ClientRequests: true})
 	t.from = time.Now()
 	return report
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -13,6 +14,25 @@ type Options struct {
 	Slowest int
 	// From and To, when set, keep only the requests whose root span started in [From, To] (a benchmark's run).
 	From, To time.Time
+	// ClientRequests keeps only clients' requests: roots with cairn.op, or untagged roots named after an etcd
+	// API method (otelgrpc's etcdserverpb.KV/Put), leaving out the services' own background calls.
+	ClientRequests bool
+}
+
+// etcdAPIPrefixes start the names of otelgrpc's spans of etcd's gRPC services.
+var etcdAPIPrefixes = []string{"etcdserverpb.", "v3lockpb.", "v3electionpb."}
+
+// clientRequest reports whether a trace's root is a client's request to the etcd API.
+func clientRequest(t *tree) bool {
+	if t.tagged {
+		return true
+	}
+	for _, prefix := range etcdAPIPrefixes {
+		if strings.HasPrefix(t.op, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // Report is the analysis of a set of traces: one OpReport per operation type, most frequent first, and the
@@ -34,8 +54,9 @@ type OpReport struct {
 	Stages []StageStats
 	// Typical is the median trace (by end-to-end duration), Slowest the slowest.
 	Typical, Slowest *TraceView
-	// tagged says Op came from cairn.op rather than the root span's name.
-	tagged bool
+	// tagged says Op came from cairn.op rather than the root span's name; client that the type is a
+	// client's request (see Options.ClientRequests).
+	tagged, client bool
 }
 
 // StageStats describes one stage (span name) of an operation type.
@@ -122,7 +143,7 @@ func Analyze(traces map[TraceID][]*Span, opts Options) *Report {
 	}
 	byOp := map[string][]*tree{}
 	for id := range traces {
-		if t := a.build(id); t != nil && opts.inWindow(t.root.span.Start) {
+		if t := a.build(id); t != nil && opts.inWindow(t.root.span.Start) && (!opts.ClientRequests || clientRequest(t)) {
 			byOp[t.op] = append(byOp[t.op], t)
 		}
 	}
@@ -133,9 +154,9 @@ func Analyze(traces map[TraceID][]*Span, opts Options) *Report {
 		report.Traces += len(trees)
 		all = append(all, trees...)
 	}
-	// Types from cairn.op first (the contract's requests), then those named after an untagged root span.
+	// Types from cairn.op first (the contract's requests), then untagged etcd API calls, then the rest.
 	slices.SortFunc(report.Ops, func(x, y *OpReport) int {
-		return cmp.Or(boolOrder(x.tagged, y.tagged), y.Count-x.Count, cmp.Compare(x.Op, y.Op))
+		return cmp.Or(boolOrder(x.tagged, y.tagged), boolOrder(x.client, y.client), y.Count-x.Count, cmp.Compare(x.Op, y.Op))
 	})
 	slices.SortFunc(all, func(x, y *tree) int { return cmp.Or(cmp.Compare(y.duration(), x.duration()), compareIDs(x.id, y.id)) })
 	for _, t := range all[:min(len(all), opts.Slowest)] {
@@ -318,7 +339,7 @@ func opReport(op string, trees []*tree) *OpReport {
 		durations[i] = t.duration()
 		total += durations[i]
 	}
-	r := &OpReport{Op: op, Count: len(trees), tagged: trees[0].tagged, P50: percentile(durations, 0.50), P90: percentile(durations, 0.90),
+	r := &OpReport{Op: op, Count: len(trees), tagged: trees[0].tagged, client: clientRequest(trees[0]), P50: percentile(durations, 0.50), P90: percentile(durations, 0.90),
 		P99: percentile(durations, 0.99), Max: durations[len(durations)-1],
 		Typical: trees[(len(trees)-1)/2].view(), Slowest: trees[len(trees)-1].view()}
 	type acc struct {

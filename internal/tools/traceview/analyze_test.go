@@ -179,9 +179,13 @@ func TestAnalyzePercentilesAndOpTypes(t *testing.T) {
 	}
 	// a batch trace on its own is no request
 	spans = append(spans, withLinks(b.span(200, 1, 0, "storage.bbolt_commit", 0, 1), SpanRef{traceID(1), spanID(1)}))
+	spans = append(spans, b.span(120, 1, 0, "etcdserverpb.KV/Range", 0, 1)) // an untagged client request
+	if clients := Analyze(group(spans...), Options{ClientRequests: true}); len(clients.Ops) != 3 || clients.Traces != 104 {
+		t.Errorf("client requests only: %d traces of %d types, want the 104 puts, keep-alives and range", clients.Traces, len(clients.Ops))
+	}
 	report := Analyze(group(spans...), Options{Slowest: 3})
-	if report.Traces != 108 || len(report.Ops) != 3 {
-		t.Fatalf("%d traces in %d op types, want 108 in 3", report.Traces, len(report.Ops))
+	if report.Traces != 109 || len(report.Ops) != 4 {
+		t.Fatalf("%d traces in %d op types, want 109 in 4", report.Traces, len(report.Ops))
 	}
 	put := report.Ops[0]
 	tests := []struct {
@@ -205,7 +209,8 @@ func TestAnalyzePercentilesAndOpTypes(t *testing.T) {
 		{"slowest first", report.Slowest[0].Duration, msd(100)},
 		{"keepalives", findOp(t, report, "lease.keepalive").Count, 3},
 		{"cairn.op types before the more frequent untagged one", report.Ops[1].Op, "lease.keepalive"},
-		{"untagged type last", report.Ops[2].Op, "cairn.storage.Storage/Status"},
+		{"then untagged client requests", report.Ops[2].Op, "etcdserverpb.KV/Range"},
+		{"then the other untagged types", report.Ops[3].Op, "cairn.storage.Storage/Status"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
