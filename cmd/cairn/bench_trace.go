@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/cairn-kv/cairn/internal/tools/localstack"
 	"github.com/cairn-kv/cairn/internal/tools/traceview"
 )
 
@@ -63,8 +64,8 @@ func startBenchTrace(ctx context.Context, opts benchTraceOptions, log io.Writer)
 		return nil, err
 	}
 	t := &benchTrace{opts: opts, receiver: receiver, endpoint: "http://" + lis.Addr().String()}
-	fmt.Fprintf(log, "tracing: receiving OTLP on %s; the stack must export there (OTEL_EXPORTER_OTLP_ENDPOINT=%s OTEL_EXPORTER_OTLP_INSECURE=true)\n",
-		t.endpoint, t.endpoint)
+	fmt.Fprintf(log, "tracing: receiving OTLP on %s; the stack must export there (OTEL_EXPORTER_OTLP_ENDPOINT=%s OTEL_EXPORTER_OTLP_INSECURE=true, "+
+		"and OTEL_BSP_MAX_QUEUE_SIZE=65536 so that many clients' spans are not dropped)\n", t.endpoint, t.endpoint)
 	t.from = time.Now()
 	return t, nil
 }
@@ -98,7 +99,7 @@ func (t *benchTrace) childEnv() []string {
 	if t == nil {
 		return nil
 	}
-	return []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + t.endpoint, "OTEL_EXPORTER_OTLP_INSECURE=true"}
+	return append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + t.endpoint, "OTEL_EXPORTER_OTLP_INSECURE=true"}, localstack.TraceQueueEnv...)
 }
 
 // report waits for the spans of the requests sent since the last report to settle and analyses them.

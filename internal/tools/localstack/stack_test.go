@@ -288,8 +288,9 @@ func TestTraceChild(t *testing.T) {
 				t.Errorf("the trace child exports to itself: %v", trace.Env)
 			}
 			for _, spec := range children[1:] {
-				tail := spec.Env[len(spec.Env)-3:]
-				if !slices.Equal(tail, []string{"A=b", "OTEL_EXPORTER_OTLP_ENDPOINT=" + grpcURL, "OTEL_EXPORTER_OTLP_INSECURE=true"}) {
+				tail := spec.Env[len(spec.Env)-4:]
+				if !slices.Equal(tail, []string{"A=b", "OTEL_EXPORTER_OTLP_ENDPOINT=" + grpcURL, "OTEL_EXPORTER_OTLP_INSECURE=true",
+					"OTEL_BSP_MAX_QUEUE_SIZE=65536"}) {
 					t.Errorf("%s env %v, want Config.Env then the trace child's OTLP endpoint", spec.Name, spec.Env)
 				}
 			}
