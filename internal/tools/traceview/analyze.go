@@ -182,27 +182,50 @@ type tree struct {
 	tagged bool
 	root   *node
 	nodes  []*node
+	// length is the root's duration (sorting compares it often).
+	length time.Duration
 }
 
-func (t *tree) duration() time.Duration { return t.root.span.Duration() }
+func (t *tree) duration() time.Duration { return t.length }
 
 // build assembles trace id's tree with its linked batch spans and walks its critical path; nil when the
 // trace is not a request (a batch trace, whose root only links to others).
 func (a *analysis) build(id TraceID) *tree {
 	spans := a.traces[id]
-	byID := make(map[SpanID]*node, len(spans))
-	var roots []*node
-	t := &tree{id: id}
+	t := &tree{id: id, nodes: make([]*node, 0, len(spans))}
+	// A trace's own spans by id: a map for big traces, a scan of the few own nodes for the usual small ones
+	// (most of an analysis's time was making maps).
+	var byID map[SpanID]*node
+	if len(spans) > 32 {
+		byID = make(map[SpanID]*node, len(spans))
+	}
+	own := 0
+	lookup := func(id SpanID) (*node, bool) {
+		if byID != nil {
+			n, ok := byID[id]
+			return n, ok
+		}
+		for _, n := range t.nodes[:own] {
+			if n.span.ID == id {
+				return n, true
+			}
+		}
+		return nil, false
+	}
 	for _, span := range spans {
-		if _, dup := byID[span.ID]; dup {
+		if _, dup := lookup(span.ID); dup {
 			continue
 		}
 		n := &node{span: span}
-		byID[span.ID] = n
+		if byID != nil {
+			byID[span.ID] = n
+		}
 		t.nodes = append(t.nodes, n)
+		own++
 	}
+	var roots []*node
 	for _, n := range t.nodes {
-		if _, ok := byID[n.span.Parent]; n.span.Parent.IsZero() || !ok {
+		if _, ok := lookup(n.span.Parent); n.span.Parent.IsZero() || !ok {
 			roots = append(roots, n)
 		}
 	}
@@ -225,7 +248,7 @@ func (a *analysis) build(id TraceID) *tree {
 		if n == t.root {
 			continue
 		}
-		parent, ok := byID[n.span.Parent]
+		parent, ok := lookup(n.span.Parent)
 		if !ok {
 			parent = t.root // its parent never arrived (or was evicted): keep its time in the trace
 		}
@@ -236,13 +259,14 @@ func (a *analysis) build(id TraceID) *tree {
 		if seen[ls.span] {
 			continue
 		}
-		parent, ok := byID[ls.target]
+		parent, ok := lookup(ls.target)
 		if !ok {
 			parent = t.root
 		}
 		parent.children = append(parent.children, a.linkedSubtree(t, ls.span, seen))
 	}
 	walkCritical(t.root, t.root.span.Start, t.root.span.End)
+	t.length = t.root.span.Duration()
 	return t
 }
 

@@ -99,7 +99,7 @@ func (r *Receiver) Start(ctx context.Context) error {
 		}
 	}
 	if lis := r.cfg.GRPCListener; lis != nil {
-		r.grpc = grpc.NewServer()
+		r.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(maxRequestBytes)) // as OTLP/HTTP: more than gRPC's 4 MiB default
 		collectorpb.RegisterTraceServiceServer(r.grpc, traceService{r: r})
 		r.serve("otlp grpc", lis, func() error { return r.grpc.Serve(lis) })
 	}
