@@ -29,6 +29,7 @@ type benchOptions struct {
 	dialTimeout    time.Duration
 	requestTimeout time.Duration
 	user           string // USER:PASSWORD
+	trace          benchTraceOptions
 }
 
 func newBenchCommand() *cobra.Command {
@@ -55,6 +56,7 @@ func newBenchCommand() *cobra.Command {
 	flags.DurationVar(&opts.dialTimeout, "dial-timeout", 5*time.Second, "dial timeout for client connections")
 	flags.DurationVar(&opts.requestTimeout, "request-timeout", 30*time.Second, "timeout of each request (counted as an error)")
 	flags.StringVar(&opts.user, "user", "", "username:password to authenticate every connection with (auth enabled)")
+	opts.trace.register(flags)
 	cmd.AddCommand(
 		newBenchPutCommand(opts),
 		newBenchRangeCommand(opts),
@@ -118,6 +120,12 @@ func (o *benchOptions) runBenchmark(cmd *cobra.Command, name string, op bench.Op
 		return err
 	}
 	ctx := cmd.Context()
+	tracing, err := startBenchTrace(ctx, o.trace, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer tracing.stop(ctx)
+	tracing.awaitStack(ctx, cmd.ErrOrStderr())
 	if err := runner.Start(ctx); err != nil {
 		return err
 	}
@@ -127,6 +135,9 @@ func (o *benchOptions) runBenchmark(cmd *cobra.Command, name string, op bench.Op
 		summary.Params[key] = value
 	}
 	if err := o.printSummary(cmd, summary); err != nil {
+		return err
+	}
+	if err := tracing.writeReport(ctx, o.traceOutput(cmd)); err != nil {
 		return err
 	}
 	return runErr

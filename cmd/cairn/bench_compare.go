@@ -73,6 +73,11 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 		return fmt.Errorf("--output must be text or json, got %q", opts.output)
 	}
 	ctx := cmd.Context()
+	tracing, err := startBenchTrace(ctx, opts.trace, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer tracing.stop(ctx)
 	etcdEndpoints := cmp.etcdEndpoints
 	if len(etcdEndpoints) == 0 {
 		cluster, err := startReferenceEtcd(ctx, cmd, cmp.etcdMembers, "")
@@ -85,7 +90,7 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 	targets := []bench.Target{{Name: "etcd " + etcdref.Version, Endpoints: etcdEndpoints}}
 	cairnEndpoints := cmp.cairnEndpoints
 	if len(cairnEndpoints) == 0 && !cmp.etcdOnly {
-		stack, err := startCairnUp(ctx, cmd, cmp.cairnMembers)
+		stack, err := startCairnUp(ctx, cmd, cmp.cairnMembers, tracing.childEnv())
 		if err != nil {
 			return err
 		}
@@ -116,6 +121,10 @@ func runCompare(cmd *cobra.Command, opts *benchOptions, cmp *compareOptions) err
 			if err := bench.WriteComparison(cmd.OutOrStdout(), results); err != nil {
 				return err
 			}
+		}
+		// The round's requests of every row, grouped by operation type (etcd's own spans do not come here).
+		if err := tracing.writeReport(ctx, opts.traceOutput(cmd)); err != nil {
+			return err
 		}
 		if runErr != nil {
 			return runErr
@@ -206,7 +215,7 @@ func startReferenceEtcd(ctx context.Context, cmd *cobra.Command, members int, di
 }
 
 // startCairnUp starts a `cairn up` stack of this binary in a fresh temporary directory, removed when it stops.
-func startCairnUp(ctx context.Context, cmd *cobra.Command, members int) (*cairnUpStack, error) {
+func startCairnUp(ctx context.Context, cmd *cobra.Command, members int, env []string) (*cairnUpStack, error) {
 	binary, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -219,7 +228,7 @@ func startCairnUp(ctx context.Context, cmd *cobra.Command, members int) (*cairnU
 	if err != nil {
 		return nil, err
 	}
-	stack, err := localstack.New(localstack.Config{Binary: binary, DataDir: dir, Members: members, ClientPort: ports[0],
+	stack, err := localstack.New(localstack.Config{Binary: binary, DataDir: dir, Members: members, ClientPort: ports[0], Env: env,
 		LogLevel: "warn", Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err == nil {
 		err = stack.Start(ctx)

@@ -90,6 +90,12 @@ func (o *benchOptions) runWatchBenchmark(cmd *cobra.Command, name string, f watc
 		return err
 	}
 	ctx := cmd.Context()
+	tracing, err := startBenchTrace(ctx, o.trace, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer tracing.stop(ctx)
+	tracing.awaitStack(ctx, cmd.ErrOrStderr())
 	if err := runner.Start(ctx); err != nil {
 		return err
 	}
@@ -121,6 +127,9 @@ func (o *benchOptions) runWatchBenchmark(cmd *cobra.Command, name string, f watc
 			fmt.Fprintf(cmd.OutOrStdout(), "  Heap:\t%.0f bytes per watcher (%s).\n", stats.HeapBytesPerWatcher,
 				strings.Join(f.memoryURLs, ","))
 		}
+	}
+	if err := tracing.writeReport(ctx, o.traceOutput(cmd)); err != nil {
+		return err
 	}
 	return finishErr
 }

@@ -50,6 +50,8 @@ func newUpCommand() *cobra.Command {
 	flags.IntVar(&cfg.BackupKeep, "backup-keep", 48, "Snapshots kept with --backup-dir.")
 	enc.register(flags) // passed to every storage and watchhub
 	flags.BoolVar(&cfg.TLS, "tls", false, "Run every link with mutual TLS and the client ports with TLS, on a CA and per-process certificates created in --data-dir/pki (kept across restarts; chosen on the data dir's first run).")
+	flags.BoolVar(&cfg.Trace, "trace", false, "Run a `cairn trace` child and make every other child export its spans to it; prints the URL of its page (where the time went).")
+	flags.StringVar(&cfg.TraceForward, "trace-forward-otlp", "", "With --trace, the trace child's --forward-otlp (grpc://host:port or http://host:port): keep Jaeger or Tempo too.")
 	flags.StringVar(&cfg.AuthToken, "auth-token", "", "Every frontend's --auth-token (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
@@ -107,6 +109,9 @@ func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag, integr
 	fmt.Fprintf(out, "cairn is up: etcd client endpoints %s\n\n", strings.Join(stack.ClientEndpoints(), ","))
 	if flags := stack.EtcdctlFlags(); flags != "" {
 		fmt.Fprintf(out, "every link is mutual TLS; etcdctl flags: --endpoints %s %s\n\n", strings.Join(stack.ClientEndpoints(), ","), flags)
+	}
+	if url := stack.TraceURL(); url != "" {
+		fmt.Fprintf(out, "every process exports its spans to the trace child; where the time went: %s (text: %sreport.txt)\n\n", url, url)
 	}
 	_ = stack.Status().WriteText(out)
 	fmt.Fprintf(out, "\nstack description: %s\nCtrl-C stops every process; the data stays for the next `cairn up`.\n", stack.StackFile())

@@ -23,6 +23,9 @@
 // for every child, client.pem for etcdctl); without it, nats/ (<role>.nk, the nkey seed a storage, watchhub
 // or leasekeeper proves its role on the bus with, mode 0600, and <role>.pub, what NATS lets in).
 //
+// With Config.Trace a `cairn trace` child (listed first) receives every other child's spans: they get
+// OTEL_EXPORTER_OTLP_ENDPOINT set to its OTLP/gRPC port; Stack.TraceURL is its page.
+//
 // Adding a kind of service (a watchhub, a leasekeeper) is one entry in services(): its name, how many
 // instances, which ports each instance needs, its command line and what it depends on.
 package localstack

@@ -27,8 +27,8 @@ type service struct {
 
 // services are the kinds of service a stack runs, in start order. A new kind is one more entry.
 func services() []service {
-	return []service{natsService(), consensusService(), storageService(), leasekeeperService(), watchhubService(),
-		frontendService(), backupService()}
+	return withTrace([]service{natsService(), consensusService(), storageService(), leasekeeperService(), watchhubService(),
+		frontendService(), backupService()})
 }
 
 func natsService() service {

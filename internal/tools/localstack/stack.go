@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -79,6 +80,10 @@ type Config struct {
 	BackupDir      string
 	BackupInterval time.Duration
 	BackupKeep     int
+	// Trace, when set, adds a `cairn trace` child (OTLP receiver and the page of where the time went) and
+	// makes every other child export its spans to it; TraceForward is its --forward-otlp.
+	Trace        bool
+	TraceForward string
 }
 
 // withDefaults fills in the zero fields.
@@ -294,7 +299,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		specs = append(specs, supervisor.ChildSpec{
 			Name:      name,
 			Argv:      argv,
-			Env:       s.cfg.childEnv(),
+			Env:       slices.Concat(s.cfg.childEnv(), s.plan.traceEnv(svc)),
 			LogFile:   filepath.Join(s.logDir(), name+".log"),
 			Ports:     s.plan.layout.Ports[name],
 			DependsOn: deps,

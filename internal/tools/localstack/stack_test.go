@@ -256,3 +256,44 @@ func TestClientTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestTraceChild: with Trace a `cairn trace` child comes first, on ports of its own, and every other child
+// exports to its OTLP/gRPC port; without it there is no such child and no OTLP environment.
+func TestTraceChild(t *testing.T) {
+	for _, traced := range []bool{false, true} {
+		t.Run(strconv.FormatBool(traced), func(t *testing.T) {
+			s, children := testStack(t, Config{Trace: traced, TraceForward: "grpc://127.0.0.1:14317", Env: []string{"A=b"}})
+			hasTrace := children[0].Name == "trace"
+			if hasTrace != traced || (s.TraceURL() != "") != traced {
+				t.Fatalf("trace child first: %v, page %q; want %v", hasTrace, s.TraceURL(), traced)
+			}
+			if !traced {
+				for _, spec := range children {
+					if slices.ContainsFunc(spec.Env, func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") }) {
+						t.Fatalf("%s env %v in an untraced stack", spec.Name, spec.Env)
+					}
+				}
+				return
+			}
+			trace := children[0]
+			grpcURL := "http://127.0.0.1:" + strconv.Itoa(trace.Ports["grpc"])
+			if trace.Ports["grpc"] == 0 || trace.Ports["http"] == 0 || flagValue(trace.Argv, "--listen-otlp-grpc") != grpcURL ||
+				flagValue(trace.Argv, "--forward-otlp") != "grpc://127.0.0.1:14317" {
+				t.Fatalf("trace child ports %v argv %v", trace.Ports, trace.Argv)
+			}
+			if want := "http://127.0.0.1:" + strconv.Itoa(trace.Ports["http"]) + "/"; s.TraceURL() != want {
+				t.Errorf("page %q, want %q", s.TraceURL(), want)
+			}
+			if slices.ContainsFunc(trace.Env, func(kv string) bool { return strings.HasPrefix(kv, "OTEL_") }) {
+				t.Errorf("the trace child exports to itself: %v", trace.Env)
+			}
+			for _, spec := range children[1:] {
+				tail := spec.Env[len(spec.Env)-4:]
+				if !slices.Equal(tail, []string{"A=b", "OTEL_EXPORTER_OTLP_ENDPOINT=" + grpcURL, "OTEL_EXPORTER_OTLP_INSECURE=true",
+					"OTEL_BSP_MAX_QUEUE_SIZE=65536"}) {
+					t.Errorf("%s env %v, want Config.Env then the trace child's OTLP endpoint", spec.Name, spec.Env)
+				}
+			}
+		})
+	}
+}
