@@ -29,12 +29,8 @@ func TestComposeStack(t *testing.T) {
 	built := time.Now()
 	t.Logf("image built in %v", built.Sub(started).Round(time.Second))
 
-	s := startCompose(t, image)
-	all := map[string]int{}
-	for _, service := range composeServices {
-		all[service] = 1
-	}
-	all["watchhub"] = 2
+	s := startCompose(t, image, "docker-compose.yml", composeServices)
+	all := composeReplicas()
 	s.waitHealthy(t, 4*time.Minute, all)
 	t.Logf("up to healthy in %v", time.Since(built).Round(time.Second))
 
@@ -48,6 +44,55 @@ func TestComposeStack(t *testing.T) {
 	})
 	t.Run("kill a storage and a frontend while writing", func(t *testing.T) { checkComposeKill(t, s, all) })
 	t.Logf("whole test %v (before down)", time.Since(started).Round(time.Second))
+}
+
+// TestComposeStackTLS runs docker-compose.tls.yml: certificates made by the one-shot certs service, every link
+// mutual TLS; etcdctl with the client certificate from the pki volume.
+func TestComposeStackTLS(t *testing.T) {
+	requireContainerEngine(t)
+	etcdctl := etcdreftest.Etcdctl(t)
+	image := fmt.Sprintf("localhost/cairn-e2e:tls%d", time.Now().UnixNano()%1_000_000_000)
+	buildComposeImage(t, image)
+	started := time.Now()
+	s := startCompose(t, image, "docker-compose.tls.yml", append([]string{"certs"}, composeServices...))
+	s.waitHealthy(t, 4*time.Minute, composeReplicas())
+	t.Logf("up to healthy in %v", time.Since(started).Round(time.Second))
+
+	pki := strings.TrimSpace(podman(t, time.Minute, nil, "volume", "inspect", s.project+"_pki", "--format", "{{.Mountpoint}}"))
+	tlsFlags := []string{"--cacert", pki + "/ca.pem", "--cert", pki + "/client.pem", "--key", pki + "/client-key.pem"}
+	var endpoints []string
+	for _, endpoint := range s.endpoints {
+		endpoints = append(endpoints, strings.Replace(endpoint, "http://", "https://", 1))
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		res := runEtcdctl(t, etcdctl, endpoints, "", append(tlsFlags, args...)...)
+		if res.ExitCode != 0 {
+			t.Fatalf("etcdctl %s: exit %d\n%s%s", strings.Join(args, " "), res.ExitCode, res.Stdout, res.Stderr)
+		}
+		return res.Stdout
+	}
+	if out := must("member", "list"); strings.Count(out, "https://consensus-") != 3 {
+		t.Errorf("member list: want 3 members on https peer URLs:\n%s", out)
+	}
+	must("put", "compose/tls", "sealed in transit")
+	if out := must("get", "compose/tls", "--print-value-only"); out != "sealed in transit\n" {
+		t.Errorf("get: %q", out)
+	}
+	if res := runEtcdctl(t, etcdctl, endpoints[:1], "", "--cacert", pki+"/ca.pem", "get", "compose/tls"); res.ExitCode != 0 {
+		t.Errorf("etcdctl with the CA alone (the client ports ask for no certificate, as etcd without --client-cert-auth): exit %d %s",
+			res.ExitCode, res.Stderr)
+	}
+}
+
+// composeReplicas is how many containers each service of the default stack has.
+func composeReplicas() map[string]int {
+	replicas := map[string]int{}
+	for _, service := range composeServices {
+		replicas[service] = 1
+	}
+	replicas["watchhub"] = 2
+	return replicas
 }
 
 // checkComposeEtcdctl runs etcdctl against the published endpoints: put, get, txn, watch, lease, member list,

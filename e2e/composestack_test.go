@@ -35,6 +35,7 @@ var composeHealthPorts = map[string]int{"nats": 8223, "consensus": 2381, "storag
 // composeStack is deploy/compose/docker-compose.yml run by podman-compose under a project name of its own,
 // on a network of its own, with the client ports on free ports of 127.0.0.1.
 type composeStack struct {
+	file      string // docker-compose.yml or docker-compose.tls.yml
 	project   string
 	env       []string // CAIRN_IMAGE, CAIRN_CLIENT_PORT_i, CAIRN_WATCHHUBS
 	endpoints []string // http://127.0.0.1:PORT of frontend-1..3
@@ -82,29 +83,29 @@ func buildComposeImage(t *testing.T, tag string) {
 	t.Cleanup(func() { _, _ = runPodman(time.Minute, nil, "rmi", "-f", tag) })
 }
 
-// startCompose runs `podman-compose up -d` with the default stack's services and registers `down -v` and the
-// check that nothing is left behind.
-func startCompose(t *testing.T, image string) *composeStack {
+// startCompose runs `podman-compose up -d` with services of deploy/compose/file and registers `down -v` and
+// the check that nothing is left behind.
+func startCompose(t *testing.T, image, file string, services []string) *composeStack {
 	t.Helper()
 	ports, err := supervisor.FreePorts(3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &composeStack{project: fmt.Sprintf("cairne2e%d", time.Now().UnixNano()%1_000_000_000),
+	s := &composeStack{file: file, project: fmt.Sprintf("cairne2e%d", time.Now().UnixNano()%1_000_000_000),
 		env: []string{"CAIRN_IMAGE=" + image, "CAIRN_WATCHHUBS=2"}}
 	for i, port := range ports {
 		s.env = append(s.env, fmt.Sprintf("CAIRN_CLIENT_PORT_%d=%d", i+1, port))
 		s.endpoints = append(s.endpoints, fmt.Sprintf("http://127.0.0.1:%d", port))
 	}
 	t.Cleanup(func() { s.down(t) })
-	s.compose(t, append([]string{"up", "-d"}, composeServices...)...)
+	s.compose(t, append([]string{"up", "-d"}, services...)...)
 	return s
 }
 
 // compose runs podman-compose on the project with args.
 func (s *composeStack) compose(t *testing.T, args ...string) {
 	t.Helper()
-	argv := append([]string{"-p", s.project, "-f", filepath.Join(composeDir, "docker-compose.yml")}, args...)
+	argv := append([]string{"-p", s.project, "-f", filepath.Join(composeDir, s.file)}, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "podman-compose", argv...)
