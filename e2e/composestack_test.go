@@ -79,7 +79,8 @@ func buildComposeImage(t *testing.T, tag string) {
 			t.Fatalf("building a static cairn: %v\n%s", err, out)
 		}
 	}
-	podman(t, 5*time.Minute, nil, "build", "-q", "-f", filepath.Join(composeDir, "Dockerfile.prebuilt"), "-t", tag, binDir)
+	// --layers=false: no cache image of the build stage is left behind.
+	podman(t, 5*time.Minute, nil, "build", "-q", "--layers=false", "-f", filepath.Join(composeDir, "Dockerfile.prebuilt"), "-t", tag, binDir)
 	t.Cleanup(func() { _, _ = runPodman(time.Minute, nil, "rmi", "-f", tag) })
 }
 
@@ -133,6 +134,7 @@ func (s *composeStack) down(t *testing.T) {
 		"containers": {"ps", "-a", "--filter", "label=io.podman.compose.project=" + s.project, "--format", "{{.Names}}"},
 		"volumes":    {"volume", "ls", "--filter", "name=" + s.project + "_", "--format", "{{.Name}}"},
 		"networks":   {"network", "ls", "--filter", "name=" + s.project + "_", "--format", "{{.Name}}"},
+		"images":     {"images", "--filter", "dangling=true", "--filter", "label=io.buildah.version", "--format", "{{.ID}}"},
 	}
 	for what, args := range left {
 		if out := strings.TrimSpace(podman(t, time.Minute, nil, args...)); out != "" {
