@@ -53,6 +53,7 @@ func newRootCommand() *cobra.Command {
 		newEncryptionCommand(),
 		newCertsCommand(),
 		newTraceCommand(),
+		newHealthCommand(),
 	)
 	return root
 }

@@ -26,7 +26,9 @@
 //     next replica when one is unavailable.
 //   - Cluster calls and MoveLeader go to consensus (the leader's first); MoveLeader is forwarded to the
 //     leader whichever member this frontend speaks for.
-//   - Watch streams are relayed to one watchhub each (round robin); a failing hub ends the client stream
+//   - Watch streams are relayed to one watchhub each (round robin over the --watch-endpoints URLs and over
+//     every address a URL's host resolves to, looked up again every 5 s: a compose service scaled to N hubs is
+//     one URL whose N replicas all get streams, those added later included); a failing hub ends the client stream
 //     with codes.Unavailable so etcd clients resume on another. Lease calls and keep-alive streams go to the
 //     active leasekeeper: a keeper that is unavailable or answers FailedPrecondition "not the active
 //     leasekeeper" is passed over. With no --watch-endpoints / --lease-endpoints those services answer

@@ -25,7 +25,8 @@ type backend struct {
 	conn *grpc.ClientConn
 }
 
-// dialBackends connects (lazily, kept warm) to every URL.
+// dialBackends connects (lazily, kept warm) to every URL; a URL's connection spreads its calls over every
+// address the URL's host resolves to (resolve.go).
 func dialBackends(urls []string, opts []grpc.DialOption) ([]*backend, error) {
 	var out []*backend
 	for _, u := range urls {
@@ -34,9 +35,9 @@ func dialBackends(urls []string, opts []grpc.DialOption) ([]*backend, error) {
 			closeBackends(out)
 			return nil, err
 		}
-		conn, err := grpc.NewClient(target, append([]grpc.DialOption{
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1)),
-		}, append(rpctune.DialOptions(), opts...)...)...)
+		dialOpts := append([]grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31 - 1))},
+			backendDialOptions()...)
+		conn, err := grpc.NewClient(hostScheme+":///"+target, append(dialOpts, append(rpctune.DialOptions(), opts...)...)...)
 		if err != nil {
 			closeBackends(out)
 			return nil, fmt.Errorf("dial %s: %w", u, err)
