@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +33,7 @@ func (s *Supervisor) launch(c *child) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopping {
+	if s.stopping || c.retired {
 		return errStopping
 	}
 	if err := cmd.Start(); err != nil {
@@ -68,7 +69,8 @@ func openLog(path string) (*os.File, error) {
 	return f, nil
 }
 
-// superviseLoop owns c's processes: it reaps each one and relaunches it after a backoff until Stop.
+// superviseLoop owns c's processes: it reaps each one and relaunches it after a backoff until Stop, Remove,
+// or an exit with one of the child's FinalExitCodes.
 func (s *Supervisor) superviseLoop(c *child) {
 	defer s.loops.Done()
 	delays := &backoff.ExponentialBackOff{
@@ -79,7 +81,10 @@ func (s *Supervisor) superviseLoop(c *child) {
 	}
 	delays.Reset()
 	for {
-		uptime := s.reap(c)
+		uptime, final := s.reap(c)
+		if final {
+			return
+		}
 		if uptime >= s.cfg.StableAfter {
 			delays.Reset()
 		}
@@ -103,9 +108,10 @@ func (s *Supervisor) superviseLoop(c *child) {
 }
 
 // reap waits for c's current process to exit, kills whatever is left of its process group, records the exit
-// and returns how long the process ran. The group is killed before the leader is reaped: while the leader is
+// and returns how long the process ran and whether it ended for good (Stop, Remove, or a final exit status,
+// which it reports to Config.OnFinished). The group is killed before the leader is reaped: while the leader is
 // an unreaped zombie its pid, which is the group id, cannot be reused by an unrelated process.
-func (s *Supervisor) reap(c *child) (uptime time.Duration) {
+func (s *Supervisor) reap(c *child) (uptime time.Duration, final bool) {
 	s.mu.Lock()
 	cmd, exited, startedAt := c.proc, c.exited, c.startedAt
 	s.mu.Unlock()
@@ -120,26 +126,40 @@ func (s *Supervisor) reap(c *child) (uptime time.Duration) {
 	if waitErr != nil {
 		lastExit = waitErr.Error()
 	}
+	exitCode := cmd.ProcessState.ExitCode()
+	finished := exitCode >= 0 && slices.Contains(c.spec.FinalExitCodes, exitCode)
 
 	s.mu.Lock()
 	c.proc = nil
 	c.lastExit = lastExit
-	c.state = StateBackoff
-	if s.stopping {
+	stopped := s.stopping || c.retired
+	switch {
+	case stopped:
 		c.state = StateStopped
+	case finished:
+		c.state = StateFinished
+	default:
+		c.state = StateBackoff
 	}
-	stopping, restarts := s.stopping, c.restarts
+	restarts := c.restarts
 	s.mu.Unlock()
 	close(exited)
 
-	if stopping {
+	switch {
+	case stopped:
 		s.log.Info("child stopped", "child", c.spec.Name, "pid", pid, "exit", lastExit)
-	} else {
-		s.log.Warn("child exited; restarting", "child", c.spec.Name, "pid", pid, "exit", lastExit,
-			"restarts", restarts)
+		return time.Since(startedAt), true
+	case finished:
+		s.log.Info("child finished; not restarting it", "child", c.spec.Name, "pid", pid, "exit", lastExit)
 		s.writeStack()
+		if s.cfg.OnFinished != nil {
+			s.cfg.OnFinished(c.spec.Name, exitCode)
+		}
+		return time.Since(startedAt), true
 	}
-	return time.Since(startedAt)
+	s.log.Warn("child exited; restarting", "child", c.spec.Name, "pid", pid, "exit", lastExit, "restarts", restarts)
+	s.writeStack()
+	return time.Since(startedAt), false
 }
 
 // terminate sends SIGTERM to c's process group and escalates to SIGKILL after StopTimeout or when ctx ends;
