@@ -6,19 +6,25 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cairn-kv/cairn/services/consensus"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	if err != nil {
+	switch {
+	case errors.Is(err, consensus.ErrRemoved):
+		os.Exit(consensus.ExitCodeRemoved)
+	case err != nil:
 		os.Exit(1)
 	}
 }

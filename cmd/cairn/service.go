@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
+	"github.com/cairn-kv/cairn/services/consensus"
 )
 
 // stopTimeout bounds a service's clean stop after SIGINT or SIGTERM.
@@ -177,7 +179,12 @@ func (p *process) waitForStop(ctx context.Context, failed <-chan struct{}, failu
 		p.logger.Info("received signal; stopping")
 	case <-failed:
 		cause = failure()
-		p.logger.Error("service stopped by itself", "err", cause)
+		if errors.Is(cause, consensus.ErrRemoved) {
+			// Not a failure: the cluster let this member go, as etcd's "the member has been permanently removed".
+			p.logger.Warn("the member has been permanently removed from the cluster; stopping", "err", cause)
+		} else {
+			p.logger.Error("service stopped by itself", "err", cause)
+		}
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()

@@ -10,10 +10,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
+	"github.com/cairn-kv/cairn/services/consensus"
 )
 
 // Config configures a local stack.
@@ -154,6 +156,9 @@ type Stack struct {
 	cfg  Config
 	plan *plan
 	sup  *supervisor.Supervisor
+	// changeMu serialises membership changes (they rewrite the layout and change the supervised children).
+	changeMu sync.Mutex
+	control  *control
 }
 
 // New checks cfg; nothing runs until Start.
@@ -211,6 +216,7 @@ func (s *Stack) Start(ctx context.Context) error {
 		ReadyTimeout: s.cfg.ReadyTimeout,
 		StopTimeout:  s.cfg.StopTimeout,
 		Logger:       s.cfg.Logger,
+		OnFinished:   s.memberGone,
 	})
 	if err != nil {
 		return err
@@ -218,7 +224,12 @@ func (s *Stack) Start(ctx context.Context) error {
 	if err := sup.Start(ctx); err != nil {
 		return fmt.Errorf("localstack: start in %s (see the logs in %s): %w", s.cfg.DataDir, s.logDir(), err)
 	}
+	s.changeMu.Lock()
 	s.sup = sup
+	s.changeMu.Unlock()
+	if s.control, err = s.startControl(); err != nil {
+		return errors.Join(err, sup.Stop(context.WithoutCancel(ctx)))
+	}
 	return nil
 }
 
@@ -253,6 +264,9 @@ func (s *Stack) wantedPorts() map[string][]string {
 func (s *Stack) eachInstance(f func(svc service, i int, name string)) {
 	for _, svc := range services() {
 		for i := 1; i <= svc.count(s.plan); i++ {
+			if !s.plan.runs(svc, i) {
+				continue
+			}
 			name := s.plan.child(svc.name, i)
 			if svc.single {
 				name = svc.name
@@ -277,6 +291,10 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		if svc.dependsOn != nil {
 			deps = svc.dependsOn(s.plan, i)
 		}
+		var final []int
+		if svc.name == "consensus" {
+			final = []int{consensus.ExitCodeRemoved} // removed from the cluster: restarting it would not help
+		}
 		specs = append(specs, supervisor.ChildSpec{
 			Name:      name,
 			Argv:      argv,
@@ -285,6 +303,8 @@ func (s *Stack) children() []supervisor.ChildSpec {
 			Ports:     s.plan.layout.Ports[name],
 			DependsOn: deps,
 			Ready:     supervisor.HTTPReady(s.plan.url(name, "metrics") + "/health"),
+
+			FinalExitCodes: final,
 		})
 	})
 	return specs
@@ -294,7 +314,7 @@ func (s *Stack) meta() map[string]string {
 	return map[string]string{
 		"client_endpoints": strings.Join(s.ClientEndpoints(), ","),
 		"data_dir":         s.cfg.DataDir,
-		"members":          strconv.Itoa(s.plan.layout.Members),
+		"members":          strconv.Itoa(len(s.plan.layout.active())),
 		"layout_file":      filepath.Join(s.cfg.DataDir, layoutFile),
 	}
 }
@@ -309,9 +329,11 @@ func (s *Stack) ClientEndpoints() []string {
 	if s.plan == nil {
 		return nil
 	}
-	urls := make([]string, s.plan.frontends())
-	for i := range urls {
-		urls[i] = s.plan.clientURL(i + 1)
+	var urls []string
+	for i := 1; i <= s.plan.frontends(); i++ {
+		if s.plan.runs(frontendService(), i) {
+			urls = append(urls, s.plan.clientURL(i))
+		}
 	}
 	return urls
 }
@@ -329,5 +351,6 @@ func (s *Stack) Stop(ctx context.Context) error {
 	if s.sup == nil {
 		return nil
 	}
+	s.control.stop()
 	return s.sup.Stop(ctx)
 }

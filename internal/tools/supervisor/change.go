@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -77,4 +78,12 @@ func (s *Supervisor) Remove(ctx context.Context, names ...string) error {
 	s.mu.Unlock()
 	s.writeStack()
 	return nil
+}
+
+// SetMeta replaces the free-form facts of the stack description (Config.Meta) and rewrites the stack file.
+func (s *Supervisor) SetMeta(meta map[string]string) {
+	s.mu.Lock()
+	s.cfg.Meta = maps.Clone(meta)
+	s.mu.Unlock()
+	s.writeStack()
 }

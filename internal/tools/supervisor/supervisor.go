@@ -254,7 +254,10 @@ func (s *Supervisor) Child(name string) (ChildStatus, bool) {
 
 // Stack returns the current description of the whole stack, as written to Config.StackFile.
 func (s *Supervisor) Stack() Stack {
-	return Stack{Meta: maps.Clone(s.cfg.Meta), Children: s.Children(), UpdatedAt: time.Now().UTC()}
+	s.mu.Lock()
+	meta := maps.Clone(s.cfg.Meta)
+	s.mu.Unlock()
+	return Stack{Meta: meta, Children: s.Children(), UpdatedAt: time.Now().UTC()}
 }
 
 // writeStack rewrites the stack file, if configured. Failures are logged, not fatal: the file is a report.
