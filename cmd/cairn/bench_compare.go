@@ -49,8 +49,8 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCompare(cmd, opts, &cmp) },
 	}
 	flags := cmd.Flags()
-	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd; default: start a `cairn up` stack")
-	flags.IntVar(&cmp.cairnMembers, "cairn-members", 3, "members of the `cairn up` stack started when --cairn-endpoints is not given")
+	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd; default: start a cairn up stack")
+	flags.IntVar(&cmp.cairnMembers, "cairn-members", 3, "members of the cairn up stack started when --cairn-endpoints is not given")
 	flags.BoolVar(&cmp.etcdOnly, "etcd-only", false, "measure the reference etcd alone")
 	flags.StringSliceVar(&cmp.etcdEndpoints, "etcd-endpoints", nil, "use this running etcd instead of starting a reference cluster")
 	flags.IntVar(&cmp.etcdMembers, "etcd-members", 3, "members of the reference etcd cluster to start")

@@ -41,8 +41,8 @@ func newUpCommand() *cobra.Command {
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
-	flags.StringVar(&cfg.FromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into every member of a new --data-dir, then start.")
-	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a `cairn backup` child keeping verified snapshots in this directory.")
+	flags.StringVar(&cfg.FromSnapshot, "from-snapshot", "", "Restore this snapshot (etcdctl snapshot save of Cairn or etcd) into every member of a new --data-dir, then start.")
+	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a cairn backup child keeping verified snapshots in this directory.")
 	flags.DurationVar(&cfg.BackupInterval, "backup-interval", 30*time.Minute, "Time between backups with --backup-dir.")
 	flags.IntVar(&cfg.BackupKeep, "backup-keep", 48, "Snapshots kept with --backup-dir.")
 	enc.register(flags) // passed to every storage and watchhub
@@ -51,6 +51,7 @@ func newUpCommand() *cobra.Command {
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
+	cmd.AddCommand(newUpMemberCommand())
 	return cmd
 }
 
