@@ -45,6 +45,7 @@ type devOptions struct {
 	authToken         string
 	authTokenTTL      uint
 	bcryptCost        int
+	raft              etcdTuning // --heartbeat-interval, --election-timeout, --snapshot-count
 }
 
 func newDevCommand() *cobra.Command {
@@ -59,6 +60,9 @@ func newDevCommand() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			do.clientURLsSet = cmd.Flags().Changed("listen-client-urls")
+			if err := do.raft.validate(); err != nil {
+				return err
+			}
 			return runDev(cmd.Context(), do, opts)
 		},
 	}
@@ -84,6 +88,7 @@ func newDevCommand() *cobra.Command {
 	flags.AddGoFlagSet(tlsFlags)
 	flags.BoolVar(&do.autoTLS, "tls", false, "Run every link with mutual TLS and the client URLs with TLS, on a CA and per-component certificates created in --data-dir/pki (kept across restarts); prints the etcdctl flags.")
 	opts.register(flags, "http://127.0.0.1:2381")
+	do.raft.registerRaft(flags)
 	return cmd
 }
 
@@ -224,6 +229,8 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 	cfg.InitialCluster = initialCluster(d.do.name, d.do.peerURLs)
 	cfg.AdvertiseClientURLs, cfg.AdvertiseStorageURL = d.do.advertiseURLs, d.storageURL
 	cfg.MaxRequestBytes = d.do.maxRequestBytes
+	cfg.HeartbeatInterval, cfg.ElectionTimeout = d.do.raft.heartbeat(), d.do.raft.election()
+	cfg.SnapshotCount = d.do.raft.snapshotCount
 	cfg.ListenConsensusURL = ""
 	node, err := consensus.New(cfg, consensus.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, ConsensusListener: apiLis, Peer: d.peer, Internal: proc.internal})

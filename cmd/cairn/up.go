@@ -19,6 +19,7 @@ import (
 func newUpCommand() *cobra.Command {
 	var cfg localstack.Config
 	var enc encryptionFlag
+	var tuning etcdTuning
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a local multi-process Cairn cluster: NATS, 3 members (consensus + storage), 2 leasekeepers, 2 watchhubs and the frontends",
@@ -29,7 +30,7 @@ func newUpCommand() *cobra.Command {
 		Example: "  cairn up\n  cairn up --data-dir /tmp/cairn-up --members 5 --client-port 12379\n" +
 			"  etcdctl --endpoints http://127.0.0.1:2379 put foo bar",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc, &tuning) },
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "up.cairn", "Directory for the members' data, the logs, layout.json and stack.json.")
@@ -51,11 +52,16 @@ func newUpCommand() *cobra.Command {
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
 	cfg.ClientTLS.RegisterFlags(tlsFlags) // given a certificate, every frontend serves https
 	flags.AddGoFlagSet(tlsFlags)
+	tuning.registerRaft(flags) // etcd's flags, passed to the members' processes
+	tuning.registerAPI(flags)
 	cmd.AddCommand(newUpMemberCommand())
 	return cmd
 }
 
-func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag) error {
+func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag, tuning *etcdTuning) error {
+	if err := tuning.validate(); err != nil {
+		return err
+	}
 	binary, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locating the cairn binary: %w", err)
@@ -77,6 +83,12 @@ func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag) error 
 		// The storages seal, the watchhubs open the bus records: both need the file.
 		args := []string{"--encryption-config", encryptionConfig}
 		cfg.ExtraArgs = map[string][]string{"storage": args, "watchhub": args}
+	}
+	for svc, args := range tuning.childArgs(cmd.Flags()) {
+		if cfg.ExtraArgs == nil {
+			cfg.ExtraArgs = map[string][]string{}
+		}
+		cfg.ExtraArgs[svc] = append(cfg.ExtraArgs[svc], args...)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 	lock, err := lockDataDir(cfg.DataDir, "cairn up", datadir.Stack)
