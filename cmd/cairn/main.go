@@ -38,7 +38,9 @@ func newRootCommand() *cobra.Command {
 		Long: "Cairn serves the etcd v3 API from separate services (consensus, storage, watchhub, leasekeeper, " +
 			"frontend). This one binary runs any of them, a whole local stack, and the tools.",
 		SilenceUsage: true,
+		Version:      cairnVersion, // --version, as etcd has it
 	}
+	root.SetVersionTemplate(versionText())
 	var gcPercent int
 	root.PersistentFlags().IntVar(&gcPercent, "gc-percent", defaultGCPercent, "Go garbage collector target percentage (GOGC); "+
 		"the GOGC environment variable, when set, wins")
