@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc/connectivity"
 )
 
 // Op issues one benchmark request through client. seq numbers the requests of one Run from 0 upwards, each
@@ -54,6 +55,10 @@ type RunnerConfig struct {
 	RequestTimeout time.Duration
 	// Progress, if set, receives a progress bar while Run works (the CLI passes stderr).
 	Progress io.Writer
+	// LazyConnect skips Start's check that every connection reaches its endpoint within DialTimeout (for ops
+	// that never use their client). Without it, a dead endpoint fails Start at once rather than every request
+	// after RequestTimeout.
+	LazyConnect bool
 }
 
 // Validate reports a config that would not run or would never stop.
@@ -137,7 +142,13 @@ func (r *Runner) Start(ctx context.Context) error {
 			Context:     ctx,
 			Logger:      zap.NewNop(), // failures are counted in the report, not logged per request
 		})
+		if err == nil && !r.cfg.LazyConnect {
+			err = waitConnected(ctx, conn, r.cfg.DialTimeout)
+		}
 		if err != nil {
+			if conn != nil {
+				_ = conn.Close()
+			}
 			r.Stop(ctx)
 			return fmt.Errorf("bench: connection %d to %s: %w", i, endpoint, err)
 		}
@@ -145,6 +156,27 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// waitConnected waits until conn's gRPC connection is up: clientv3 dials lazily and retries an unreachable
+// server forever, so without this a dead endpoint would only show as every request timing out.
+func waitConnected(ctx context.Context, conn *clientv3.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cc := conn.ActiveConnection()
+	cc.Connect()
+	for {
+		state := cc.GetState()
+		if state == connectivity.Ready {
+			return nil
+		}
+		if !cc.WaitForStateChange(ctx, state) {
+			return fmt.Errorf("not connected within --dial-timeout %s (%s): %w", timeout, state, ErrUnreachable)
+		}
+	}
+}
+
+// ErrUnreachable is why Start fails when an endpoint does not answer within the dial timeout.
+var ErrUnreachable = errors.New("bench: endpoint unreachable")
 
 // leaderEndpoints returns the client URLs of the raft leader of the cluster at cfg's endpoints.
 func leaderEndpoints(ctx context.Context, cfg RunnerConfig) ([]string, error) {
