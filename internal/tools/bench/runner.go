@@ -12,11 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cheggaaa/pb/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/connectivity"
+
+	"github.com/cairn-kv/cairn/internal/tools/progress"
 )
 
 // Op issues one benchmark request through client. seq numbers the requests of one Run from 0 upwards, each
@@ -267,9 +268,10 @@ func (r *Runner) drive(ctx context.Context, report *Report, op Op, recordLatency
 	if r.cfg.Duration > 0 {
 		stopIssuing = time.Now().Add(r.cfg.Duration)
 	}
-	bar := r.startProgress()
-	var nextSeq atomic.Int64
+	var issued atomic.Int64
 	began := time.Now()
+	meter := r.startProgress(began, &issued)
+	var nextSeq atomic.Int64
 	var workers sync.WaitGroup
 	for _, client := range r.Clients() {
 		workers.Go(func() {
@@ -289,17 +291,13 @@ func (r *Runner) drive(ctx context.Context, report *Report, op Op, recordLatency
 				if recordLatency || err != nil {
 					report.Record(time.Since(start), err)
 				}
-				if bar != nil {
-					bar.Increment()
-				}
+				issued.Add(1)
 			}
 		})
 	}
 	workers.Wait()
 	elapsed := time.Since(began)
-	if bar != nil {
-		bar.Finish()
-	}
+	meter.Stop()
 	summary := report.Summary(elapsed)
 	summary.Params = r.cfg.Params()
 	return summary, ctx.Err()
@@ -312,15 +310,15 @@ func (r *Runner) issue(ctx context.Context, op Op, client *clientv3.Client, seq 
 	return op(ctx, client, seq)
 }
 
-// startProgress starts a progress bar on cfg.Progress: requests out of Total, or a running count with the
-// elapsed time when only Duration bounds the run.
-func (r *Runner) startProgress() *pb.ProgressBar {
-	if r.cfg.Progress == nil {
-		return nil
-	}
-	bar := pb.New64(r.cfg.Total).SetWriter(r.cfg.Progress)
-	if r.cfg.Total == 0 {
-		bar.SetTemplateString(`{{counters . }} requests {{etime . }} of ` + r.cfg.Duration.String())
-	}
-	return bar.Start()
+// startProgress shows on cfg.Progress how many requests were issued: out of Total, or with the time elapsed
+// when only Duration bounds the run (progress.Meter: redrawn on a terminal, a line every few seconds else).
+func (r *Runner) startProgress(began time.Time, issued *atomic.Int64) *progress.Meter {
+	return progress.Start(r.cfg.Progress, func() string {
+		elapsed := time.Since(began).Round(time.Second)
+		if r.cfg.Total == 0 {
+			return fmt.Sprintf("%d requests, %s of %s", issued.Load(), elapsed, r.cfg.Duration)
+		}
+		n := issued.Load()
+		return fmt.Sprintf("%d / %d requests (%d%%), %s", n, r.cfg.Total, n*100/r.cfg.Total, elapsed)
+	})
 }
