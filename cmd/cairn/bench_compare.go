@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/tools/bench"
 	"github.com/cairn-kv/cairn/internal/tools/etcdref"
 	"github.com/cairn-kv/cairn/internal/tools/localstack"
@@ -191,7 +192,7 @@ func describeTargets(targets []bench.Target) string {
 
 // startReferenceEtcd builds (once per machine) and starts a reference etcd cluster, logging to stderr.
 func startReferenceEtcd(ctx context.Context, cmd *cobra.Command, members int, dir string) (*etcdref.Cluster, error) {
-	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	logger := obs.NewLogger(cmd.ErrOrStderr(), "bench", "", slog.LevelInfo)
 	cluster, err := etcdref.New(etcdref.Config{Members: members, Dir: dir, Logger: logger,
 		StackFile: stackFileIn(dir)})
 	if err != nil {
@@ -220,7 +221,7 @@ func startCairnUp(ctx context.Context, cmd *cobra.Command, members int) (*cairnU
 		return nil, err
 	}
 	stack, err := localstack.New(localstack.Config{Binary: binary, DataDir: dir, Members: members, ClientPort: ports[0],
-		LogLevel: "warn", Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		LogLevel: "warn", Logger: obs.NewLogger(cmd.ErrOrStderr(), "bench", "", slog.LevelWarn)})
 	if err == nil {
 		err = stack.Start(ctx)
 	}

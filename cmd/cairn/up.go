@@ -4,7 +4,6 @@ import (
 	"context"
 	goflag "flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-kv/cairn/internal/datadir"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/tools/localstack"
 )
 
@@ -90,7 +90,11 @@ func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag, tuning
 		}
 		cfg.ExtraArgs[svc] = append(cfg.ExtraArgs[svc], args...)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	level, err := obs.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = obs.NewLogger(cmd.ErrOrStderr(), "up", "", level) // JSON, as every service logs
 	lock, err := lockDataDir(cfg.DataDir, "cairn up", datadir.Stack)
 	if err != nil {
 		return err
