@@ -62,6 +62,10 @@ type Config struct {
 	// appends with entries go to that follower less than CommitHold apart. Under such a write load a
 	// follower then wakes once per write rather than twice, and its storage applies while it fsyncs.
 	CommitHold time.Duration
+	// ProbeInterval is how often a peer's health is checked: a peer whose control link is down is then
+	// reported as etcd's peer prober reports it (WARN "prober detected unhealthy status", with the peer, the
+	// last round-trip time and the error); 0 means etcd's 30 s.
+	ProbeInterval time.Duration
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults
 	// Dialer, when set, makes the connections to peers (addr is host:port), messages links and snapshot calls
@@ -84,6 +88,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CommitHold <= 0 {
 		c.CommitHold = 2 * time.Millisecond
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
