@@ -63,6 +63,9 @@ func newDevCommand() *cobra.Command {
 			if err := do.raft.validate(); err != nil {
 				return err
 			}
+			if err := do.checkURLs(); err != nil {
+				return err
+			}
 			return runDev(cmd.Context(), do, opts)
 		},
 	}
@@ -90,6 +93,19 @@ func newDevCommand() *cobra.Command {
 	opts.register(flags, "http://127.0.0.1:2381")
 	do.raft.registerRaft(flags)
 	return cmd
+}
+
+// checkURLs refuses, in etcd's words, a URL flag etcd would refuse (one without a scheme, say).
+func (do devOptions) checkURLs() error {
+	for flagName, urls := range map[string][]string{"--listen-client-urls": do.clientURLs,
+		"--advertise-client-urls": do.advertiseURLs, "--listen-peer-urls": do.peerURLs} {
+		for _, u := range urls {
+			if err := config.CheckEtcdURL(u); err != nil {
+				return fmt.Errorf("%s: %w", flagName, err)
+			}
+		}
+	}
+	return nil
 }
 
 // devStack is what `cairn dev` runs: the components start in order, each seeing what the earlier ones serve,

@@ -24,7 +24,7 @@ func newNATSCommand() *cobra.Command {
 	flags.StringVar(&cfg.Host, "addr", cfg.Host, "Host to accept NATS client connections on.")
 	flags.IntVar(&cfg.Port, "port", cfg.Port, "Port to accept NATS client connections on (-1 picks a free one).")
 	flags.IntVar(&cfg.HTTPPort, "http-port", 0, "Port of NATS's own monitoring endpoint (/varz, /healthz); 0 serves none.")
-	opts.register(flags, "http://localhost:8223")
+	opts.register(flags, "http://127.0.0.1:8223")
 	return cmd
 }
 

@@ -89,7 +89,11 @@ func newProcess(ctx context.Context, service, member string, opts processOptions
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	for _, raw := range opts.metricsURLs {
-		if _, err := config.HostPort(raw); err != nil {
+		err := config.CheckEtcdURL(raw)
+		if err == nil {
+			_, err = config.HostPort(raw)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("--listen-metrics-urls: %w", err)
 		}
 	}

@@ -61,9 +61,9 @@ func newSnapshotRestoreCommand() *cobra.Command {
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "", "Path to the output data directory (default: NAME.cairn)")
-	flags.StringVar(&cfg.InitialCluster, "initial-cluster", "default=http://localhost:2380", "Initial cluster configuration for restore bootstrap")
+	flags.StringVar(&cfg.InitialCluster, "initial-cluster", "default=http://127.0.0.1:2380", "Initial cluster configuration for restore bootstrap")
 	flags.StringVar(&cfg.InitialClusterToken, "initial-cluster-token", "etcd-cluster", "Initial cluster token for the cluster during restore bootstrap")
-	flags.StringVar(&peerURLs, "initial-advertise-peer-urls", "http://localhost:2380", "List of this member's peer URLs to advertise to the rest of the cluster")
+	flags.StringVar(&peerURLs, "initial-advertise-peer-urls", "http://127.0.0.1:2380", "List of this member's peer URLs to advertise to the rest of the cluster")
 	flags.StringVar(&cfg.Name, "name", "default", "Human-readable name for this member")
 	flags.BoolVar(&cfg.SkipHashCheck, "skip-hash-check", false, "Ignore snapshot integrity hash value (required if copied from data directory)")
 	flags.StringVar(&walDir, "wal-dir", "", "Not supported (etcdutl's): the WAL is DATA-DIR/consensus/wal")

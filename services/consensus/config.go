@@ -131,16 +131,16 @@ func DefaultConfig() Config {
 	return Config{
 		Name:                     "default",
 		DataDir:                  "default.consensus",
-		ListenPeerURLs:           []string{"http://localhost:2380"},
-		InitialAdvertisePeerURLs: []string{"http://localhost:2380"},
-		InitialCluster:           "default=http://localhost:2380",
+		ListenPeerURLs:           []string{"http://127.0.0.1:2380"},
+		InitialAdvertisePeerURLs: []string{"http://127.0.0.1:2380"},
+		InitialCluster:           "default=http://127.0.0.1:2380",
 		InitialClusterState:      ClusterStateNew,
 		InitialClusterToken:      "etcd-cluster",
 		HeartbeatInterval:        100 * time.Millisecond,
 		ElectionTimeout:          1000 * time.Millisecond,
-		AdvertiseClientURLs:      []string{"http://localhost:2379"},
-		ListenConsensusURL:       "http://localhost:2390",
-		AdvertiseStorageURL:      "http://localhost:23790",
+		AdvertiseClientURLs:      []string{"http://127.0.0.1:2379"},
+		ListenConsensusURL:       "http://127.0.0.1:2390",
+		AdvertiseStorageURL:      "http://127.0.0.1:23790",
 		SnapshotCount:            10000,
 		SnapshotCatchUpEntries:   5000,
 		MaxRequestBytes:          1572864,
@@ -271,12 +271,12 @@ func parseInitialCluster(s string) (map[string][]string, error) {
 // validateURLs accepts what etcd's types.NewURLs accepts: http(s)://host:port with no path.
 func validateURLs(urls []string) error {
 	for _, s := range urls {
+		if err := config.CheckEtcdURL(s); err != nil {
+			return err
+		}
 		u, err := url.Parse(s)
 		if err != nil {
 			return fmt.Errorf("bad URL %q: %w", s, err)
-		}
-		if u.Scheme != "http" && u.Scheme != "https" {
-			return fmt.Errorf("URL scheme must be http or https: %s", s)
 		}
 		if _, _, err := net.SplitHostPort(u.Host); err != nil {
 			return fmt.Errorf(`URL address does not have the form "host:port": %s`, s)
