@@ -44,6 +44,9 @@ func TestMembershipOnCairnUp(t *testing.T) {
 				t.Fatalf("after member add: %+v", child)
 			}
 		}
+		if n := storageEndpoints(t, s, "frontend-1"); n != 2 {
+			t.Fatalf("frontend-1's next command line lists %d storages, want 2", n)
+		}
 		waittest.Until(t, time.Minute, 200*time.Millisecond, "the learner to be promoted", func() bool {
 			res := runEtcdctl(t, etcdctl, s.endpoints[:1], "", "member", "promote", id)
 			if res.ExitCode != 0 && !strings.Contains(res.Stderr, "learner member which is not in sync") {
@@ -89,6 +92,9 @@ func TestMembershipOnCairnUp(t *testing.T) {
 			t.Fatalf("the removed member was restarted: %s", line)
 		}
 	}
+	if n := storageEndpoints(t, s, "frontend-1"); n != 1 {
+		t.Fatalf("after the removal frontend-1's next command line lists %d storages, want 1", n)
+	}
 	if _, err := c.Put(ctx, "alone-again", "1"); err != nil {
 		t.Fatal(err)
 	}
@@ -110,4 +116,15 @@ func TestMembershipOnCairnUp(t *testing.T) {
 	if _, ok := s.stack(t).Child("storage-2"); ok {
 		t.Fatal("cairn up member remove left the member's storage running")
 	}
+}
+
+// storageEndpoints counts the storages in child's command line (the one it runs on its next start).
+func storageEndpoints(t *testing.T, s *upStack, child string) int {
+	t.Helper()
+	argv := s.child(t, child).Argv
+	i := slices.Index(argv, "--storage-endpoints")
+	if i < 0 || i+1 >= len(argv) {
+		t.Fatalf("%s has no --storage-endpoints: %v", child, argv)
+	}
+	return len(strings.Split(argv[i+1], ","))
 }

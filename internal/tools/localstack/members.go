@@ -90,6 +90,7 @@ func (s *Stack) AddMember(ctx context.Context, name string, learner bool) (strin
 	if err := s.sup.Add(ctx, s.specsOf(s.memberProcesses(i))...); err != nil {
 		return name, id, fmt.Errorf("localstack: %s is in the cluster but its processes did not start (see %s): %w", name, s.logDir(), err)
 	}
+	s.sup.Respec(s.children()...) // the others list the new member when they next start
 	s.sup.SetMeta(s.meta())
 	s.cfg.Logger.Info("member added", "member", name, "member-id", fmt.Sprintf("%x", id), "learner", learner)
 	return name, id, nil
@@ -186,6 +187,7 @@ func (s *Stack) forgetMemberLocked(ctx context.Context, i int) error {
 	if err := s.sup.Remove(ctx, running...); err != nil {
 		return err
 	}
+	s.sup.Respec(s.children()...) // the others stop listing the member when they next start
 	s.sup.SetMeta(s.meta())
 	s.cfg.Logger.Info("member removed", "member", memberName(i))
 	return nil

@@ -87,3 +87,16 @@ func (s *Supervisor) SetMeta(meta map[string]string) {
 	s.mu.Unlock()
 	s.writeStack()
 }
+
+// Respec replaces the command line, environment and ports of the named children that are running (by
+// spec.Name; others are ignored) for their next launch: a running process keeps the one it started with.
+func (s *Supervisor) Respec(specs ...ChildSpec) {
+	s.mu.Lock()
+	for _, spec := range specs {
+		if c, ok := s.byName[spec.Name]; ok {
+			c.spec.Argv, c.spec.Env, c.spec.Ports = slices.Clone(spec.Argv), slices.Clone(spec.Env), maps.Clone(spec.Ports)
+		}
+	}
+	s.mu.Unlock()
+	s.writeStack()
+}

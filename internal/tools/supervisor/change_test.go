@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -51,6 +52,12 @@ func TestAddAndRemoveWhileRunning(t *testing.T) {
 		t.Fatalf("added child: %+v", added)
 	}
 
+	// A new command line is for the next launch: the running process is left alone.
+	respecced := childSpec(t, "a", "sleep", "RESPECCED=1")
+	sup.Respec(respecced)
+	if st := mustChild(t, sup, "a"); !slices.Equal(st.Argv, respecced.Argv) || !alive(st.PID) {
+		t.Fatalf("after Respec: %+v", st)
+	}
 	removedPID := mustChild(t, sup, "b").PID
 	if err := sup.Remove(ctx, "b"); err != nil {
 		t.Fatalf("Remove: %v", err)

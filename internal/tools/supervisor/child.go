@@ -24,8 +24,11 @@ func (s *Supervisor) launch(c *child) error {
 	}
 	defer logFile.Close() // the child holds its own descriptor
 
-	cmd := exec.Command(c.spec.Argv[0], c.spec.Argv[1:]...)
-	cmd.Env = append(os.Environ(), c.spec.Env...)
+	s.mu.Lock()
+	argv, env := c.spec.Argv, c.spec.Env // Respec replaces them, never changes them in place
+	s.mu.Unlock()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = c.spec.Dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -37,7 +40,7 @@ func (s *Supervisor) launch(c *child) error {
 		return errStopping
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("supervisor: launch child %q (%s): %w", c.spec.Name, c.spec.Argv[0], err)
+		return fmt.Errorf("supervisor: launch child %q (%s): %w", c.spec.Name, argv[0], err)
 	}
 	firstLaunch := c.startedAt.IsZero()
 	if !firstLaunch {
@@ -49,7 +52,7 @@ func (s *Supervisor) launch(c *child) error {
 	c.startedAt = time.Now().UTC()
 	pid := cmd.Process.Pid
 	fmt.Fprintf(logFile, "--- supervisor: launched %s pid %d restart %d at %s: %s\n",
-		c.spec.Name, pid, c.restarts, c.startedAt.Format(time.RFC3339Nano), strings.Join(c.spec.Argv, " "))
+		c.spec.Name, pid, c.restarts, c.startedAt.Format(time.RFC3339Nano), strings.Join(argv, " "))
 	s.log.Info("child launched", "child", c.spec.Name, "pid", pid, "restarts", c.restarts, "log_file", c.spec.LogFile)
 	if firstLaunch {
 		s.loops.Add(1) // under mu with stopping false, so never concurrent with Stop's Wait on an idle group
