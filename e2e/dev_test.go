@@ -33,6 +33,14 @@ type devTLS struct{ devArgs, etcdctlArgs []string }
 // startDevWith is startDev serving https when tls has flags.
 func startDevWith(t *testing.T, etcdctl, dir string, ports []int, tls devTLS) (endpoint string, stop func()) {
 	t.Helper()
+	endpoint, stop, _ = startDevLogged(t, etcdctl, dir, ports, tls)
+	return endpoint, stop
+}
+
+// startDevLogged is startDevWith that also returns what cairn dev writes (its JSON log).
+func startDevLogged(t *testing.T, etcdctl, dir string, ports []int, tls devTLS) (endpoint string, stop func(), logs *syncBuffer) {
+	t.Helper()
+	logs = &syncBuffer{}
 	scheme := "http"
 	if len(tls.devArgs) > 0 {
 		scheme = "https"
@@ -41,8 +49,7 @@ func startDevWith(t *testing.T, etcdctl, dir string, ports []int, tls devTLS) (e
 	cmd := exec.Command(cairnBinary, append([]string{"dev", "--data-dir", dir, "--listen-client-urls", endpoint,
 		"--listen-peer-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[1]),
 		"--listen-metrics-urls", fmt.Sprintf("http://127.0.0.1:%d", ports[2])}, tls.devArgs...)...)
-	var logs syncBuffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -64,7 +71,7 @@ func startDevWith(t *testing.T, etcdctl, dir string, ports []int, tls devTLS) (e
 	waittest.Until(t, time.Minute, 100*time.Millisecond, "cairn dev to answer endpoint health", func() bool {
 		return runEtcdctl(t, etcdctl, []string{endpoint}, "", append(tls.etcdctlArgs, "endpoint", "health")...).ExitCode == 0
 	})
-	return endpoint, stop
+	return endpoint, stop, logs
 }
 
 func tail(text string) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/tools/bench"
 	"github.com/cairn-kv/cairn/internal/tools/etcdref"
 	"github.com/cairn-kv/cairn/internal/tools/localstack"
@@ -49,8 +50,8 @@ func newBenchCompareCommand(opts *benchOptions) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCompare(cmd, opts, &cmp) },
 	}
 	flags := cmd.Flags()
-	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd; default: start a `cairn up` stack")
-	flags.IntVar(&cmp.cairnMembers, "cairn-members", 3, "members of the `cairn up` stack started when --cairn-endpoints is not given")
+	flags.StringSliceVar(&cmp.cairnEndpoints, "cairn-endpoints", nil, "Cairn client endpoints to measure next to etcd; default: start a cairn up stack")
+	flags.IntVar(&cmp.cairnMembers, "cairn-members", 3, "members of the cairn up stack started when --cairn-endpoints is not given")
 	flags.BoolVar(&cmp.etcdOnly, "etcd-only", false, "measure the reference etcd alone")
 	flags.StringSliceVar(&cmp.etcdEndpoints, "etcd-endpoints", nil, "use this running etcd instead of starting a reference cluster")
 	flags.IntVar(&cmp.etcdMembers, "etcd-members", 3, "members of the reference etcd cluster to start")
@@ -200,7 +201,7 @@ func describeTargets(targets []bench.Target) string {
 
 // startReferenceEtcd builds (once per machine) and starts a reference etcd cluster, logging to stderr.
 func startReferenceEtcd(ctx context.Context, cmd *cobra.Command, members int, dir string) (*etcdref.Cluster, error) {
-	logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	logger := obs.NewLogger(cmd.ErrOrStderr(), "bench", "", slog.LevelInfo)
 	cluster, err := etcdref.New(etcdref.Config{Members: members, Dir: dir, Logger: logger,
 		StackFile: stackFileIn(dir)})
 	if err != nil {
@@ -229,7 +230,7 @@ func startCairnUp(ctx context.Context, cmd *cobra.Command, members int, env []st
 		return nil, err
 	}
 	stack, err := localstack.New(localstack.Config{Binary: binary, DataDir: dir, Members: members, ClientPort: ports[0], Env: env,
-		LogLevel: "warn", Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		LogLevel: "warn", Logger: obs.NewLogger(cmd.ErrOrStderr(), "bench", "", slog.LevelWarn)})
 	if err == nil {
 		err = stack.Start(ctx)
 	}

@@ -117,7 +117,8 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 }
 
 // TestBenchOverTLS: etcd's --cacert, --cert and --key reach a Cairn whose frontends serve https and want a client
-// certificate, --target-leader included; without a certificate every request fails.
+// certificate, --target-leader included; without a certificate the connection is refused, and the run fails
+// at once (non-zero exit) rather than after every request.
 func TestBenchOverTLS(t *testing.T) {
 	certs := certtest.Write(t)
 	c := clustertest.Start(t, clustertest.Options{Members: 1, ConfigureFrontend: clustertest.ServeHTTPS(certs),
@@ -138,7 +139,13 @@ func TestBenchOverTLS(t *testing.T) {
 				args = append(args, "--target-leader")
 			}
 			out, err := runCairn(t, append(args, "--total", "5", "put")...)
-			if err != nil && tt.wantErrors == 0 {
+			if tt.wantErrors != 0 {
+				if err == nil || !strings.Contains(err.Error(), "endpoint unreachable") {
+					t.Fatalf("bench without a client certificate = %v, want it to fail fast as unreachable\n%s", err, out)
+				}
+				return
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			var summary bench.Summary

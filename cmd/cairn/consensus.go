@@ -28,7 +28,7 @@ func newConsensusCommand() *cobra.Command {
 		cfg.RegisterFlags(fs)
 		peerTLS.RegisterFlags(fs)
 	})
-	opts.register(cmd.Flags(), "http://localhost:2381")
+	opts.register(cmd.Flags(), "http://127.0.0.1:2381")
 	return cmd
 }
 

@@ -47,6 +47,7 @@ type devOptions struct {
 	authTokenTTL      uint
 	bcryptCost        int
 	integrity         storage.Config // --auto-compaction-* and the corruption checks, for the storage
+	raft              etcdTuning     // --heartbeat-interval, --election-timeout, --snapshot-count
 }
 
 func newDevCommand() *cobra.Command {
@@ -61,6 +62,12 @@ func newDevCommand() *cobra.Command {
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			do.clientURLsSet = cmd.Flags().Changed("listen-client-urls")
+			if err := do.raft.validate(); err != nil {
+				return err
+			}
+			if err := do.checkURLs(); err != nil {
+				return err
+			}
 			return runDev(cmd.Context(), do, opts)
 		},
 	}
@@ -73,7 +80,7 @@ func newDevCommand() *cobra.Command {
 	flags.Int64Var(&do.quotaBackendBytes, "quota-backend-bytes", storage.DefaultQuotaBackendBytes, "Raise alarms when backend size exceeds the given quota.")
 	flags.IntVar(&do.maxRequestBytes, "max-request-bytes", 1572864, "Maximum client request size in bytes the server will accept.")
 	flags.IntVar(&do.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
-	flags.StringVar(&do.fromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into a new --data-dir, then start.")
+	flags.StringVar(&do.fromSnapshot, "from-snapshot", "", "Restore this snapshot (etcdctl snapshot save of Cairn or etcd) into a new --data-dir, then start.")
 	do.encryption.register(flags)
 	defaults := frontend.DefaultConfig()
 	flags.StringVar(&do.authToken, "auth-token", defaults.AuthToken, "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
@@ -89,7 +96,21 @@ func newDevCommand() *cobra.Command {
 	flags.AddGoFlagSet(integrityFlags)
 	flags.BoolVar(&do.autoTLS, "tls", false, "Run every link with mutual TLS and the client URLs with TLS, on a CA and per-component certificates created in --data-dir/pki (kept across restarts); prints the etcdctl flags.")
 	opts.register(flags, "http://127.0.0.1:2381")
+	do.raft.registerRaft(flags)
 	return cmd
+}
+
+// checkURLs refuses, in etcd's words, a URL flag etcd would refuse (one without a scheme, say).
+func (do devOptions) checkURLs() error {
+	for flagName, urls := range map[string][]string{"--listen-client-urls": do.clientURLs,
+		"--advertise-client-urls": do.advertiseURLs, "--listen-peer-urls": do.peerURLs} {
+		for _, u := range urls {
+			if err := config.CheckEtcdURL(u); err != nil {
+				return fmt.Errorf("%s: %w", flagName, err)
+			}
+		}
+	}
+	return nil
 }
 
 // devStack is what `cairn dev` runs: the components start in order, each seeing what the earlier ones serve,
@@ -254,6 +275,8 @@ func startDevConsensus(ctx context.Context, d *devStack) error {
 	cfg.InitialCluster = initialCluster(d.do.name, d.do.peerURLs)
 	cfg.AdvertiseClientURLs, cfg.AdvertiseStorageURL = d.do.advertiseURLs, d.storageURL
 	cfg.MaxRequestBytes = d.do.maxRequestBytes
+	cfg.HeartbeatInterval, cfg.ElectionTimeout = d.do.raft.heartbeat(), d.do.raft.election()
+	cfg.SnapshotCount = d.do.raft.snapshotCount
 	cfg.ListenConsensusURL = ""
 	node, err := consensus.New(cfg, consensus.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, ConsensusListener: apiLis, Peer: d.peer, Internal: proc.internal})

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/seal"
 	"github.com/cairn-kv/cairn/internal/seal/kmsplugin"
+	"github.com/cairn-kv/cairn/internal/tools/progress"
 	"github.com/cairn-kv/cairn/internal/tools/sealops"
 )
 
@@ -163,8 +165,15 @@ func newEncryptionRewrapCommand() *cobra.Command {
 				return err
 			}
 			defer cli.Close()
-			opts.Progress = cmd.OutOrStdout()
+			var latest atomic.Pointer[sealops.RewrapResult]
+			latest.Store(&sealops.RewrapResult{})
+			opts.Progress = func(res sealops.RewrapResult) { latest.Store(&res) }
+			meter := progress.Start(cmd.ErrOrStderr(), func() string {
+				res := latest.Load()
+				return fmt.Sprintf("rewrapped %d of %d keys (%d skipped: deleted or rewritten by a client)", res.Rewritten, res.Candidates, res.Skipped)
+			})
 			res, err := sealops.Rewrap(ctx, cli, keyring, opts)
+			meter.Stop()
 			if err != nil {
 				return err
 			}

@@ -26,7 +26,7 @@ func newLeasekeeperCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return runLeasekeeper(cmd.Context(), cfg, opts) },
 	}
 	addGoFlags(cmd, func(fs *flag.FlagSet) { cfg.RegisterFlags(fs) })
-	opts.register(cmd.Flags(), "http://localhost:2396")
+	opts.register(cmd.Flags(), "http://127.0.0.1:2396")
 	return cmd
 }
 

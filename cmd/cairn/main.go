@@ -6,19 +6,25 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/signal"
 	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cairn-kv/cairn/services/consensus"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRootCommand().ExecuteContext(ctx)
 	stop()
-	if err != nil {
+	switch {
+	case errors.Is(err, consensus.ErrRemoved):
+		os.Exit(consensus.ExitCodeRemoved)
+	case err != nil:
 		os.Exit(1)
 	}
 }
@@ -32,7 +38,9 @@ func newRootCommand() *cobra.Command {
 		Long: "Cairn serves the etcd v3 API from separate services (consensus, storage, watchhub, leasekeeper, " +
 			"frontend). This one binary runs any of them, a whole local stack, and the tools.",
 		SilenceUsage: true,
+		Version:      cairnVersion, // --version, as etcd has it
 	}
+	root.SetVersionTemplate(versionText())
 	var gcPercent int
 	root.PersistentFlags().IntVar(&gcPercent, "gc-percent", defaultGCPercent, "Go garbage collector target percentage (GOGC); "+
 		"the GOGC environment variable, when set, wins")

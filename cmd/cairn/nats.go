@@ -27,9 +27,9 @@ func newNATSCommand() *cobra.Command {
 	flags.IntVar(&cfg.Port, "port", cfg.Port, "Port to accept NATS client connections on (-1 picks a free one).")
 	flags.IntVar(&cfg.HTTPPort, "http-port", 0, "Port of NATS's own monitoring endpoint (/varz, /healthz); 0 serves none.")
 	flags.StringVar(&nkeysDir, "nkeys-dir", "", "Lock the bus down with role nkeys: the public keys (ROLE.pub) of storages, watchhubs and leasekeepers "+
-		"in this directory, as `cairn up` keeps them in DATA-DIR/nats (each process connects with its role's seed, --nats-nkey-seed-file); "+
+		"in this directory, as cairn up keeps them in DATA-DIR/nats (each process connects with its role's seed, --nats-nkey-seed-file); "+
 		"with --internal-cert-file too, the bus is TLS and the nkeys prove the roles.")
-	opts.register(flags, "http://localhost:8223")
+	opts.register(flags, "http://127.0.0.1:8223")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
+	"github.com/cairn-kv/cairn/services/consensus"
 )
 
 // stopTimeout bounds a service's clean stop after SIGINT or SIGTERM.
@@ -97,7 +99,11 @@ func newProcess(ctx context.Context, service, member string, opts processOptions
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
 	for _, raw := range opts.metricsURLs {
-		if _, err := config.HostPort(raw); err != nil {
+		err := config.CheckEtcdURL(raw)
+		if err == nil {
+			_, err = config.HostPort(raw)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("--listen-metrics-urls: %w", err)
 		}
 	}
@@ -187,7 +193,12 @@ func (p *process) waitForStop(ctx context.Context, failed <-chan struct{}, failu
 		p.logger.Info("received signal; stopping")
 	case <-failed:
 		cause = failure()
-		p.logger.Error("service stopped by itself", "err", cause)
+		if errors.Is(cause, consensus.ErrRemoved) {
+			// Not a failure: the cluster let this member go, as etcd's "the member has been permanently removed".
+			p.logger.Warn("the member has been permanently removed from the cluster; stopping", "err", cause)
+		} else {
+			p.logger.Error("service stopped by itself", "err", cause)
+		}
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()

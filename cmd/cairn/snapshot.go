@@ -7,13 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-kv/cairn/internal/datadir"
+	"github.com/cairn-kv/cairn/internal/tools/progress"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/storage/restore"
 )
@@ -49,16 +50,20 @@ func newSnapshotRestoreCommand() *cobra.Command {
 			cfg.SnapshotPath = args[0]
 			cfg.PeerURLs = strings.Split(peerURLs, ",")
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), nil))
-			cfg.Progress = progressReporter(cmd.ErrOrStderr(), cfg.Logger)
+			var latest atomic.Pointer[restore.Progress]
+			latest.Store(&restore.Progress{})
+			cfg.Progress = func(p restore.Progress) { latest.Store(&p) }
+			meter := progress.Start(cmd.ErrOrStderr(), func() string { return restoreStatus(*latest.Load()) })
 			_, err := restore.Restore(cmd.Context(), cfg)
+			meter.Stop()
 			return err
 		},
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "", "Path to the output data directory (default: NAME.cairn)")
-	flags.StringVar(&cfg.InitialCluster, "initial-cluster", "default=http://localhost:2380", "Initial cluster configuration for restore bootstrap")
+	flags.StringVar(&cfg.InitialCluster, "initial-cluster", "default=http://127.0.0.1:2380", "Initial cluster configuration for restore bootstrap")
 	flags.StringVar(&cfg.InitialClusterToken, "initial-cluster-token", "etcd-cluster", "Initial cluster token for the cluster during restore bootstrap")
-	flags.StringVar(&peerURLs, "initial-advertise-peer-urls", "http://localhost:2380", "List of this member's peer URLs to advertise to the rest of the cluster")
+	flags.StringVar(&peerURLs, "initial-advertise-peer-urls", "http://127.0.0.1:2380", "List of this member's peer URLs to advertise to the rest of the cluster")
 	flags.StringVar(&cfg.Name, "name", "default", "Human-readable name for this member")
 	flags.BoolVar(&cfg.SkipHashCheck, "skip-hash-check", false, "Ignore snapshot integrity hash value (required if copied from data directory)")
 	flags.StringVar(&walDir, "wal-dir", "", "Not supported (etcdutl's): the WAL is DATA-DIR/consensus/wal")
@@ -68,25 +73,13 @@ func newSnapshotRestoreCommand() *cobra.Command {
 	return cmd
 }
 
-// progressReporter shows a restore's progress on a terminal, and as log lines otherwise.
-func progressReporter(out io.Writer, logger *slog.Logger) func(restore.Progress) {
-	terminal := false
-	if f, ok := out.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			terminal = true
-		}
+// restoreStatus is a restore's progress line.
+func restoreStatus(p restore.Progress) string {
+	status := fmt.Sprintf("restoring: %s of %s", humanBytes(p.Bytes), humanBytes(p.TotalBytes))
+	if p.Done {
+		status += fmt.Sprintf(", %d key revisions", p.KeyRevisions)
 	}
-	return func(p restore.Progress) {
-		if !terminal {
-			logger.Info("restore progress", "bytes", p.Bytes, "total-bytes", p.TotalBytes,
-				"key-revisions", p.KeyRevisions, "done", p.Done)
-			return
-		}
-		fmt.Fprintf(out, "\rrestoring: %s of %s", humanBytes(p.Bytes), humanBytes(p.TotalBytes))
-		if p.Done {
-			fmt.Fprintf(out, ", %d key revisions\n", p.KeyRevisions)
-		}
-	}
+	return status
 }
 
 func newSnapshotStatusCommand() *cobra.Command {

@@ -39,11 +39,11 @@ func newStorageCommand() *cobra.Command {
 	addGoFlags(cmd, func(fs *flag.FlagSet) { cfg.RegisterFlags(fs) })
 	flags := cmd.Flags()
 	flags.StringVar(&so.name, "name", "default", "Name of this member (as its consensus member is named), for logs.")
-	flags.StringVar(&so.consensusEndpoint, "consensus-endpoint", "http://localhost:2390", "Consensus API URL of this member's consensus (its --listen-consensus-url).")
+	flags.StringVar(&so.consensusEndpoint, "consensus-endpoint", "http://127.0.0.1:2390", "Consensus API URL of this member's consensus (its --listen-consensus-url).")
 	flags.StringVar(&so.natsURL, "nats-url", "", "NATS URL to publish applied records on (comma-separated for a NATS cluster); empty publishes nothing.")
 	flags.StringVar(&so.natsSeedFile, "nats-nkey-seed-file", "", "File holding this process's nkey seed, its credentials on a bus locked down with role nkeys (cairn up keeps them in DATA-DIR/nats); empty: none.")
 	so.encryption.register(flags)
-	opts.register(flags, "http://localhost:23791")
+	opts.register(flags, "http://127.0.0.1:23791")
 	return cmd
 }
 

@@ -216,7 +216,7 @@ func newTraceReportCommand() *cobra.Command {
 			return page.Close()
 		},
 	}
-	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:4318", "The HTTP address of the `cairn trace` to ask (its --listen-otlp-http).")
+	cmd.Flags().StringVar(&url, "url", "http://127.0.0.1:4318", "The HTTP address of the cairn trace to ask (its --listen-otlp-http).")
 	cmd.Flags().StringVar(&htmlFile, "html", "", "Also save its page to this file.")
 	return cmd
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	goflag "flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cairn-kv/cairn/internal/datadir"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/tools/localstack"
 	"github.com/cairn-kv/cairn/services/storage"
 )
@@ -21,6 +21,7 @@ func newUpCommand() *cobra.Command {
 	var cfg localstack.Config
 	var enc encryptionFlag
 	var integrity storage.Config // --auto-compaction-* and the corruption checks, passed to every storage
+	var tuning etcdTuning
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Run a local multi-process Cairn cluster: NATS, 3 members (consensus + storage), 2 leasekeepers, 2 watchhubs and the frontends",
@@ -31,7 +32,7 @@ func newUpCommand() *cobra.Command {
 		Example: "  cairn up\n  cairn up --data-dir /tmp/cairn-up --members 5 --client-port 12379\n" +
 			"  etcdctl --endpoints http://127.0.0.1:2379 put foo bar",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc, integrity) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runUp(cmd, cfg, enc, integrity, &tuning) },
 	}
 	flags := cmd.Flags()
 	flags.StringVar(&cfg.DataDir, "data-dir", "up.cairn", "Directory for the members' data, the logs, layout.json and stack.json.")
@@ -44,13 +45,13 @@ func newUpCommand() *cobra.Command {
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
 	flags.StringVar(&cfg.TraceSampleRatio, "trace-sample-ratio", "", "--trace-sample-ratio of every child (0 to 1, parent-based; overrides OTEL_TRACES_SAMPLER).")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
-	flags.StringVar(&cfg.FromSnapshot, "from-snapshot", "", "Restore this snapshot (`etcdctl snapshot save` of Cairn or etcd) into every member of a new --data-dir, then start.")
-	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a `cairn backup` child keeping verified snapshots in this directory.")
+	flags.StringVar(&cfg.FromSnapshot, "from-snapshot", "", "Restore this snapshot (etcdctl snapshot save of Cairn or etcd) into every member of a new --data-dir, then start.")
+	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a cairn backup child keeping verified snapshots in this directory.")
 	flags.DurationVar(&cfg.BackupInterval, "backup-interval", 30*time.Minute, "Time between backups with --backup-dir.")
 	flags.IntVar(&cfg.BackupKeep, "backup-keep", 48, "Snapshots kept with --backup-dir.")
 	enc.register(flags) // passed to every storage and watchhub
 	flags.BoolVar(&cfg.TLS, "tls", false, "Run every link with mutual TLS and the client ports with TLS, on a CA and per-process certificates created in --data-dir/pki (kept across restarts; chosen on the data dir's first run).")
-	flags.BoolVar(&cfg.Trace, "trace", false, "Run a `cairn trace` child and make every other child export its spans to it; prints the URL of its page (where the time went).")
+	flags.BoolVar(&cfg.Trace, "trace", false, "Run a cairn trace child and make every other child export its spans to it; prints the URL of its page (where the time went).")
 	flags.StringVar(&cfg.TraceForward, "trace-forward-otlp", "", "With --trace, the trace child's --forward-otlp (grpc://host:port or http://host:port): keep Jaeger or Tempo too.")
 	flags.StringVar(&cfg.AuthToken, "auth-token", "", "Every frontend's --auth-token (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
 	tlsFlags := goflag.NewFlagSet("tls", goflag.ContinueOnError)
@@ -59,10 +60,16 @@ func newUpCommand() *cobra.Command {
 	integrityFlags := goflag.NewFlagSet("integrity", goflag.ContinueOnError)
 	integrity.RegisterIntegrityFlags(integrityFlags)
 	flags.AddGoFlagSet(integrityFlags)
+	tuning.registerRaft(flags) // etcd's flags, passed to the members' processes
+	tuning.registerAPI(flags)
+	cmd.AddCommand(newUpMemberCommand())
 	return cmd
 }
 
-func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag, integrity storage.Config) error {
+func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag, integrity storage.Config, tuning *etcdTuning) error {
+	if err := tuning.validate(); err != nil {
+		return err
+	}
 	binary, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("locating the cairn binary: %w", err)
@@ -91,7 +98,17 @@ func runUp(cmd *cobra.Command, cfg localstack.Config, enc encryptionFlag, integr
 		}
 		cfg.ExtraArgs["storage"] = append(append([]string(nil), cfg.ExtraArgs["storage"]...), args...)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	for svc, args := range tuning.childArgs(cmd.Flags()) {
+		if cfg.ExtraArgs == nil {
+			cfg.ExtraArgs = map[string][]string{}
+		}
+		cfg.ExtraArgs[svc] = append(append([]string(nil), cfg.ExtraArgs[svc]...), args...)
+	}
+	level, err := obs.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = obs.NewLogger(cmd.ErrOrStderr(), "up", "", level) // JSON, as every service logs
 	lock, err := lockDataDir(cfg.DataDir, "cairn up", datadir.Stack)
 	if err != nil {
 		return err

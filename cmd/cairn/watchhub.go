@@ -26,7 +26,7 @@ func newWatchhubCommand() *cobra.Command {
 	addGoFlags(cmd, func(fs *flag.FlagSet) { cfg.RegisterFlags(fs) })
 	cmd.Flags().StringVar(&name, "name", "watchhub", "Name of this hub in logs.")
 	enc.register(cmd.Flags())
-	opts.register(cmd.Flags(), "http://localhost:23801")
+	opts.register(cmd.Flags(), "http://127.0.0.1:23801")
 	return cmd
 }
 

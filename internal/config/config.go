@@ -62,6 +62,35 @@ func ClientHostPort(raw string) (hostPort string, secure bool, err error) {
 	return u.Host, u.Scheme == "https", nil
 }
 
+// CheckEtcdURL checks a URL given to a flag etcd has too (--listen-client-urls, --advertise-client-urls,
+// --listen-peer-urls, --initial-advertise-peer-urls, --listen-metrics-urls) as etcd's types.NewURLs does, in
+// its words: a scheme is required, so "127.0.0.1:2379" is refused where Cairn's own endpoint flags take it.
+// Cairn serves no unix sockets, so unix:// and unixs:// are refused as well.
+func CheckEtcdURL(raw string) error {
+	if !strings.Contains(raw, "://") {
+		// etcd's url.Parse error for "127.0.0.1:2379" ("first path segment in URL cannot contain colon") hides
+		// what is missing; its scheme check says it.
+		return fmt.Errorf("URL scheme must be http, https, unix, or unixs: %s", raw)
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if _, _, err := net.SplitHostPort(u.Host); err != nil {
+			return fmt.Errorf(`URL address does not have the form "host:port": %s`, raw)
+		}
+		if u.Path != "" {
+			return fmt.Errorf("URL must not contain a path: %s", raw)
+		}
+		return nil
+	case "unix", "unixs":
+		return fmt.Errorf("URL scheme %s is not supported by Cairn (http or https): %s", u.Scheme, raw)
+	}
+	return fmt.Errorf("URL scheme must be http, https, unix, or unixs: %s", raw)
+}
+
 // SetDefault sets *field to value when it holds the zero value.
 func SetDefault[T comparable](field *T, value T) {
 	var zero T

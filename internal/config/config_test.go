@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,6 +31,27 @@ func TestHostPort(t *testing.T) {
 		got, err := HostPort(tc.raw)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("HostPort(%q) = %q, %v; want %q, ok=%v", tc.raw, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestCheckEtcdURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw, wantErr string // wantErr: etcd's words, "" for a URL etcd takes
+	}{
+		{"http://127.0.0.1:2379", ""},
+		{"https://127.0.0.1:2379", ""},
+		{"127.0.0.1:2379", "URL scheme must be http, https, unix, or unixs: 127.0.0.1:2379"},
+		{"localhost:2379", "URL scheme must be http, https, unix, or unixs: localhost:2379"},
+		{"ftp://a:1", "URL scheme must be http, https, unix, or unixs: ftp://a:1"},
+		{"http://127.0.0.1", `URL address does not have the form "host:port": http://127.0.0.1`},
+		{"http://127.0.0.1:2379/v3", "URL must not contain a path: http://127.0.0.1:2379/v3"},
+		{"unix://a:1", "not supported by Cairn"},
+	} {
+		err := CheckEtcdURL(tc.raw)
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("CheckEtcdURL(%q) = %v, want %q", tc.raw, err, tc.wantErr)
 		}
 	}
 }

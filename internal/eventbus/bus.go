@@ -77,6 +77,10 @@ func Connect(url, name string, logger *slog.Logger, secure *tlsconfig.Link, opts
 		nats.PingInterval(5 * time.Second),
 		nats.MaxPingsOutstanding(3),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err == nil { // this process closed the connection: not a disconnection to warn of
+				logger.Debug("nats connection closed", "url", url)
+				return
+			}
 			logger.Warn("nats disconnected", "url", url, "err", err)
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { logger.Info("nats reconnected", "url", c.ConnectedUrl()) }),

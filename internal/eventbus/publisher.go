@@ -263,7 +263,7 @@ func (p *Publisher) myTurn(now time.Time) bool {
 		p.standby = nil
 		p.active.Set(1)
 		p.logger.Info("event bus publisher taking its turn: no lower member's publisher heard",
-			"member", fmt.Sprintf("%x", p.cfg.MemberID), "resent_records", len(held))
+			"member-id", fmt.Sprintf("%x", p.cfg.MemberID), "resent_records", len(held))
 		for len(held) > 0 {
 			n := min(len(held), maxBatchRecords)
 			p.send(held[:n])
@@ -273,7 +273,7 @@ func (p *Publisher) myTurn(now time.Time) bool {
 		p.standby = newStandbyRing(p.cfg.StandbyRecords)
 		p.active.Set(0)
 		p.logger.Info("event bus publisher standing by: a lower member's publisher is sending",
-			"member", fmt.Sprintf("%x", p.cfg.MemberID))
+			"member-id", fmt.Sprintf("%x", p.cfg.MemberID))
 	}
 	return mine
 }

@@ -131,16 +131,16 @@ func DefaultConfig() Config {
 	return Config{
 		Name:                     "default",
 		DataDir:                  "default.consensus",
-		ListenPeerURLs:           []string{"http://localhost:2380"},
-		InitialAdvertisePeerURLs: []string{"http://localhost:2380"},
-		InitialCluster:           "default=http://localhost:2380",
+		ListenPeerURLs:           []string{"http://127.0.0.1:2380"},
+		InitialAdvertisePeerURLs: []string{"http://127.0.0.1:2380"},
+		InitialCluster:           "default=http://127.0.0.1:2380",
 		InitialClusterState:      ClusterStateNew,
 		InitialClusterToken:      "etcd-cluster",
 		HeartbeatInterval:        100 * time.Millisecond,
 		ElectionTimeout:          1000 * time.Millisecond,
-		AdvertiseClientURLs:      []string{"http://localhost:2379"},
-		ListenConsensusURL:       "http://localhost:2390",
-		AdvertiseStorageURL:      "http://localhost:23790",
+		AdvertiseClientURLs:      []string{"http://127.0.0.1:2379"},
+		ListenConsensusURL:       "http://127.0.0.1:2390",
+		AdvertiseStorageURL:      "http://127.0.0.1:23790",
 		SnapshotCount:            10000,
 		SnapshotCatchUpEntries:   5000,
 		MaxRequestBytes:          1572864,
@@ -170,6 +170,28 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "Reject reconfiguration requests that would cause quorum loss.")
 }
 
+// maxElectionMs is etcd's longest --election-timeout.
+const maxElectionMs = 50000
+
+// ValidateElection checks --heartbeat-interval and --election-timeout as etcd does (embed.Config.Validate),
+// with etcd's words; `cairn up` checks them before it starts any member.
+func ValidateElection(heartbeat, election time.Duration) error {
+	heartbeatMs, electionMs := heartbeat.Milliseconds(), election.Milliseconds()
+	switch {
+	case heartbeatMs <= 0:
+		return config.Invalid("--heartbeat-interval", "--heartbeat-interval must be >0 (set to %dms)", heartbeatMs)
+	case electionMs <= 0:
+		return config.Invalid("--election-timeout", "--election-timeout must be >0 (set to %dms)", electionMs)
+	case 5*heartbeatMs > electionMs:
+		return config.Invalid("--election-timeout", "--election-timeout[%vms] should be at least as 5 times as --heartbeat-interval[%vms]",
+			electionMs, heartbeatMs)
+	case electionMs > maxElectionMs:
+		return config.Invalid("--election-timeout", "--election-timeout[%vms] is too long, and should be set less than %vms",
+			electionMs, maxElectionMs)
+	}
+	return nil
+}
+
 // Validate checks the configuration the way etcd checks its flags: one config.FieldError per refused flag.
 func (c *Config) Validate() error {
 	var errs []error
@@ -186,11 +208,8 @@ func (c *Config) Validate() error {
 			errs = append(errs, config.Invalid(flagName, "%w", err))
 		}
 	}
-	if c.HeartbeatInterval <= 0 {
-		errs = append(errs, config.Invalid("--heartbeat-interval", "--heartbeat-interval must be positive"))
-	} else if c.ElectionTimeout < 5*c.HeartbeatInterval {
-		errs = append(errs, config.Invalid("--election-timeout", "--election-timeout[%v] should be at least as 5 times as --heartbeat-interval[%v]",
-			c.ElectionTimeout.Milliseconds(), c.HeartbeatInterval.Milliseconds()))
+	if err := ValidateElection(c.HeartbeatInterval, c.ElectionTimeout); err != nil {
+		errs = append(errs, err)
 	}
 	if c.InitialClusterState != ClusterStateNew && c.InitialClusterState != ClusterStateExisting {
 		errs = append(errs, config.Invalid("--initial-cluster-state", "--initial-cluster-state %q: want %q or %q", c.InitialClusterState,
@@ -252,12 +271,12 @@ func parseInitialCluster(s string) (map[string][]string, error) {
 // validateURLs accepts what etcd's types.NewURLs accepts: http(s)://host:port with no path.
 func validateURLs(urls []string) error {
 	for _, s := range urls {
+		if err := config.CheckEtcdURL(s); err != nil {
+			return err
+		}
 		u, err := url.Parse(s)
 		if err != nil {
 			return fmt.Errorf("bad URL %q: %w", s, err)
-		}
-		if u.Scheme != "http" && u.Scheme != "https" {
-			return fmt.Errorf("URL scheme must be http or https: %s", s)
 		}
 		if _, _, err := net.SplitHostPort(u.Host); err != nil {
 			return fmt.Errorf(`URL address does not have the form "host:port": %s`, s)

@@ -271,3 +271,29 @@ func TestMemberJoiningAfterCompactionStartsFromASnapshot(t *testing.T) {
 		t.Fatalf("joiner applied %d entries, leader %d", len(got), len(applied))
 	}
 }
+
+// A single member may grow, as etcd 3.7 allows (isConnectedToQuorumAfterAddingNewMemberSince): it has no peer
+// to be connected to, so the strict reconfiguration check must not call it unhealthy.
+func TestASingleMemberAcceptsANewMember(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		learner bool
+	}{
+		{"learner", true},
+		{"voter", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := consensustest.Start(t, consensustest.Options{Members: 1})
+			leader := c.WaitLeader(5 * time.Second)
+			joiner, err := c.AddMember(tc.learner)
+			if err != nil {
+				t.Fatalf("adding a member to a 1-member cluster: %v", err)
+			}
+			if m := memberInfo(t, leader.Node(), joiner.Node().ID()); m == nil || m.GetIsLearner() != tc.learner {
+				t.Fatalf("after MemberAdd the member list has %+v, want learner=%v", m, tc.learner)
+			}
+			_, highest := proposeAll(t, []*consensustest.Member{leader}, 50, 2, "after-add")
+			waitCaughtUp(t, c, joiner, highest)
+		})
+	}
+}

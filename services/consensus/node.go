@@ -25,6 +25,10 @@ import (
 // ErrRemoved is why a member stopped after it was removed from the cluster.
 var ErrRemoved = errors.New("consensus: this member was removed from the cluster")
 
+// ExitCodeRemoved is the exit status of `cairn consensus` when its member stopped with ErrRemoved: a
+// supervisor must not restart it (it would only be refused again). 78 is sysexits' EX_CONFIG.
+const ExitCodeRemoved = 78
+
 // Node is one consensus member: the raft loop, its WAL, its transport and its gRPC services. It implements
 // commitlog.Log for the storage in the same process, and etcd's membership operations for the frontend.
 type Node struct {

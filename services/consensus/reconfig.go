@@ -65,8 +65,9 @@ func (n *Node) mayAddMember(m *consensuspb.Member) error {
 			return rpctypes.ErrGRPCMemberNotEnoughStarted
 		}
 	}
-	// The new member counts as not connected.
-	if n.connectedSince(time.Now().Add(-n.healthInterval()), voters) < (len(voters)+1)/2+1 {
+	// The new member counts as not connected. A single member may always grow (etcd's
+	// isConnectedToQuorumAfterAddingNewMemberSince): it has no peer to be connected to.
+	if len(voters) > 1 && n.connectedSince(time.Now().Add(-n.healthInterval()), voters) < (len(voters)+1)/2+1 {
 		return rpctypes.ErrGRPCUnhealthy
 	}
 	return nil

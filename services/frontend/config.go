@@ -19,7 +19,7 @@ import (
 
 // Defaults, etcd's where etcd has the setting.
 const (
-	DefaultListenClientURL = "http://localhost:2379"
+	DefaultListenClientURL = "http://127.0.0.1:2379"
 	// DefaultRequestTimeout is etcd's client-facing request timeout with its default election timeout:
 	// 5s + 2 × 1000 ms.
 	DefaultRequestTimeout = 7 * time.Second
@@ -172,7 +172,11 @@ func (c Config) Validate() error {
 		errs = append(errs, config.Invalid("--listen-client-urls", "--listen-client-urls must not be empty"))
 	}
 	for _, u := range c.ListenClientURLs {
-		_, secure, err := config.ClientHostPort(u)
+		err := config.CheckEtcdURL(u)
+		_, secure, hostErr := config.ClientHostPort(u)
+		if err == nil {
+			err = hostErr
+		}
 		if err == nil {
 			err = c.TLS.CheckURL(u, secure)
 		}
@@ -181,8 +185,13 @@ func (c Config) Validate() error {
 		}
 	}
 	for _, u := range c.AdvertiseClientURLs {
-		if _, _, err := config.ClientHostPort(u); err != nil {
+		if err := config.CheckEtcdURL(u); err != nil {
 			errs = append(errs, config.Invalid("--advertise-client-urls", "%w", err))
+		}
+	}
+	for _, u := range c.ListenMetricsURLs {
+		if err := config.CheckEtcdURL(u); err != nil {
+			errs = append(errs, config.Invalid("--listen-metrics-urls", "%w", err))
 		}
 	}
 	for flagName, urls := range map[string][]string{

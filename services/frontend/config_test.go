@@ -24,7 +24,7 @@ func TestConfigFlagsAndValidate(t *testing.T) {
 		t.Fatalf("valid config: %v", err)
 	}
 	if d := DefaultConfig(); d.MaxRequestBytes != 1536*1024 || d.MaxTxnOps != 128 || d.RequestTimeout != 7*time.Second ||
-		d.ListenClientURLs[0] != "http://localhost:2379" {
+		d.ListenClientURLs[0] != "http://127.0.0.1:2379" {
 		t.Fatalf("defaults %+v are not etcd's", d)
 	}
 	for _, tc := range []struct {

@@ -239,7 +239,7 @@ func (p *pool) refresh() {
 func (p *pool) markDown(r *storageReplica, err error) {
 	if r.healthy.Swap(false) {
 		p.logger.Warn("storage replica failed a call; routing around it", "storage_url", r.url,
-			"member", fmt.Sprintf("%x", r.memberID.Load()), "err", err)
+			"member-id", fmt.Sprintf("%x", r.memberID.Load()), "err", err)
 		p.rebuild()
 	}
 	p.refresh()

@@ -104,7 +104,7 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 	s := &Storage{
 		cfg: cfg, deps: deps, log: log, sink: sink, tel: tel, tracer: tel.Tracer("github.com/cairn-kv/cairn/services/storage"),
 		stages: tel.Stages("storage", fmt.Sprintf("%x", cfg.MemberID)),
-		logger: logger.With("member", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
+		logger: logger.With("member-id", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
 		stopping: make(chan struct{}), waiters: newWaiters(), tokens: newSimpleTokens(), appliedCh: make(chan struct{}),
 		failedCh: make(chan struct{}, 1), keyring: deps.Keyring, alarms: newCorruptAlarms(),
 	}

@@ -74,7 +74,8 @@ type Config struct {
 	StorageTimeout time.Duration
 	// HistoryPageSize is the events per History page asked of storage.
 	HistoryPageSize int
-	// AdminAddr is host:port for /metrics and /health; empty serves none (--admin-addr).
+	// AdminAddr is host:port for /metrics and /health of this hub alone; empty serves none (in-process users;
+	// `cairn watchhub` serves them on --listen-metrics-urls, as every service does).
 	AdminAddr string
 	// RelaySecret is what the frontends send to prove they are (package relayauth): with authentication
 	// enabled, a plain hub serves only callers that send it (--relay-secret).
@@ -157,7 +158,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.StreamBufferBytes, "stream-buffer-bytes", c.StreamBufferBytes, "Bytes one stream may have unwritten before its watchers fall behind into catch-up.")
 	fs.DurationVar(&c.StoragePollInterval, "storage-poll-interval", c.StoragePollInterval, "How often storage's revision is checked for records the bus did not deliver.")
 	fs.DurationVar(&c.StorageTimeout, "storage-timeout", c.StorageTimeout, "Timeout of one storage call.")
-	fs.StringVar(&c.AdminAddr, "admin-addr", c.AdminAddr, "host:port to serve /metrics and /health on (empty: none).")
 	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
 }
 

@@ -9,7 +9,7 @@
 //     every worker until Total requests have been issued or Duration has passed (at least one bound is
 //     required, so every load loop ends), optionally no faster than Rate requests per second overall, times
 //     each call, and returns a Summary. Cancelling ctx stops issuing requests; calls in flight are cancelled
-//     and not counted. A progress bar goes to RunnerConfig.Progress (stderr in the CLI) while Run works.
+//     and not counted. Progress goes to RunnerConfig.Progress (stderr in the CLI) while Run works (internal/tools/progress).
 //   - Op is one request: func(ctx, client, seq) error, where seq numbers the requests of one Run from 0.
 //     PutOp, RangeOp and TxnPutOp build the KV benchmarks with etcd's key and value scheme. A later benchmark
 //     is a new Op plus a file in cmd/cairn: LeaseKeepAlive.Op is lease-keepalive (one keep-alive round trip on

@@ -12,10 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cheggaaa/pb/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/time/rate"
+	"google.golang.org/grpc/connectivity"
+
+	"github.com/cairn-kv/cairn/internal/tools/progress"
 )
 
 // Op issues one benchmark request through client. seq numbers the requests of one Run from 0 upwards, each
@@ -54,6 +56,10 @@ type RunnerConfig struct {
 	RequestTimeout time.Duration
 	// Progress, if set, receives a progress bar while Run works (the CLI passes stderr).
 	Progress io.Writer
+	// LazyConnect skips Start's check that every connection reaches its endpoint within DialTimeout (for ops
+	// that never use their client). Without it, a dead endpoint fails Start at once rather than every request
+	// after RequestTimeout.
+	LazyConnect bool
 }
 
 // Validate reports a config that would not run or would never stop.
@@ -137,7 +143,13 @@ func (r *Runner) Start(ctx context.Context) error {
 			Context:     ctx,
 			Logger:      zap.NewNop(), // failures are counted in the report, not logged per request
 		})
+		if err == nil && !r.cfg.LazyConnect {
+			err = waitConnected(ctx, conn, r.cfg.DialTimeout)
+		}
 		if err != nil {
+			if conn != nil {
+				_ = conn.Close()
+			}
 			r.Stop(ctx)
 			return fmt.Errorf("bench: connection %d to %s: %w", i, endpoint, err)
 		}
@@ -145,6 +157,27 @@ func (r *Runner) Start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// waitConnected waits until conn's gRPC connection is up: clientv3 dials lazily and retries an unreachable
+// server forever, so without this a dead endpoint would only show as every request timing out.
+func waitConnected(ctx context.Context, conn *clientv3.Client, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cc := conn.ActiveConnection()
+	cc.Connect()
+	for {
+		state := cc.GetState()
+		if state == connectivity.Ready {
+			return nil
+		}
+		if !cc.WaitForStateChange(ctx, state) {
+			return fmt.Errorf("not connected within --dial-timeout %s (%s): %w", timeout, state, ErrUnreachable)
+		}
+	}
+}
+
+// ErrUnreachable is why Start fails when an endpoint does not answer within the dial timeout.
+var ErrUnreachable = errors.New("bench: endpoint unreachable")
 
 // leaderEndpoints returns the client URLs of the raft leader of the cluster at cfg's endpoints.
 func leaderEndpoints(ctx context.Context, cfg RunnerConfig) ([]string, error) {
@@ -235,9 +268,10 @@ func (r *Runner) drive(ctx context.Context, report *Report, op Op, recordLatency
 	if r.cfg.Duration > 0 {
 		stopIssuing = time.Now().Add(r.cfg.Duration)
 	}
-	bar := r.startProgress()
-	var nextSeq atomic.Int64
+	var issued atomic.Int64
 	began := time.Now()
+	meter := r.startProgress(began, &issued)
+	var nextSeq atomic.Int64
 	var workers sync.WaitGroup
 	for _, client := range r.Clients() {
 		workers.Go(func() {
@@ -257,17 +291,13 @@ func (r *Runner) drive(ctx context.Context, report *Report, op Op, recordLatency
 				if recordLatency || err != nil {
 					report.Record(time.Since(start), err)
 				}
-				if bar != nil {
-					bar.Increment()
-				}
+				issued.Add(1)
 			}
 		})
 	}
 	workers.Wait()
 	elapsed := time.Since(began)
-	if bar != nil {
-		bar.Finish()
-	}
+	meter.Stop()
 	summary := report.Summary(elapsed)
 	summary.Params = r.cfg.Params()
 	return summary, ctx.Err()
@@ -280,15 +310,15 @@ func (r *Runner) issue(ctx context.Context, op Op, client *clientv3.Client, seq 
 	return op(ctx, client, seq)
 }
 
-// startProgress starts a progress bar on cfg.Progress: requests out of Total, or a running count with the
-// elapsed time when only Duration bounds the run.
-func (r *Runner) startProgress() *pb.ProgressBar {
-	if r.cfg.Progress == nil {
-		return nil
-	}
-	bar := pb.New64(r.cfg.Total).SetWriter(r.cfg.Progress)
-	if r.cfg.Total == 0 {
-		bar.SetTemplateString(`{{counters . }} requests {{etime . }} of ` + r.cfg.Duration.String())
-	}
-	return bar.Start()
+// startProgress shows on cfg.Progress how many requests were issued: out of Total, or with the time elapsed
+// when only Duration bounds the run (progress.Meter: redrawn on a terminal, a line every few seconds else).
+func (r *Runner) startProgress(began time.Time, issued *atomic.Int64) *progress.Meter {
+	return progress.Start(r.cfg.Progress, func() string {
+		elapsed := time.Since(began).Round(time.Second)
+		if r.cfg.Total == 0 {
+			return fmt.Sprintf("%d requests, %s of %s", issued.Load(), elapsed, r.cfg.Duration)
+		}
+		n := issued.Load()
+		return fmt.Sprintf("%d / %d requests (%d%%), %s", n, r.cfg.Total, n*100/r.cfg.Total, elapsed)
+	})
 }

@@ -20,7 +20,7 @@ const unreachable = "127.0.0.1:1"
 func startRunner(t *testing.T, cfg RunnerConfig) *Runner {
 	t.Helper()
 	if cfg.Endpoints == nil {
-		cfg.Endpoints = []string{unreachable}
+		cfg.Endpoints, cfg.LazyConnect = []string{unreachable}, true
 	}
 	runner, err := NewRunner(cfg)
 	if err != nil {
@@ -31,6 +31,22 @@ func startRunner(t *testing.T, cfg RunnerConfig) *Runner {
 	}
 	t.Cleanup(func() { runner.Stop(context.Background()) })
 	return runner
+}
+
+func TestStartFailsFastOnADeadEndpoint(t *testing.T) {
+	t.Parallel()
+	runner, err := NewRunner(RunnerConfig{Endpoints: []string{unreachable}, Total: 1, DialTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = runner.Start(context.Background())
+	if !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("Start against a dead endpoint = %v, want ErrUnreachable", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Start took %s to give up, want about the dial timeout", took)
+	}
 }
 
 func TestRunnerConfigValidate(t *testing.T) {

@@ -15,10 +15,16 @@
 //   - A child that exits (a crash, kill -9) is restarted by the supervisor with the same command line: a
 //     consensus member restarts from its WAL, a storage from its database and its member's log, a frontend
 //     keeps nothing. DataDir/stack.json always describes the running processes (pids, ports, log files).
+//   - Membership follows etcd's while the stack runs: AddMember (etcd's MemberAdd, then the member's consensus
+//     with --initial-cluster-state existing, its storage and frontend) and RemoveMember (MemberRemove, then its
+//     processes stop), which `cairn up member add/remove` reach through DataDir/control.sock. A consensus
+//     removed behind the stack's back (etcdctl member remove) exits with consensus.ExitCodeRemoved; the
+//     supervisor does not restart it and the stack stops the member's other processes. layout.json records
+//     removed and joined member numbers, so the next Start runs the same members.
 //   - Stop sends SIGTERM to the frontends first, then the storages, then consensus and NATS, and returns when
 //     every child has exited. Data stays in DataDir; the next Start carries on from it.
 //
-// Layout of DataDir: layout.json, stack.json, logs/<child>.log, member-<i>/consensus (WAL) and
+// Layout of DataDir: layout.json, stack.json, control.sock (while running), logs/<child>.log, member-<i>/consensus (WAL) and
 // member-<i>/storage (storage.db); with Config.TLS, pki/ (ca.pem, ca-key.pem, <child>.pem and <child>-key.pem
 // for every child, client.pem for etcdctl); without it, nats/ (<role>.nk, the nkey seed a storage, watchhub
 // or leasekeeper proves its role on the bus with, mode 0600, and <role>.pub, what NATS lets in).

@@ -21,8 +21,15 @@ const layoutFile = "layout.json"
 // layout is what the first run of a stack decided and every later run reuses: raft peer URLs are recorded in
 // the WAL, and the other services find each other by these ports.
 type layout struct {
+	// Members is the highest member number: the stack's members are member-1..member-<Members> less Removed.
 	Members int    `json:"members"`
 	Token   string `json:"initial_cluster_token"`
+	// Removed are the numbers of members removed from the cluster (`cairn up member remove`, or etcdctl
+	// member remove); their processes no longer run, their data stays until the number is added again.
+	Removed []int `json:"removed,omitempty"`
+	// Joined are the numbers of members added to the running cluster (`cairn up member add`): their consensus
+	// process starts with --initial-cluster-state existing (ignored once it has a WAL).
+	Joined []int `json:"joined,omitempty"`
 	// TLS: every link of the stack is mutual TLS (chosen on the first run; the peer URLs in the WAL are https).
 	TLS bool `json:"tls,omitempty"`
 	// fresh: no layout was found, this is the first run.
@@ -59,11 +66,27 @@ func loadLayout(dir string, members int) (*layout, error) {
 	if l.Ports == nil {
 		l.Ports = map[string]map[string]int{}
 	}
-	if members != 0 && members != l.Members {
-		return nil, fmt.Errorf("localstack: %s holds a %d-member stack, not %d (use another --data-dir, or change membership with etcdctl member add/remove)",
-			dir, l.Members, members)
+	if active := len(l.active()); members != 0 && members != active {
+		return nil, fmt.Errorf("localstack: %s holds a %d-member stack, not %d (use another --data-dir, or change membership with `cairn up member add/remove`)",
+			dir, active, members)
 	}
 	return &l, nil
+}
+
+// active are the numbers of the stack's members, in order.
+func (l *layout) active() []int {
+	var numbers []int
+	for i := 1; i <= l.Members; i++ {
+		if !slices.Contains(l.Removed, i) {
+			numbers = append(numbers, i)
+		}
+	}
+	return numbers
+}
+
+// isActive reports whether member i is one of the stack's members.
+func (l *layout) isActive(i int) bool {
+	return i >= 1 && i <= l.Members && !slices.Contains(l.Removed, i)
 }
 
 // assignPorts gives every named port in want a number: the one the layout already has, fixed[child][port] if

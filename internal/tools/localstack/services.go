@@ -3,6 +3,7 @@ package localstack
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -13,6 +14,8 @@ type service struct {
 	// single.
 	name   string
 	single bool
+	// perMember: instance i belongs to member i and runs only while member i is in the stack.
+	perMember func(p *plan) bool
 	// pprof says the subcommand takes --enable-pprof.
 	pprof bool
 	// count is how many instances the stack runs.
@@ -42,16 +45,20 @@ func natsService() service {
 
 func consensusService() service {
 	return service{
-		name: "consensus", pprof: true, count: members, ports: []string{"peer", "api", "metrics"},
+		name: "consensus", pprof: true, count: members, perMember: always, ports: []string{"peer", "api", "metrics"},
 		args: func(p *plan, i int) []string {
 			self := p.child("consensus", i)
+			state := "new" // ignored once the member has a WAL
+			if slices.Contains(p.layout.Joined, i) {
+				state = "existing"
+			}
 			return []string{
 				"--name", memberName(i),
 				"--data-dir", p.memberDir(i, "consensus"),
 				"--listen-peer-urls", p.peerURL(self),
 				"--initial-advertise-peer-urls", p.peerURL(self),
 				"--initial-cluster", p.initialCluster(),
-				"--initial-cluster-state", "new", // ignored once the member has a WAL
+				"--initial-cluster-state", state,
 				"--initial-cluster-token", p.layout.Token,
 				"--listen-consensus-url", p.url(self, "api"),
 				"--advertise-storage-url", p.url(p.child("storage", i), "api"),
@@ -63,7 +70,7 @@ func consensusService() service {
 
 func storageService() service {
 	return service{
-		name: "storage", pprof: true, count: members, ports: []string{"api", "metrics"},
+		name: "storage", pprof: true, count: members, perMember: always, ports: []string{"api", "metrics"},
 		args: func(p *plan, i int) []string {
 			return []string{
 				"--name", memberName(i),
@@ -115,7 +122,7 @@ func watchhubService() service {
 
 func frontendService() service {
 	return service{
-		name: "frontend", pprof: true, count: (*plan).frontends, ports: []string{"client", "metrics"},
+		name: "frontend", pprof: true, count: (*plan).frontends, perMember: (*plan).frontendPerMember, ports: []string{"client", "metrics"},
 		args: func(p *plan, i int) []string {
 			self := p.clientURL(i)
 			// The member with the frontend's number is listed first: it is the frontend's nearest.
@@ -142,6 +149,7 @@ func frontendService() service {
 }
 
 func one(*plan) int           { return 1 }
+func always(*plan) bool       { return true }
 func members(p *plan) int     { return p.layout.Members }
 func memberName(i int) string { return fmt.Sprintf("member-%d", i) }
 
@@ -157,7 +165,15 @@ type plan struct {
 	relaySecret string
 }
 
-// frontends is the number of frontends: Config.Frontends, or one per member.
+// frontendPerMember: without Config.Frontends, frontend i is member i's and goes with it.
+func (p *plan) frontendPerMember() bool { return p.cfg.Frontends == 0 }
+
+// runs reports whether instance i of svc is part of the stack (a removed member's are not).
+func (p *plan) runs(svc service, i int) bool {
+	return svc.perMember == nil || !svc.perMember(p) || p.layout.isActive(i)
+}
+
+// frontends is the number of frontends: Config.Frontends, or one per member number (see runs).
 func (p *plan) frontends() int {
 	if p.cfg.Frontends == 0 {
 		return p.layout.Members
@@ -279,18 +295,21 @@ func (p *plan) memberDir(i int, service string) string {
 }
 
 func (p *plan) initialCluster() string {
-	parts := make([]string, p.layout.Members)
-	for i := range parts {
-		parts[i] = memberName(i+1) + "=" + p.peerURL(p.child("consensus", i+1))
+	var parts []string
+	for _, i := range p.layout.active() {
+		parts = append(parts, memberName(i)+"="+p.peerURL(p.child("consensus", i)))
 	}
 	return strings.Join(parts, ",")
 }
 
-// memberChildren names every member's instance of service, starting at member first and wrapping around.
+// memberChildren names every member's instance of service, starting at member first (or the next member
+// after it) and wrapping around.
 func (p *plan) memberChildren(service string, first int) []string {
-	names := make([]string, p.layout.Members)
+	active := p.layout.active()
+	start := max(0, slices.IndexFunc(active, func(i int) bool { return i >= first }))
+	names := make([]string, len(active))
 	for k := range names {
-		names[k] = p.child(service, wrap(first+k, p.layout.Members))
+		names[k] = p.child(service, active[(start+k)%len(active)])
 	}
 	return names
 }

@@ -11,11 +11,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
+	"github.com/cairn-kv/cairn/services/consensus"
 )
 
 // Config configures a local stack.
@@ -162,6 +164,9 @@ type Stack struct {
 	cfg  Config
 	plan *plan
 	sup  *supervisor.Supervisor
+	// changeMu serialises membership changes (they rewrite the layout and change the supervised children).
+	changeMu sync.Mutex
+	control  *control
 }
 
 // New checks cfg; nothing runs until Start.
@@ -222,6 +227,7 @@ func (s *Stack) Start(ctx context.Context) error {
 		ReadyTimeout: s.cfg.ReadyTimeout,
 		StopTimeout:  s.cfg.StopTimeout,
 		Logger:       s.cfg.Logger,
+		OnFinished:   s.memberGone,
 	})
 	if err != nil {
 		return err
@@ -229,7 +235,14 @@ func (s *Stack) Start(ctx context.Context) error {
 	if err := sup.Start(ctx); err != nil {
 		return fmt.Errorf("localstack: start in %s (see the logs in %s): %w", s.cfg.DataDir, s.logDir(), err)
 	}
+	s.changeMu.Lock()
 	s.sup = sup
+	s.changeMu.Unlock()
+	if s.control, err = s.startControl(); err != nil {
+		// The stack runs without it (a data dir path too long for a unix socket, say); only
+		// `cairn up member add/remove` need it.
+		s.cfg.Logger.Warn("no control socket: cairn up member add/remove will not reach this stack", "err", err)
+	}
 	return nil
 }
 
@@ -268,6 +281,9 @@ func (s *Stack) wantedPorts() map[string][]string {
 func (s *Stack) eachInstance(f func(svc service, i int, name string)) {
 	for _, svc := range services() {
 		for i := 1; i <= svc.count(s.plan); i++ {
+			if !s.plan.runs(svc, i) {
+				continue
+			}
 			name := s.plan.child(svc.name, i)
 			if svc.single {
 				name = svc.name
@@ -296,6 +312,10 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		if svc.dependsOn != nil {
 			deps = svc.dependsOn(s.plan, i)
 		}
+		var final []int
+		if svc.name == "consensus" {
+			final = []int{consensus.ExitCodeRemoved} // removed from the cluster: restarting it would not help
+		}
 		specs = append(specs, supervisor.ChildSpec{
 			Name:      name,
 			Argv:      argv,
@@ -304,6 +324,8 @@ func (s *Stack) children() []supervisor.ChildSpec {
 			Ports:     s.plan.layout.Ports[name],
 			DependsOn: deps,
 			Ready:     supervisor.HTTPReady(s.plan.url(name, "metrics") + "/health"),
+
+			FinalExitCodes: final,
 		})
 	})
 	return specs
@@ -313,7 +335,7 @@ func (s *Stack) meta() map[string]string {
 	return map[string]string{
 		"client_endpoints": strings.Join(s.ClientEndpoints(), ","),
 		"data_dir":         s.cfg.DataDir,
-		"members":          strconv.Itoa(s.plan.layout.Members),
+		"members":          strconv.Itoa(len(s.plan.layout.active())),
 		"layout_file":      filepath.Join(s.cfg.DataDir, layoutFile),
 	}
 }
@@ -328,9 +350,11 @@ func (s *Stack) ClientEndpoints() []string {
 	if s.plan == nil {
 		return nil
 	}
-	urls := make([]string, s.plan.frontends())
-	for i := range urls {
-		urls[i] = s.plan.clientURL(i + 1)
+	var urls []string
+	for i := 1; i <= s.plan.frontends(); i++ {
+		if s.plan.runs(frontendService(), i) {
+			urls = append(urls, s.plan.clientURL(i))
+		}
 	}
 	return urls
 }
@@ -348,5 +372,6 @@ func (s *Stack) Stop(ctx context.Context) error {
 	if s.sup == nil {
 		return nil
 	}
+	s.control.stop()
 	return s.sup.Stop(ctx)
 }

@@ -3,7 +3,6 @@ package sealops
 import (
 	"context"
 	"fmt"
-	"io"
 	"slices"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,8 +17,8 @@ type RewrapOptions struct {
 	BatchBytes int
 	// TempDir holds the snapshot the keys to rewrap are read from (default: the system's).
 	TempDir string
-	// Progress receives a line per batch; nil: none.
-	Progress io.Writer
+	// Progress, if set, is told what the rewrap has done so far after each batch.
+	Progress func(RewrapResult)
 }
 
 // RewrapResult is what a rewrap did.
@@ -39,7 +38,7 @@ func Rewrap(ctx context.Context, cli *clientv3.Client, keyring *seal.Keyring, op
 		opts.BatchBytes = 1 << 20
 	}
 	if opts.Progress == nil {
-		opts.Progress = io.Discard
+		opts.Progress = func(RewrapResult) {}
 	}
 	scan, err := ScanCluster(ctx, cli, opts.TempDir)
 	if err != nil {
@@ -60,8 +59,7 @@ func Rewrap(ctx context.Context, cli *clientv3.Client, keyring *seal.Keyring, op
 			return res, err
 		}
 		keys = keys[done:]
-		fmt.Fprintf(opts.Progress, "rewrapped %d of %d keys (%d skipped: deleted or rewritten by a client)\n",
-			res.Rewritten, res.Candidates, res.Skipped)
+		opts.Progress(res)
 	}
 	return res, nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -23,8 +24,11 @@ func (s *Supervisor) launch(c *child) error {
 	}
 	defer logFile.Close() // the child holds its own descriptor
 
-	cmd := exec.Command(c.spec.Argv[0], c.spec.Argv[1:]...)
-	cmd.Env = append(os.Environ(), c.spec.Env...)
+	s.mu.Lock()
+	argv, env := c.spec.Argv, c.spec.Env // Respec replaces them, never changes them in place
+	s.mu.Unlock()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = c.spec.Dir
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
@@ -32,11 +36,11 @@ func (s *Supervisor) launch(c *child) error {
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopping {
+	if s.stopping || c.retired {
 		return errStopping
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("supervisor: launch child %q (%s): %w", c.spec.Name, c.spec.Argv[0], err)
+		return fmt.Errorf("supervisor: launch child %q (%s): %w", c.spec.Name, argv[0], err)
 	}
 	firstLaunch := c.startedAt.IsZero()
 	if !firstLaunch {
@@ -48,7 +52,7 @@ func (s *Supervisor) launch(c *child) error {
 	c.startedAt = time.Now().UTC()
 	pid := cmd.Process.Pid
 	fmt.Fprintf(logFile, "--- supervisor: launched %s pid %d restart %d at %s: %s\n",
-		c.spec.Name, pid, c.restarts, c.startedAt.Format(time.RFC3339Nano), strings.Join(c.spec.Argv, " "))
+		c.spec.Name, pid, c.restarts, c.startedAt.Format(time.RFC3339Nano), strings.Join(argv, " "))
 	s.log.Info("child launched", "child", c.spec.Name, "pid", pid, "restarts", c.restarts, "log_file", c.spec.LogFile)
 	if firstLaunch {
 		s.loops.Add(1) // under mu with stopping false, so never concurrent with Stop's Wait on an idle group
@@ -68,7 +72,8 @@ func openLog(path string) (*os.File, error) {
 	return f, nil
 }
 
-// superviseLoop owns c's processes: it reaps each one and relaunches it after a backoff until Stop.
+// superviseLoop owns c's processes: it reaps each one and relaunches it after a backoff until Stop, Remove,
+// or an exit with one of the child's FinalExitCodes.
 func (s *Supervisor) superviseLoop(c *child) {
 	defer s.loops.Done()
 	delays := &backoff.ExponentialBackOff{
@@ -79,7 +84,10 @@ func (s *Supervisor) superviseLoop(c *child) {
 	}
 	delays.Reset()
 	for {
-		uptime := s.reap(c)
+		uptime, final := s.reap(c)
+		if final {
+			return
+		}
 		if uptime >= s.cfg.StableAfter {
 			delays.Reset()
 		}
@@ -103,9 +111,10 @@ func (s *Supervisor) superviseLoop(c *child) {
 }
 
 // reap waits for c's current process to exit, kills whatever is left of its process group, records the exit
-// and returns how long the process ran. The group is killed before the leader is reaped: while the leader is
+// and returns how long the process ran and whether it ended for good (Stop, Remove, or a final exit status,
+// which it reports to Config.OnFinished). The group is killed before the leader is reaped: while the leader is
 // an unreaped zombie its pid, which is the group id, cannot be reused by an unrelated process.
-func (s *Supervisor) reap(c *child) (uptime time.Duration) {
+func (s *Supervisor) reap(c *child) (uptime time.Duration, final bool) {
 	s.mu.Lock()
 	cmd, exited, startedAt := c.proc, c.exited, c.startedAt
 	s.mu.Unlock()
@@ -120,26 +129,40 @@ func (s *Supervisor) reap(c *child) (uptime time.Duration) {
 	if waitErr != nil {
 		lastExit = waitErr.Error()
 	}
+	exitCode := cmd.ProcessState.ExitCode()
+	finished := exitCode >= 0 && slices.Contains(c.spec.FinalExitCodes, exitCode)
 
 	s.mu.Lock()
 	c.proc = nil
 	c.lastExit = lastExit
-	c.state = StateBackoff
-	if s.stopping {
+	stopped := s.stopping || c.retired
+	switch {
+	case stopped:
 		c.state = StateStopped
+	case finished:
+		c.state = StateFinished
+	default:
+		c.state = StateBackoff
 	}
-	stopping, restarts := s.stopping, c.restarts
+	restarts := c.restarts
 	s.mu.Unlock()
 	close(exited)
 
-	if stopping {
+	switch {
+	case stopped:
 		s.log.Info("child stopped", "child", c.spec.Name, "pid", pid, "exit", lastExit)
-	} else {
-		s.log.Warn("child exited; restarting", "child", c.spec.Name, "pid", pid, "exit", lastExit,
-			"restarts", restarts)
+		return time.Since(startedAt), true
+	case finished:
+		s.log.Info("child finished; not restarting it", "child", c.spec.Name, "pid", pid, "exit", lastExit)
 		s.writeStack()
+		if s.cfg.OnFinished != nil {
+			s.cfg.OnFinished(c.spec.Name, exitCode)
+		}
+		return time.Since(startedAt), true
 	}
-	return time.Since(startedAt)
+	s.log.Warn("child exited; restarting", "child", c.spec.Name, "pid", pid, "exit", lastExit, "restarts", restarts)
+	s.writeStack()
+	return time.Since(startedAt), false
 }
 
 // terminate sends SIGTERM to c's process group and escalates to SIGKILL after StopTimeout or when ctx ends;

@@ -42,6 +42,8 @@ func runChild(mode string) int {
 		os.WriteFile(os.Getenv(childReadyEnv), nil, 0o644)
 	}
 	switch mode {
+	case "exit-7": // a service that is done for good (a removed consensus member) and says so by its status
+		return 7
 	case "sleep": // a well-behaved service: runs until SIGTERM
 	case "ignore-term": // a stuck service: only SIGKILL ends it
 		for range terms {

@@ -26,6 +26,9 @@ type ChildSpec struct {
 	// Ready, if set, is polled after the child is first launched until it returns nil; nil means the child is
 	// ready as soon as it is launched.
 	Ready ReadyCheck
+	// FinalExitCodes are exit statuses that mean the child is done for good (a consensus member removed from
+	// its cluster): it is not relaunched, its state becomes StateFinished and Config.OnFinished is told.
+	FinalExitCodes []int
 }
 
 // Config configures a Supervisor. Zero durations take the defaults below.
@@ -50,6 +53,9 @@ type Config struct {
 	StableAfter time.Duration
 	// Logger receives the supervisor's own events (launch, exit, restart). Default: slog.Default().
 	Logger *slog.Logger
+	// OnFinished, if set, is called (on the child's own goroutine, which the supervisor owns) when a child
+	// exits with one of its FinalExitCodes. It may call Remove.
+	OnFinished func(child string, exitCode int)
 }
 
 func (c Config) withDefaults() Config {
@@ -76,8 +82,17 @@ func (c Config) Validate() error {
 	if len(c.Children) == 0 {
 		return errors.New("supervisor: no children")
 	}
-	byName := make(map[string]ChildSpec, len(c.Children))
-	for i, child := range c.Children {
+	return validateChildren(nil, c.Children)
+}
+
+// validateChildren checks children added to the existing ones (which are valid): names, argv, log files,
+// dependencies on known children, no cycle.
+func validateChildren(existing, children []ChildSpec) error {
+	byName := make(map[string]ChildSpec, len(existing)+len(children))
+	for _, child := range existing {
+		byName[child.Name] = child
+	}
+	for i, child := range children {
 		switch {
 		case child.Name == "":
 			return fmt.Errorf("supervisor: child %d: empty name", i)
@@ -91,7 +106,7 @@ func (c Config) Validate() error {
 		}
 		byName[child.Name] = child
 	}
-	for _, child := range c.Children {
+	for _, child := range children {
 		for _, dep := range child.DependsOn {
 			if _, ok := byName[dep]; !ok {
 				return fmt.Errorf("supervisor: child %q depends on unknown child %q", child.Name, dep)

@@ -1,4 +1,4 @@
-// Package supervisor runs a fixed set of child processes on one machine and keeps them running: the process
+// Package supervisor runs a set of child processes on one machine and keeps them running: the process
 // manager behind `cairn up` and the reference etcd cluster of internal/tools/etcdref. It knows nothing of what the children
 // are; a child is a name, an argv, an environment, a working directory, a log file and some named ports.
 //
@@ -14,6 +14,11 @@
 //     exponential backoff (Config.MinBackoff doubling up to Config.MaxBackoff, reset once the child has stayed
 //     up for Config.StableAfter); its restart counter goes up by one and the rest of its process group is
 //     killed first, so a crashed child leaves nothing behind that holds its ports.
+//   - A child that exits with one of its ChildSpec.FinalExitCodes (a consensus member removed from its
+//     cluster) is done for good: it is not relaunched, its state is StateFinished, and Config.OnFinished
+//     hears of it.
+//   - Add launches more children into the running set (after their dependencies, as Start does); Remove
+//     stops children and forgets them (membership changes of `cairn up`).
 //   - Stop sends SIGTERM to every child's process group, waits up to Config.StopTimeout for the child to exit,
 //     then sends SIGKILL to the group. Dependents are stopped before their dependencies (a child is sent
 //     SIGTERM once every child listing it in DependsOn has exited), so no child outlives what it needs. After Stop returns no child or grandchild of the supervisor is left

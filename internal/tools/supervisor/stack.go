@@ -23,8 +23,10 @@ const (
 	StateRunning State = "running"
 	// StateBackoff: the process exited and will be relaunched after a delay.
 	StateBackoff State = "backoff"
-	// StateStopped: stopped by Stop (or never launched because Start failed).
+	// StateStopped: stopped by Stop or Remove (or never launched because Start failed).
 	StateStopped State = "stopped"
+	// StateFinished: exited with one of its FinalExitCodes; not relaunched.
+	StateFinished State = "finished"
 )
 
 // ChildStatus is one child's current state as reported by Children, Stack and the stack file.

@@ -15,12 +15,11 @@ import (
 // errStopping is returned by launch once Stop has begun; it ends a supervise loop quietly.
 var errStopping = errors.New("supervisor: stopping")
 
-// Supervisor runs and restarts a fixed set of child processes. Create it with New; it is safe for concurrent use.
+// Supervisor runs and restarts a set of child processes (Add and Remove change it while running). Create it
+// with New; it is safe for concurrent use.
 type Supervisor struct {
-	cfg      Config
-	log      *slog.Logger
-	children []*child
-	byName   map[string]*child
+	cfg Config
+	log *slog.Logger
 
 	// runCtx is cancelled by Stop; it ends backoff sleeps, dependency waits and readiness polls.
 	runCtx    context.Context
@@ -30,7 +29,9 @@ type Supervisor struct {
 	// stackMu serialises stack file writes so a stale snapshot never overwrites a newer one.
 	stackMu sync.Mutex
 
-	mu       sync.Mutex // guards started, stopping and every child's runtime fields
+	mu       sync.Mutex // guards children, byName, started, stopping and every child's runtime fields
+	children []*child
+	byName   map[string]*child
 	started  bool
 	stopping bool
 }
@@ -41,8 +42,10 @@ type child struct {
 	// ready is closed once the child's readiness check has passed; dependents wait on it.
 	ready chan struct{}
 
-	proc      *exec.Cmd     // the current process, nil when none runs
-	exited    chan struct{} // closed once proc has been reaped
+	proc   *exec.Cmd     // the current process, nil when none runs
+	exited chan struct{} // closed once proc has been reaped
+	// retired: Remove took the child out; its loop ends instead of relaunching it.
+	retired   bool
 	state     State
 	isReady   bool
 	restarts  int
@@ -65,14 +68,21 @@ func New(cfg Config) (*Supervisor, error) {
 		cancelRun: cancelRun,
 	}
 	for _, spec := range cfg.Children {
-		spec.Argv = slices.Clone(spec.Argv)
-		spec.Env = slices.Clone(spec.Env)
-		spec.Ports = maps.Clone(spec.Ports)
-		c := &child{spec: spec, ready: make(chan struct{}), state: StateWaiting}
-		s.children = append(s.children, c)
-		s.byName[spec.Name] = c
+		s.addLocked(spec)
 	}
 	return s, nil
+}
+
+// addLocked takes spec in as a child waiting to be launched.
+func (s *Supervisor) addLocked(spec ChildSpec) *child {
+	spec.Argv = slices.Clone(spec.Argv)
+	spec.Env = slices.Clone(spec.Env)
+	spec.Ports = maps.Clone(spec.Ports)
+	spec.DependsOn = slices.Clone(spec.DependsOn)
+	c := &child{spec: spec, ready: make(chan struct{}), state: StateWaiting}
+	s.children = append(s.children, c)
+	s.byName[spec.Name] = c
+	return c
 }
 
 // Start launches every child, each after its dependencies are ready, and returns once all are running and
@@ -84,22 +94,36 @@ func (s *Supervisor) Start(ctx context.Context) error {
 		return errors.New("supervisor: Start called twice or after Stop")
 	}
 	s.started = true
+	children := slices.Clone(s.children)
 	s.mu.Unlock()
 
-	results := make(chan error, len(s.children))
-	for _, c := range s.children {
-		go func() { results <- s.bringUp(ctx, c) }()
-	}
-	for range s.children {
-		if err := <-results; err != nil {
-			if stopErr := s.Stop(context.Background()); stopErr != nil {
-				s.log.Error("stop after failed start", "err", stopErr)
-			}
-			return err
+	if err := s.bringUpAll(ctx, children); err != nil {
+		if stopErr := s.Stop(context.Background()); stopErr != nil {
+			s.log.Error("stop after failed start", "err", stopErr)
 		}
+		return err
 	}
 	s.writeStack()
 	return nil
+}
+
+// bringUpAll brings every one of children up, each after its dependencies. At the first error it cancels the
+// others and returns that error once all have given up.
+func (s *Supervisor) bringUpAll(ctx context.Context, children []*child) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan error, len(children))
+	for _, c := range children {
+		go func() { results <- s.bringUp(ctx, c) }()
+	}
+	var first error
+	for range children {
+		if err := <-results; err != nil && first == nil {
+			first = err
+			cancel()
+		}
+	}
+	return first
 }
 
 // bringUp waits for c's dependencies, launches it, starts its supervise loop and waits until it is ready.
@@ -108,9 +132,17 @@ func (s *Supervisor) bringUp(ctx context.Context, c *child) error {
 	defer cancel()
 	defer context.AfterFunc(s.runCtx, cancel)()
 
-	for _, dep := range c.spec.DependsOn {
+	s.mu.Lock()
+	deps := slices.Clone(c.spec.DependsOn)
+	depsReady := make([]<-chan struct{}, len(deps))
+	for i, dep := range deps {
+		depsReady[i] = s.byName[dep].ready
+	}
+	s.mu.Unlock()
+	for i, depReady := range depsReady {
+		dep := deps[i]
 		select {
-		case <-s.byName[dep].ready:
+		case <-depReady:
 		case <-ctx.Done():
 			return fmt.Errorf("supervisor: child %q waiting for %q: %w", c.spec.Name, dep, context.Cause(ctx))
 		}
@@ -163,29 +195,30 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	}
 	s.stopping = true
 	s.cancelRun()
-	for _, c := range s.children {
-		if c.proc == nil {
-			c.state = StateStopped
-		}
-	}
-	s.mu.Unlock()
-
+	children := slices.Clone(s.children)
 	// Dependents go first: a child is terminated once every child that depends on it is gone, so e.g. a
 	// frontend never outlives the storage it forwards to.
-	gone := make(map[string]chan struct{}, len(s.children))
-	dependents := make(map[string][]string, len(s.children))
-	for _, c := range s.children {
+	gone := make(map[string]chan struct{}, len(children))
+	dependents := make(map[string][]string, len(children))
+	for _, c := range children {
+		if c.proc == nil && c.state != StateFinished {
+			c.state = StateStopped
+		}
 		gone[c.spec.Name] = make(chan struct{})
 		for _, dep := range c.spec.DependsOn {
 			dependents[dep] = append(dependents[dep], c.spec.Name)
 		}
 	}
+	s.mu.Unlock()
+
 	var wg sync.WaitGroup
-	for _, c := range s.children {
+	for _, c := range children {
 		wg.Go(func() {
 			defer close(gone[c.spec.Name])
 			for _, dependent := range dependents[c.spec.Name] {
-				<-gone[dependent]
+				if g, ok := gone[dependent]; ok {
+					<-g
+				}
 			}
 			s.terminate(ctx, c)
 		})
@@ -193,7 +226,7 @@ func (s *Supervisor) Stop(ctx context.Context) error {
 	wg.Wait()
 	s.loops.Wait()
 	s.writeStack()
-	s.log.Info("supervisor stopped", "children", len(s.children))
+	s.log.Info("supervisor stopped", "children", len(children))
 	return nil
 }
 
@@ -210,18 +243,21 @@ func (s *Supervisor) Children() []ChildStatus {
 
 // Child returns the named child's current status.
 func (s *Supervisor) Child(name string) (ChildStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	c, ok := s.byName[name]
 	if !ok {
 		return ChildStatus{}, false
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return c.statusLocked(), true
 }
 
 // Stack returns the current description of the whole stack, as written to Config.StackFile.
 func (s *Supervisor) Stack() Stack {
-	return Stack{Meta: maps.Clone(s.cfg.Meta), Children: s.Children(), UpdatedAt: time.Now().UTC()}
+	s.mu.Lock()
+	meta := maps.Clone(s.cfg.Meta)
+	s.mu.Unlock()
+	return Stack{Meta: meta, Children: s.Children(), UpdatedAt: time.Now().UTC()}
 }
 
 // writeStack rewrites the stack file, if configured. Failures are logged, not fatal: the file is a report.

@@ -22,6 +22,9 @@
 //   - A broken link is re-opened with exponential backoff. Messages that cannot be sent are dropped (raft
 //     retransmits) and the peer is reported unreachable to raft; a snapshot's outcome is reported to raft
 //     with ReportSnapshot.
+//   - While a peer's control link is down, every Config.ProbeInterval (etcd's 30 s) a WARN "prober detected
+//     unhealthy status" names the peer, the last round-trip time (how long its link took to open) and why the
+//     link failed, as etcd's rafthttp prober does.
 //   - A member that the receiving side knows as removed is refused with ErrRemoved, and the sender's raft is
 //     told (Raft.ReportRemoved) so the member can stop itself. Messages from another cluster are refused.
 //

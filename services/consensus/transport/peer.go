@@ -51,6 +51,10 @@ type peer struct {
 
 	// activeNanos is when the control stream last became healthy (unix nanoseconds), 0 when it is down.
 	activeNanos atomic.Int64
+	// rttNanos is how long the control link last took to open (connect, TLS, preamble): the prober's rtt.
+	rttNanos atomic.Int64
+	// lastErr is why the control link last failed (nil before any failure).
+	lastErr atomic.Pointer[error]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -87,7 +91,31 @@ func startPeer(t *Transport, id uint64, target string) (*peer, error) {
 	}
 	p.wg.Add(1)
 	go p.snapshotLoop()
+	p.wg.Go(p.probeLoop)
 	return p, nil
+}
+
+// probeLoop reports the peer unhealthy every ProbeInterval while its control link is down, as etcd's
+// rafthttp prober does, so an operator sees which peer this member cannot reach, not only raft's pre-votes.
+func (p *peer) probeLoop() {
+	ticker := time.NewTicker(p.t.cfg.ProbeInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		if p.activeNanos.Load() != 0 {
+			continue
+		}
+		var err error
+		if last := p.lastErr.Load(); last != nil {
+			err = *last
+		}
+		p.t.cfg.Logger.Warn("prober detected unhealthy status", "peer", fmt.Sprintf("%x", p.id), "target", p.target,
+			"rtt", time.Duration(p.rttNanos.Load()), "err", err)
+	}
 }
 
 func (p *peer) stop() {
@@ -172,13 +200,16 @@ func (p *peer) dial() (*framed.Conn, error) {
 // runStream opens one messages link and sends on it until it breaks; sent says whether anything went through
 // (then the backoff starts over).
 func (p *peer) runStream(c class) (sent bool, err error) {
+	dialStart := time.Now()
 	conn, err := p.dial()
 	if err != nil {
 		return false, status.Errorf(codes.Unavailable, "transport: dial peer %x at %s: %v", p.id, p.target, err)
 	}
 	defer conn.Close()
 	if c == classControl {
-		p.activeNanos.Store(time.Now().UnixNano())
+		now := time.Now()
+		p.rttNanos.Store(int64(now.Sub(dialStart)))
+		p.activeNanos.Store(now.UnixNano())
 	}
 	// The receiver answers only when it refuses the sender, so a pending receive reports a broken link (and
 	// why) even when nothing is being sent.
@@ -275,6 +306,7 @@ func (p *peer) drain(c class, msgs [][]byte, first outbound) (_ [][]byte, onlyCo
 func (p *peer) failed(c class, log interface{ Debug(string, ...any) }, err error, wait time.Duration) time.Duration {
 	if c == classControl {
 		p.activeNanos.Store(0)
+		p.lastErr.Store(&err)
 	}
 	if isRemoved(err) {
 		p.t.cfg.Raft.ReportRemoved()

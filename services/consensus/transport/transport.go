@@ -67,6 +67,10 @@ type Config struct {
 	// HeartbeatInterval is raft's; a heartbeat sent more than twice that after the previous one to the same peer
 	// is logged and counted as a failure, as etcd does. 0: not checked.
 	HeartbeatInterval time.Duration
+	// ProbeInterval is how often a peer's health is checked: a peer whose control link is down is then
+	// reported as etcd's peer prober reports it (WARN "prober detected unhealthy status", with the peer, the
+	// last round-trip time and the error); 0 means etcd's 30 s.
+	ProbeInterval time.Duration
 	// Faults, when set, drops messages to and from blocked members (tests only).
 	Faults *Faults
 	// Dialer, when set, makes the connections to peers (addr is host:port), messages links and snapshot calls
@@ -89,6 +93,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CommitHold <= 0 {
 		c.CommitHold = 2 * time.Millisecond
+	}
+	if c.ProbeInterval <= 0 {
+		c.ProbeInterval = 30 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -374,4 +375,45 @@ func TestFaultsDropBothDirections(t *testing.T) {
 	waittest.Until(t, 10*time.Second, 2*time.Millisecond, "votes after unblocking", func() bool {
 		return a.rec.count(raftpb.MsgVote) == 1 && b.rec.count(raftpb.MsgVote) == 1
 	})
+}
+
+func TestProberWarnsOfAnUnreachablePeer(t *testing.T) {
+	var logs lockedLog
+	a := startMember(t, 1, 7, "127.0.0.1:0", nil, func(c *Config) {
+		c.ProbeInterval = 20 * time.Millisecond
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := lis.Addr().String()
+	lis.Close()
+	if err := a.tr.AddPeer(2, []string{"http://" + dead}); err != nil {
+		t.Fatal(err)
+	}
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the prober's warning", func() bool {
+		return strings.Contains(logs.String(), `"level":"WARN","msg":"prober detected unhealthy status","peer":"2","target":"`+dead+`","rtt"`)
+	})
+	if !strings.Contains(logs.String(), "connection refused") {
+		t.Fatalf("the warning does not say why: %s", logs.String())
+	}
+}
+
+// lockedLog is a log destination written by the transport's goroutines and read by the test.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
