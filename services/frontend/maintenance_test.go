@@ -3,6 +3,7 @@ package frontend_test
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -68,8 +69,16 @@ func TestClusterMembership(t *testing.T) {
 		{"remove the learner", func() error { _, err := cli.MemberRemove(ctx, add.Member.ID); return err }, nil},
 		{"remove it again", func() error { _, err := cli.MemberRemove(ctx, add.Member.ID); return err },
 			rpctypes.ErrGRPCMemberNotFound},
-		{"promote a voter", func() error { _, err := cli.MemberPromote(ctx, list.Members[0].ID); return err },
-			rpctypes.ErrGRPCMemberNotLearner},
+		// As in etcd, the leader checks that the member's log is in sync before it checks that it is a learner,
+		// so a voter lagging under load answers ErrGRPCLearnerNotReady first: wait for it to catch up.
+		{"promote a voter", func() error {
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				_, err := cli.MemberPromote(ctx, list.Members[0].ID)
+				if !errors.Is(rpctypes.Error(err), rpctypes.ErrMemberLearnerNotReady) || time.Now().After(deadline) {
+					return err
+				}
+			}
+		}, rpctypes.ErrGRPCMemberNotLearner},
 	} {
 		t.Run(tc.name, func(t *testing.T) { wantStatus(t, tc.name, tc.call(), tc.want) })
 	}
