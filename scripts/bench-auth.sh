@@ -6,6 +6,7 @@
 #
 #   scripts/bench-auth.sh                                     # builds bin/cairn; etcd from the user cache dir
 #   CAIRN=/path/cairn ETCD=/path/etcd ETCDCTL=/path/etcdctl scripts/bench-auth.sh
+#   ROUNDS=3 scripts/bench-auth.sh                        # every row 3 times, interleaved
 #   PUT1_TOTAL=2000 MANY_TOTAL=20000 scripts/bench-auth.sh    # smaller totals (defaults: etcd's 10000 and 100000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,17 +49,19 @@ rows() {
 
 line() { printf '%-16s %12s %15s %12s %14s\n' "$@"; }
 line "requests/s" "put 1 client" "put 1000 clients" "range l" "watch create/s"
-etcd_start etcd-off http 33000
-line "etcd auth off" $(rows "$endpoints")
-stop_etcd
-etcd_start etcd-on http 34000
-enable_auth "$endpoints"
-line "etcd auth on" $(rows "$endpoints" "--user root:pw")
-stop_etcd
-up_start cairn-off
-line "cairn auth off" $(rows "$endpoints")
-stop_last
-up_start cairn-on
-enable_auth "$endpoints"
-line "cairn auth on" $(rows "$endpoints" "--user root:pw")
-stop_last
+for round in $(seq "${ROUNDS:-1}"); do # ROUNDS=N repeats every row N times, interleaved, to show the noise
+	etcd_start etcd-off$round http 33000
+	line "etcd auth off" $(rows "$endpoints")
+	stop_etcd
+	etcd_start etcd-on$round http 34000
+	enable_auth "$endpoints"
+	line "etcd auth on" $(rows "$endpoints" "--user root:pw")
+	stop_etcd
+	up_start cairn-off$round
+	line "cairn auth off" $(rows "$endpoints")
+	stop_last
+	up_start cairn-on$round
+	enable_auth "$endpoints"
+	line "cairn auth on" $(rows "$endpoints" "--user root:pw")
+	stop_last
+done

@@ -5,6 +5,7 @@
 #
 #   scripts/bench-tls.sh                                  # builds bin/cairn; etcd from the user cache dir
 #   CAIRN=/path/cairn ETCD=/path/etcd scripts/bench-tls.sh
+#   ROUNDS=3 scripts/bench-tls.sh                        # every row 3 times, interleaved
 #   PUT1_TOTAL=10000 MANY_TOTAL=100000 scripts/bench-tls.sh   # etcd's documented totals (the defaults)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,17 +34,19 @@ rows() {
 }
 
 printf '%-22s %12s %15s %12s\n' "requests/s" "put 1 client" "put 1000 clients" "range l"
-etcd_start etcd-plain http 31000
-printf '%-22s %12s %15s %12s\n' "etcd plain" $(rows "$endpoints")
-stop_etcd
-etcd_start etcd-tls https 32000 --cert-file "$pki/etcd-@i@.pem" --key-file "$pki/etcd-@i@-key.pem" \
-	--peer-cert-file "$pki/etcd-@i@.pem" --peer-key-file "$pki/etcd-@i@-key.pem" --peer-trusted-ca-file "$pki/ca.pem" --peer-client-cert-auth
-printf '%-22s %12s %15s %12s\n' "etcd peer+client TLS" $(rows "$endpoints" "$tlsflags")
-stop_etcd
-up_start cairn-plain
-printf '%-22s %12s %15s %12s\n' "cairn up" $(rows "$endpoints")
-stop_last
-up_start cairn-tls --tls
-upki=$work/cairn-tls/pki
-printf '%-22s %12s %15s %12s\n' "cairn up --tls" $(rows "$endpoints" "--cacert $upki/ca.pem --cert $upki/client.pem --key $upki/client-key.pem")
-stop_last
+for round in $(seq "${ROUNDS:-1}"); do # ROUNDS=N repeats every row N times, interleaved, to show the noise
+	etcd_start etcd-plain$round http 31000
+	printf '%-22s %12s %15s %12s\n' "etcd plain" $(rows "$endpoints")
+	stop_etcd
+	etcd_start etcd-tls$round https 32000 --cert-file "$pki/etcd-@i@.pem" --key-file "$pki/etcd-@i@-key.pem" \
+		--peer-cert-file "$pki/etcd-@i@.pem" --peer-key-file "$pki/etcd-@i@-key.pem" --peer-trusted-ca-file "$pki/ca.pem" --peer-client-cert-auth
+	printf '%-22s %12s %15s %12s\n' "etcd peer+client TLS" $(rows "$endpoints" "$tlsflags")
+	stop_etcd
+	up_start cairn-plain$round
+	printf '%-22s %12s %15s %12s\n' "cairn up" $(rows "$endpoints")
+	stop_last
+	up_start cairn-tls$round --tls
+	upki=$work/cairn-tls$round/pki
+	printf '%-22s %12s %15s %12s\n' "cairn up --tls" $(rows "$endpoints" "--cacert $upki/ca.pem --cert $upki/client.pem --key $upki/client-key.pem")
+	stop_last
+done
