@@ -52,6 +52,7 @@ func newRootCommand() *cobra.Command {
 		newBackupCommand(),
 		newEncryptionCommand(),
 		newCertsCommand(),
+		newKeysCommand(),
 		newTraceCommand(),
 		newHealthCommand(),
 	)

@@ -88,7 +88,6 @@ func leasekeeperService() service {
 				"--listen-url", p.url(p.child("leasekeeper", i), "api"),
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
 				"--nats-url", p.natsURL(),
-				"--relay-secret", p.relaySecret,
 			}
 		},
 		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
@@ -106,7 +105,6 @@ func watchhubService() service {
 				"--listen-url", p.url(p.child("watchhub", i), "api"),
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
 				"--nats-url", p.natsURL(),
-				"--relay-secret", p.relaySecret,
 			}
 		},
 		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
@@ -132,7 +130,6 @@ func frontendService() service {
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", first), ","),
 				"--lease-endpoints", strings.Join(p.leasekeeperURLs(), ","),
 				"--watch-endpoints", strings.Join(p.childURLs(p.watchhubChildren(), "api"), ","),
-				"--relay-secret", p.relaySecret,
 			}...)
 		},
 		dependsOn: func(p *plan, _ int) []string {
@@ -152,9 +149,6 @@ func wrap(i, n int) int { return (i-1)%n + 1 }
 type plan struct {
 	cfg    Config
 	layout *layout
-	// relaySecret is every frontend's, watchhub's and leasekeeper's --relay-secret (package relayauth), new
-	// at each start.
-	relaySecret string
 }
 
 // frontends is the number of frontends: Config.Frontends, or one per member.
