@@ -42,7 +42,7 @@ func TestCorruptMemberOnUp(t *testing.T) {
 	}
 	// The writes must be in member-2's bbolt file, not only in its log, or the replay after the kill rewrites them.
 	waittest.Until(t, 30*time.Second, 100*time.Millisecond, "storage-2 committed the writes", func() bool {
-		applied, ok1 := s.metric(t, "storage-2", "cairn_storage_applied_index")
+		applied, ok1 := s.metric(t, "storage-2", "etcd_server_proposals_applied_total")
 		durable, ok2 := s.metric(t, "storage-2", "cairn_storage_durable_index")
 		return ok1 && ok2 && applied > 0 && durable == applied
 	})
