@@ -17,9 +17,11 @@ import (
 )
 
 // TestComposeStack does with deploy/compose what a user does, with podman and podman-compose: build the image,
-// `up -d`, wait for health, use the published endpoints with etcdctl, scale the watchhubs from 2 to 4 and see
-// watch streams spread over them, kill a storage and a frontend while writing, see that nothing acknowledged
-// is lost and that the killed containers come back, then `down -v` and find nothing left.
+// `up -d`, wait for health, find the bus closed to anonymous clients, use the published endpoints with
+// etcdctl, scale the watchhubs from 2 to 4 and see watch streams spread over them, kill a storage and a
+// frontend while writing, see that nothing acknowledged is lost and that the killed containers come back,
+// enable auth and watch and grant a lease as root through the frontends, then `down -v` and find nothing
+// left.
 func TestComposeStack(t *testing.T) {
 	requireContainerEngine(t)
 	etcdctl := etcdreftest.Etcdctl(t)
@@ -29,11 +31,12 @@ func TestComposeStack(t *testing.T) {
 	built := time.Now()
 	t.Logf("image built in %v", built.Sub(started).Round(time.Second))
 
-	s := startCompose(t, image, "docker-compose.yml", composeServices)
+	s := startCompose(t, image, "docker-compose.yml", append([]string{"keys"}, composeServices...))
 	all := composeReplicas()
 	s.waitHealthy(t, 4*time.Minute, all)
 	t.Logf("up to healthy in %v", time.Since(built).Round(time.Second))
 
+	t.Run("NATS refuses anonymous clients", func(t *testing.T) { checkComposeBusLocked(t, s) })
 	t.Run("etcdctl", func(t *testing.T) { checkComposeEtcdctl(t, etcdctl, s.endpoints) })
 	t.Run("scale watchhubs 2 to 4", func(t *testing.T) {
 		s.setEnv("CAIRN_WATCHHUBS", "4")
@@ -43,6 +46,8 @@ func TestComposeStack(t *testing.T) {
 		checkWatchStreamsSpread(t, s)
 	})
 	t.Run("kill a storage and a frontend while writing", func(t *testing.T) { checkComposeKill(t, s, all) })
+	// Last: with auth enabled, the other checks' anonymous clients would be refused.
+	t.Run("watch and lease after auth enable", func(t *testing.T) { checkComposeAuth(t, etcdctl, s) })
 	t.Logf("whole test %v (before down)", time.Since(started).Round(time.Second))
 }
 
@@ -144,11 +149,12 @@ func checkComposeEtcdctl(t *testing.T, etcdctl string, endpoints []string) {
 	checkSnapshotSave(t, etcdctl, endpoints[:1])
 }
 
-// checkEtcdctlWatch runs `etcdctl watch` through one endpoint and puts through another.
-func checkEtcdctlWatch(t *testing.T, etcdctl string, endpoints []string) {
+// checkEtcdctlWatch runs `etcdctl watch` through one endpoint and puts through another, both with the
+// etcdctl flags in auth (--user).
+func checkEtcdctlWatch(t *testing.T, etcdctl string, endpoints []string, auth ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	watch := exec.CommandContext(ctx, etcdctl, "--endpoints", endpoints[1], "watch", "compose/watched")
+	watch := exec.CommandContext(ctx, etcdctl, append([]string{"--endpoints", endpoints[1], "watch", "compose/watched"}, auth...)...)
 	out := &syncBuffer{}
 	watch.Stdout, watch.Stderr = out, out
 	if err := watch.Start(); err != nil {
@@ -156,13 +162,13 @@ func checkEtcdctlWatch(t *testing.T, etcdctl string, endpoints []string) {
 	}
 	defer func() { cancel(); _ = watch.Wait() }()
 	waittest.Until(t, 20*time.Second, 200*time.Millisecond, "etcdctl watch sees a put", func() bool {
-		runEtcdctl(t, etcdctl, endpoints[2:], "", "put", "compose/watched", "seen")
+		runEtcdctl(t, etcdctl, endpoints[2:], "", append([]string{"put", "compose/watched", "seen"}, auth...)...)
 		return strings.Contains(out.String(), "PUT\ncompose/watched\nseen\n")
 	})
 }
 
 // checkWatchStreamsSpread opens watch streams through the frontends and waits until each of the 4 hubs
-// serves some (cairn_watchhub_streams on each hub's /metrics).
+// serves some (etcd_debugging_mvcc_watch_stream_total on each hub's /metrics).
 func checkWatchStreamsSpread(t *testing.T, s *composeStack) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -174,7 +180,7 @@ func checkWatchStreamsSpread(t *testing.T, s *composeStack) {
 	streams := map[string]float64{}
 	waittest.Until(t, time.Minute, time.Second, "watch streams on each of the 4 hubs", func() bool {
 		for _, hub := range hubs {
-			streams[hub] = s.metric(t, hub, composeHealthPorts["watchhub"], "cairn_watchhub_streams")
+			streams[hub] = s.metric(t, hub, composeHealthPorts["watchhub"], "etcd_debugging_mvcc_watch_stream_total")
 			if streams[hub] < 1 {
 				return false
 			}

@@ -60,6 +60,7 @@ func newRootCommand() *cobra.Command {
 		newBackupCommand(),
 		newEncryptionCommand(),
 		newCertsCommand(),
+		newKeysCommand(),
 		newTraceCommand(),
 		newHealthCommand(),
 	)

@@ -5,8 +5,9 @@
 //
 // A frontend proves it is one: on a stack with internal mutual TLS (--internal-*), by its certificate, which
 // the hub's listener has already verified (every caller of that port is internal); on a plain stack, by the
-// stack's relay secret (--relay-secret, one random value per `cairn up` stack or `cairn dev` process), sent as
-// gRPC metadata on every relayed call (DialOption). A Guard on the hub's or keeper's gRPC server refuses any
+// stack's relay secret (--relay-secret, or --relay-secret-file so that it shows on no command line: one random
+// value per `cairn dev` process, kept in DATA-DIR/relay-secret by `cairn up` and in the keys volume by the
+// compose stack, LoadOrCreateSecretFile), sent as gRPC metadata on every relayed call (DialOption). A Guard on the hub's or keeper's gRPC server refuses any
 // other caller with ErrDirectClient while the auth store says authentication is enabled (SetAuthEnabled, from
 // the storage status the service polls; until the first poll calls wait for it). With authentication
 // disabled every caller is served, so benchmarks may still stream to hubs directly.

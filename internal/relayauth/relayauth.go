@@ -5,7 +5,12 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -122,3 +127,54 @@ func (s secretCredentials) GetRequestMetadata(context.Context, ...string) (map[s
 func (secretCredentials) RequireTransportSecurity() bool { return false }
 
 var _ credentials.PerRPCCredentials = secretCredentials("")
+
+// SecretFile is where a stack keeps its relay secret in dir (`cairn up` in its data dir, `cairn keys` in
+// --dir): the file every frontend, watchhub and leasekeeper reads with --relay-secret-file.
+func SecretFile(dir string) string { return filepath.Join(dir, "relay-secret") }
+
+// LoadOrCreateSecretFile makes sure path holds a relay secret: a new one (NewSecret, written mode 0600 through
+// a temporary file renamed over it) when there is none, the one there otherwise, so the processes of a stack
+// that restart one at a time keep agreeing.
+func LoadOrCreateSecretFile(path string) error {
+	if _, err := ReadSecretFile(path); !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	secret, err := NewSecret()
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(secret+"\n"), 0o600); err != nil {
+		return fmt.Errorf("relayauth: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("relayauth: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// ReadSecretFile reads the relay secret in path (surrounding white space dropped); an empty file is an error,
+// since an empty secret would leave a hub refusing every frontend.
+func ReadSecretFile(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("relayauth: relay secret: %w", err)
+	}
+	secret := strings.TrimSpace(string(raw))
+	if secret == "" {
+		return "", fmt.Errorf("relayauth: relay secret file %s is empty", path)
+	}
+	return secret, nil
+}
+
+// ResolveSecret is the relay secret a process was given: secret (--relay-secret) or the content of file
+// (--relay-secret-file), which are exclusive; "" when neither is set.
+func ResolveSecret(secret, file string) (string, error) {
+	switch {
+	case file == "":
+		return secret, nil
+	case secret != "":
+		return "", errors.New("relayauth: --relay-secret and --relay-secret-file are exclusive: give one")
+	}
+	return ReadSecretFile(file)
+}

@@ -16,6 +16,8 @@ import (
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/frontend"
+	"github.com/cairn-kv/cairn/services/leasekeeper"
+	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
 // TestAuthDirectHubAndKeeperRefused: with auth enabled, a client that reaches a watchhub or a leasekeeper
@@ -113,5 +115,58 @@ func TestAuthDirectHubAndKeeperRefused(t *testing.T) {
 	}
 	if _, err := alice.KeepAliveOnce(ctx, lease.ID); err != nil {
 		t.Fatalf("keep-alive through the frontend: %v", err)
+	}
+}
+
+// TestAuthRelaySecretFile: frontends, hubs and keepers given the relay secret as a file (--relay-secret-file,
+// as the compose stack and `cairn up` run them) agree on it: with auth enabled, root's watch and lease through a
+// frontend work, and a direct client is still refused.
+func TestAuthRelaySecretFile(t *testing.T) {
+	secretFile := relayauth.SecretFile(t.TempDir())
+	if err := relayauth.LoadOrCreateSecretFile(secretFile); err != nil {
+		t.Fatal(err)
+	}
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Watchhubs: 1, Leasekeepers: 1,
+		ConfigureFrontend: func(cfg *frontend.Config) {
+			cfg.BcryptCost, cfg.RelaySecret, cfg.RelaySecretFile = 4, "", secretFile
+		},
+		ConfigureWatchhub:    func(cfg *watchhub.Config) { cfg.RelaySecret, cfg.RelaySecretFile = "", secretFile },
+		ConfigureLeasekeeper: func(cfg *leasekeeper.Config) { cfg.RelaySecret, cfg.RelaySecretFile = "", secretFile },
+	})
+	c.ActiveLeasekeeper(10 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	setup := c.Client(t)
+	for _, step := range []func() error{
+		func() error { _, err := setup.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := setup.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := setup.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keeper := pb.NewLeaseClient(rawConn(t, c.LeasekeeperURLs()[0]))
+	waittest.Until(t, 5*time.Second, 20*time.Millisecond, "the keeper refuses a direct lease grant", func() bool {
+		_, err := keeper.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 60})
+		return errors.Is(err, relayauth.ErrDirectClient)
+	})
+
+	root := authClient(t, c, "root", "rootpw")
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	watch := root.Watch(wctx, "k", clientv3.WithCreatedNotify())
+	if resp := <-watch; !resp.Created || resp.Canceled {
+		t.Fatalf("root's watch through the frontend: %+v (err %v)", resp, resp.Err())
+	}
+	lease, err := root.Grant(ctx, 60)
+	if err != nil {
+		t.Fatalf("root's lease grant through the frontend: %v", err)
+	}
+	if _, err := root.Put(ctx, "k", "v", clientv3.WithLease(lease.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if resp := <-watch; len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != "v" {
+		t.Fatalf("event through the frontend: %+v (err %v)", resp, resp.Err())
 	}
 }

@@ -72,14 +72,17 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("frontend config: %w", err)
 	}
+	relaySecret, err := relayauth.ResolveSecret(cfg.RelaySecret, cfg.RelaySecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("frontend config: %w", err)
+	}
 	deps = deps.withDefaults()
 	tel, logger := deps.Telemetry, deps.Logger
 	f := &Frontend{cfg: cfg, deps: deps, tel: tel, logger: logger, stopping: make(chan struct{})}
-	var err error
 	if f.pool, err = newPool(cfg, tel, logger, deps.Internal); err != nil {
 		return nil, err
 	}
-	relay := relayauth.DialOption(cfg.RelaySecret)
+	relay := relayauth.DialOption(relaySecret)
 	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption(), relay))
 	if err != nil {
 		f.pool.close()

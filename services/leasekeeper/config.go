@@ -83,6 +83,9 @@ type Config struct {
 	// RelaySecret is what the frontends send to prove they are (package relayauth): with authentication
 	// enabled, a plain keeper serves only callers that send it (--relay-secret).
 	RelaySecret string
+	// RelaySecretFile holds the relay secret instead (--relay-secret-file; exclusive with RelaySecret),
+	// so that it shows on no command line.
+	RelaySecretFile string
 }
 
 // Deps are what a keeper takes from the process that runs it: where it reports, and the listener the caller
@@ -203,6 +206,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "Interval of lease table reconciliation with storage.")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Timeout of one storage call.")
 	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
+	fs.StringVar(&c.RelaySecretFile, "relay-secret-file", c.RelaySecretFile, "File holding the relay secret (--relay-secret without showing it in ps; cairn up keeps it in DATA-DIR/relay-secret, cairn keys in DIR/relay-secret).")
 }
 
 // keeperID is the name plus a random suffix: each start is a new claimant.

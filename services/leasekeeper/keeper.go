@@ -81,6 +81,10 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasekeeper config: %w", err)
 	}
+	relaySecret, err := relayauth.ResolveSecret(cfg.RelaySecret, cfg.RelaySecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("leasekeeper config: %w", err)
+	}
 	deps = deps.withDefaults()
 	tel, logger := deps.Telemetry, deps.Logger
 	id := keeperID(cfg.Name)
@@ -92,7 +96,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 		// The bucket holds two expiry ticks of revokes, so a late tick loses none of the rate.
 		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, int(2*float64(cfg.RevokeRate)*cfg.ExpiryTick.Seconds()))),
 		stopping:    make(chan struct{}),
-		guard:       relayauth.NewGuard(cfg.RelaySecret, deps.Internal.Enabled()),
+		guard:       relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
 	}
 	k.metrics = newMetrics(k)
 	// Calls go to the storage that last answered and fail over only when one cannot serve at all.

@@ -80,6 +80,9 @@ type Config struct {
 	// RelaySecret is what the frontends send to prove they are (package relayauth): with authentication
 	// enabled, a plain hub serves only callers that send it (--relay-secret).
 	RelaySecret string
+	// RelaySecretFile holds the relay secret instead (--relay-secret-file; exclusive with RelaySecret),
+	// so that it shows on no command line.
+	RelaySecretFile string
 }
 
 // Deps are what a hub takes from the process that runs it: where it reports, and the listener the caller
@@ -159,6 +162,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StoragePollInterval, "storage-poll-interval", c.StoragePollInterval, "How often storage's revision is checked for records the bus did not deliver.")
 	fs.DurationVar(&c.StorageTimeout, "storage-timeout", c.StorageTimeout, "Timeout of one storage call.")
 	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
+	fs.StringVar(&c.RelaySecretFile, "relay-secret-file", c.RelaySecretFile, "File holding the relay secret (--relay-secret without showing it in ps; cairn up keeps it in DATA-DIR/relay-secret, cairn keys in DIR/relay-secret).")
 }
 
 // Validate reports every unusable setting, one config.FieldError each (named by its flag).

@@ -86,6 +86,10 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("watchhub config: %w", err)
 	}
+	relaySecret, err := relayauth.ResolveSecret(cfg.RelaySecret, cfg.RelaySecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("watchhub config: %w", err)
+	}
 	deps = deps.withDefaults()
 	tel, logger := deps.Telemetry, deps.Logger
 	h := &Hub{
@@ -93,7 +97,7 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
 		leaderLostAfter: defaultLeaderLostAfter,
-		guard:           relayauth.NewGuard(cfg.RelaySecret, deps.Internal.Enabled()),
+		guard:           relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
 	}
 	h.metrics = newMetrics(deps.Registry)
 	pool, err := newStoragePool(cfg, tel, deps)

@@ -95,7 +95,6 @@ func leasekeeperService() service {
 				"--listen-url", p.url(p.child("leasekeeper", i), "api"),
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
 				"--nats-url", p.natsURL(),
-				"--relay-secret", p.relaySecret,
 			}
 		},
 		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
@@ -113,7 +112,6 @@ func watchhubService() service {
 				"--listen-url", p.url(p.child("watchhub", i), "api"),
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
 				"--nats-url", p.natsURL(),
-				"--relay-secret", p.relaySecret,
 			}
 		},
 		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
@@ -139,7 +137,6 @@ func frontendService() service {
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", first), ","),
 				"--lease-endpoints", strings.Join(p.leasekeeperURLs(), ","),
 				"--watch-endpoints", strings.Join(p.childURLs(p.watchhubChildren(), "api"), ","),
-				"--relay-secret", p.relaySecret,
 			}...)
 		},
 		dependsOn: func(p *plan, _ int) []string {
@@ -160,9 +157,6 @@ func wrap(i, n int) int { return (i-1)%n + 1 }
 type plan struct {
 	cfg    Config
 	layout *layout
-	// relaySecret is every frontend's, watchhub's and leasekeeper's --relay-secret (package relayauth), new
-	// at each start.
-	relaySecret string
 }
 
 // frontendPerMember: without Config.Frontends, frontend i is member i's and goes with it.

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
 	"github.com/cairn-kv/cairn/services/consensus"
@@ -217,7 +216,7 @@ func (s *Stack) Start(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := s.createBusKeys(); err != nil {
+	if err := s.createStackKeys(); err != nil {
 		return err
 	}
 	sup, err := supervisor.New(supervisor.Config{
@@ -260,11 +259,7 @@ func (s *Stack) Plan() ([]supervisor.ChildSpec, error) {
 		return nil, fmt.Errorf("localstack: %s holds a plain stack (its raft peer URLs, recorded in the WAL, are http://); "+
 			"run `cairn up --tls` with a new --data-dir, or this one without --tls", s.cfg.DataDir)
 	}
-	relaySecret, err := relayauth.NewSecret()
-	if err != nil {
-		return nil, err
-	}
-	s.plan = &plan{cfg: s.cfg, layout: l, relaySecret: relaySecret}
+	s.plan = &plan{cfg: s.cfg, layout: l}
 	if err := l.assignPorts(s.wantedPorts(), map[string]map[string]int{"frontend-1": {"client": s.cfg.ClientPort}}); err != nil {
 		return nil, err
 	}
@@ -300,7 +295,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		argv := append([]string{s.cfg.Binary, svc.name}, svc.args(s.plan, i)...)
 		argv = append(argv, "--listen-metrics-urls", s.plan.url(name, "metrics"), "--log-level", s.cfg.LogLevel)
 		argv = append(argv, s.plan.tlsArgs(svc, name)...)
-		argv = append(argv, s.plan.busArgs(svc)...)
+		argv = append(argv, s.plan.keyArgs(svc)...)
 		if s.cfg.EnablePprof && svc.pprof {
 			argv = append(argv, "--enable-pprof")
 		}
