@@ -21,8 +21,9 @@ type observation struct {
 	patience time.Duration
 }
 
-// runElection renews the claim while this keeper holds it, and otherwise watches it and takes over when the
-// holder has not renewed for TakeoverTimeout (or released it).
+// runElection renews (with peers: confirms) the claim while this keeper holds it, and otherwise watches it and
+// takes over when the holder has not renewed (with peers: not been seen alive) for TakeoverTimeout, or released
+// it.
 func (k *Keeper) runElection(ctx context.Context) {
 	var seen observation
 	tick := time.NewTicker(k.cfg.RenewInterval)
@@ -31,6 +32,8 @@ func (k *Keeper) runElection(ctx context.Context) {
 		_, holder := k.holder()
 		switch {
 		case k.pauseElection.Load():
+		case holder && k.peers != nil:
+			k.confirmClaim(ctx)
 		case holder:
 			k.renewClaim(ctx)
 		default:
@@ -57,17 +60,7 @@ func (k *Keeper) renewClaim(ctx context.Context) {
 	_, err := k.claim(ctx, &storagepb.KeeperClaim{KeeperId: k.id, ExpectedEpoch: epoch}, k.cfg.ActiveTimeout)
 	switch {
 	case err == nil:
-		k.role.mu.Lock()
-		lapsed := k.role.holder && k.role.epoch == epoch && !sent.Before(k.role.activeUntil)
-		if k.role.holder && k.role.epoch == epoch {
-			k.role.activeUntil = maxTime(k.role.activeUntil, sent.Add(k.cfg.ActiveTimeout))
-		}
-		k.role.mu.Unlock()
-		if lapsed {
-			// Clients could not reach us while the renewal lapsed: give their leases the extension again.
-			k.table.extendAll(time.Now().Add(k.cfg.DeadlineExtension))
-			k.logger.Warn("claim renewed after lapsing; serving again", "epoch", epoch)
-		}
+		k.keepServing(epoch, sent)
 	case keeperclaim.IsClaimConflict(err):
 		k.logger.Warn("lost the leasekeeper claim; standing by", "epoch", epoch, "err", err)
 		k.stepDown()
@@ -76,13 +69,55 @@ func (k *Keeper) renewClaim(ctx context.Context) {
 	}
 }
 
-// watchClaim reads the claim and takes over when it is free or its holder has been silent for TakeoverTimeout.
-func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
+// confirmClaim, with peers, holds the claim without a log write: a linearizable read of the claim (a ReadIndex,
+// no entry) that still names this keeper at its epoch proves no standby had taken over when the read was served,
+// after it was sent, so the keeper may serve until ActiveTimeout after sending it. A standby that takes over
+// counts the old holder as serving until ActiveTimeout after its own claim was answered (see watchClaim).
+func (k *Keeper) confirmClaim(ctx context.Context) {
+	epoch, _ := k.holder()
+	sent := time.Now()
+	state, err := k.readClaim(ctx, k.cfg.ActiveTimeout)
+	switch {
+	case err != nil:
+		k.logger.Warn("claim confirmation failed", "epoch", epoch, "err", err)
+	case state.Holder != k.id || state.Epoch != epoch:
+		k.logger.Warn("lost the leasekeeper claim; standing by", "epoch", epoch, "stored", keeperclaim.Describe(state))
+		k.stepDown()
+	default:
+		k.keepServing(epoch, sent)
+	}
+}
+
+// keepServing lets the keeper serve until ActiveTimeout after sent, when a renewal or confirmation sent then
+// succeeded at epoch.
+func (k *Keeper) keepServing(epoch uint64, sent time.Time) {
+	k.role.mu.Lock()
+	lapsed := k.role.holder && k.role.epoch == epoch && !sent.Before(k.role.activeUntil)
+	if k.role.holder && k.role.epoch == epoch {
+		k.role.activeUntil = maxTime(k.role.activeUntil, sent.Add(k.cfg.ActiveTimeout))
+	}
+	k.role.mu.Unlock()
+	if lapsed {
+		// Clients could not reach us while the claim lapsed: give their leases the extension again.
+		k.table.extendAll(time.Now().Add(k.cfg.DeadlineExtension))
+		k.logger.Warn("claim renewed after lapsing; serving again", "epoch", epoch)
+	}
+}
+
+// readClaim reads the stored claim linearizably, bounded by timeout.
+func (k *Keeper) readClaim(ctx context.Context, timeout time.Duration) (*storagepb.KeeperState, error) {
 	var state *storagepb.KeeperState
-	err := k.storage(ctx, k.cfg.RenewInterval*2, func(ctx context.Context, c *storageclient.Client) (err error) {
+	err := k.storage(ctx, timeout, func(ctx context.Context, c *storageclient.Client) (err error) {
 		state, err = c.KeeperStatus(ctx)
 		return err
 	})
+	return state, err
+}
+
+// watchClaim reads the claim and takes over when it is free or its holder has been silent (with peers: not
+// seen alive) for TakeoverTimeout.
+func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
+	state, err := k.readClaim(ctx, k.cfg.RenewInterval*2)
 	if err != nil {
 		k.logger.Debug("reading the claim failed", "err", err)
 		return
@@ -101,6 +136,17 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		k.promote(ctx, state, now, now)
 		return
 	}
+	if state.Holder != "" && k.peers != nil {
+		alive, err := k.peers.alive(ctx, state.Holder, k.cfg.RenewInterval)
+		if alive {
+			// As good as a renewal: the holder was active when it answered.
+			seen.seenAt, seen.patience = time.Now(), k.cfg.TakeoverTimeout
+			return
+		}
+		if err != nil {
+			k.logger.Debug("asking the peers about the holder failed", "holder", state.Holder, "err", err)
+		}
+	}
 	if state.Holder != "" && now.Sub(seen.seenAt) < seen.patience {
 		return
 	}
@@ -116,6 +162,11 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 	if err != nil {
 		k.logger.Info("takeover claim refused", "observed", keeperclaim.Describe(state), "err", err)
 		return
+	}
+	if state.Holder != "" && k.peers != nil {
+		// A holder that only the standbys lost sight of keeps confirming until its next read shows this claim: it
+		// may serve until ActiveTimeout after the claim applied, which is before now.
+		oldStop = maxTime(oldStop, time.Now().Add(k.cfg.ActiveTimeout))
 	}
 	k.logger.Info("took over the leasekeeper claim", "previous", keeperclaim.Describe(state), "epoch", won.Epoch,
 		"silent_for", now.Sub(seen.seenAt))
