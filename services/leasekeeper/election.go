@@ -117,6 +117,15 @@ func (k *Keeper) readClaim(ctx context.Context, timeout time.Duration) (*storage
 // watchClaim reads the claim and takes over when it is free or its holder has been silent (with peers: not
 // seen alive) for TakeoverTimeout.
 func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
+	probed := "" // the holder asked about in this look, if any
+	if k.peers != nil && seen.state != nil && seen.state.Holder != "" && seen.state.Holder != k.id {
+		// While the holder last read says it is active there is nothing to do: the claim is not read (each
+		// read is a ReadIndex round of the consensus members).
+		probed = seen.state.Holder
+		if k.holderAlive(ctx, seen, probed) {
+			return
+		}
+	}
 	state, err := k.readClaim(ctx, k.cfg.RenewInterval*2)
 	if err != nil {
 		k.logger.Debug("reading the claim failed", "err", err)
@@ -136,16 +145,8 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		k.promote(ctx, state, now, now)
 		return
 	}
-	if state.Holder != "" && k.peers != nil {
-		alive, err := k.peers.alive(ctx, state.Holder, k.cfg.RenewInterval)
-		if alive {
-			// As good as a renewal: the holder was active when it answered.
-			seen.seenAt, seen.patience = time.Now(), k.cfg.TakeoverTimeout
-			return
-		}
-		if err != nil {
-			k.logger.Debug("asking the peers about the holder failed", "holder", state.Holder, "err", err)
-		}
+	if state.Holder != "" && state.Holder != probed && k.peers != nil && k.holderAlive(ctx, seen, state.Holder) {
+		return
 	}
 	if state.Holder != "" && now.Sub(seen.seenAt) < seen.patience {
 		return
@@ -171,6 +172,19 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 	k.logger.Info("took over the leasekeeper claim", "previous", keeperclaim.Describe(state), "epoch", won.Epoch,
 		"silent_for", now.Sub(seen.seenAt))
 	k.promote(ctx, won, oldStop, sent)
+}
+
+// holderAlive asks the peers whether holder is the active keeper; a yes is as good as a renewal, so the
+// holder's silence is counted from now.
+func (k *Keeper) holderAlive(ctx context.Context, seen *observation, holder string) bool {
+	alive, err := k.peers.alive(ctx, holder, k.cfg.RenewInterval)
+	if err != nil {
+		k.logger.Debug("asking the peers about the holder failed", "holder", holder, "err", err)
+	}
+	if alive {
+		seen.seenAt, seen.patience = time.Now(), k.cfg.TakeoverTimeout
+	}
+	return alive
 }
 
 // claim proposes a claim through storage, bounded by timeout.
