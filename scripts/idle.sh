@@ -2,7 +2,8 @@
 # What an idle cluster costs, Cairn against etcd in one run: a 3-member etcd v3.7.3 and a default `cairn up`
 # (3 members, 2 hubs, 3 frontends, 2 keepers), each left alone for SETTLE seconds and then watched for WINDOW
 # seconds with no client: raft index growth (etcdctl endpoint status), CPU seconds of all its processes
-# (utime+stime from /proc) and their total RSS at the end. Then the same `cairn up` at each GC_PERCENTS value
+# (utime+stime from /proc) and, at the end, their total RSS and PSS (RSS counts the pages of the binary that the
+# processes share once per process; PSS splits them among the processes). Then the same `cairn up` at each GC_PERCENTS value
 # (GOGC for every child).
 #
 #   scripts/idle.sh                                       # builds bin/cairn; etcd from the user cache dir
@@ -61,6 +62,16 @@ rss_kib() {
 	echo "$total"
 }
 
+# pss_kib PID...: total Pss of the pids.
+pss_kib() {
+	local pid total=0 kib
+	for pid in "$@"; do
+		kib=$(awk '/^Pss:/ {print $2}' /proc/"$pid"/smaps_rollup 2>/dev/null) || continue
+		total=$((total + ${kib:-0}))
+	done
+	echo "$total"
+}
+
 # raft_index ENDPOINT: the member's raft index.
 raft_index() {
 	"$ETCDCTL" --endpoints "$1" endpoint status -w json | jq '.[0].Status.raftIndex'
@@ -79,14 +90,14 @@ measure() {
 	sleep "$WINDOW"
 	index1=$(raft_index "$endpoint")
 	cpu1=$(cpu_ticks "${procs[@]}")
-	printf '%-24s %6d %14d %14.2f %10d %8s\n' "$name" "${#procs[@]}" "$((index1 - index0))" \
+	printf '%-24s %6d %14d %14.2f %10d %10d %8s\n' "$name" "${#procs[@]}" "$((index1 - index0))" \
 		"$(echo "($cpu1 - $cpu0) / $ticks" | bc -l)" "$(($(rss_kib "${procs[@]}") / 1024))" \
-		"$(cut -d' ' -f1 /proc/loadavg)"
+		"$(($(pss_kib "${procs[@]}") / 1024))" "$(cut -d' ' -f1 /proc/loadavg)"
 }
 
 echo "idle for ${WINDOW}s after ${SETTLE}s to settle; $(nproc) cores"
-printf '%-24s %6s %14s %14s %10s %8s\n' "stack" "procs" "raft entries" "CPU seconds" "RSS MiB" "load"
-etcd_start etcd-idle http 33000
+printf '%-24s %6s %14s %14s %10s %10s %8s\n' "stack" "procs" "raft entries" "CPU seconds" "RSS MiB" "PSS MiB" "load"
+etcd_start etcd-idle http $((20000 + RANDOM % 400 * 100)) # a random base: fixed ports collide on a shared machine
 measure "etcd 3 members" "${endpoints%%,*}" "${pids[@]: -3}"
 stop_etcd
 for gc in $GC_PERCENTS; do
