@@ -335,7 +335,9 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 		return err
 	}
 	proc := d.component("leasekeeper")
-	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: "http://" + lis.Addr().String(),
+	// Its own URL as its one peer: the claim is held without log writes (an idle dev stack writes nothing).
+	listenURL := "http://" + lis.Addr().String()
+	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: listenURL, PeerURLs: []string{listenURL},
 		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, NATSNkeySeedFile: d.seedFile(eventbus.RoleLeasekeeper),
 		RelaySecret: d.relaySecret}
 	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry,

@@ -11,6 +11,10 @@
 // storage refuses one whose epoch is not the stored one with ErrStaleEpoch, so a keeper that lost the role (paused,
 // partitioned, restarted with old state) cannot revoke or checkpoint anything.
 //
+// Renewals are one way for a holder to show it is alive; a leasekeeper with peers holds the claim without them
+// (it confirms it with linearizable reads, and the standbys ask it over gRPC), and the compare-and-swap works the
+// same: a takeover still names the epoch and renewal count it saw.
+//
 // Time is not part of the state (a state machine must be deterministic): a standby measures, on its own clock,
 // how long it has seen no renewal, and claims after its takeover timeout; the holder stops serving once its last
 // successful renewal is older than its own, shorter, active timeout.

@@ -60,7 +60,13 @@ type Config struct {
 	CheckpointBatch int
 	// RevokeRate bounds the revokes of expired leases per second (etcd's leaseRevokeRate).
 	RevokeRate int
-	// RenewInterval is how often the active keeper renews its claim and a standby looks at it.
+	// PeerURLs are every leasekeeper's ListenURL (this one's may be among them). With them the claim is held
+	// without log writes: the active keeper confirms it with a linearizable read every RenewInterval, and a
+	// standby asks the peers whether the holder is alive (gRPC health, service name the holder's ID) and
+	// claims after TakeoverTimeout without a live answer. Without them the active keeper renews its claim
+	// through the log every RenewInterval, and a standby takes over after TakeoverTimeout without a renewal.
+	PeerURLs []string
+	// RenewInterval is how often the active keeper renews (or confirms) its claim and a standby looks at it.
 	RenewInterval time.Duration
 	// TakeoverTimeout is how long a standby waits without seeing a renewal before it claims the role. The active
 	// keeper stops serving when its last successful renewal is older than ActiveTimeout (default two thirds of
@@ -155,6 +161,11 @@ func (c Config) Validate() error {
 			errs = append(errs, config.Invalid("--storage-endpoints", "%w", err))
 		}
 	}
+	for _, e := range c.PeerURLs {
+		if _, err := config.HostPort(e); err != nil {
+			errs = append(errs, config.Invalid("--peer-urls", "%w", err))
+		}
+	}
 	if c.NATSURL == "" {
 		errs = append(errs, config.Invalid("--nats-url", "--nats-url must not be empty"))
 	}
@@ -199,6 +210,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CheckpointRate, "checkpoint-rate", c.CheckpointRate, "Maximum checkpoint entries per second.")
 	fs.IntVar(&c.CheckpointBatch, "checkpoint-batch", c.CheckpointBatch, "Maximum lease checkpoints in one entry.")
 	fs.IntVar(&c.RevokeRate, "revoke-rate", c.RevokeRate, "Maximum revokes of expired leases per second.")
+	fs.Var((*config.URLList)(&c.PeerURLs), "peer-urls", "Comma-separated --listen-url of every leasekeeper: the claim is then held without log writes (the standbys ask these whether the holder is alive); empty: renewed through the log.")
 	fs.DurationVar(&c.RenewInterval, "renew-interval", c.RenewInterval, "Interval of claim renewals (active) and claim checks (standby).")
 	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", c.TakeoverTimeout, "Time without a renewal after which a standby takes over (twice that for a keeper just started).")
 	fs.DurationVar(&c.ActiveTimeout, "active-timeout", c.ActiveTimeout, "Age of its last renewal at which the active keeper stops serving.")

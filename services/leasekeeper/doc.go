@@ -19,7 +19,12 @@
 // ActiveTimeout; a standby that has seen no renewal for TakeoverTimeout (longer) claims with compare-and-swap on
 // the epoch and renewal count, so it wins only if the holder really went silent. Every revoke and checkpoint a
 // keeper proposes carries its epoch and storage refuses a stale one (fencing), so a keeper that lost the role
-// cannot revoke anything. A standby answers every client call with keeperclaim.ErrNotActive (FailedPrecondition
+// cannot revoke anything. With Config.PeerURLs the claim is held without log writes, so an idle cluster writes
+// nothing: the holder confirms it every RenewInterval with a linearizable read instead of renewing it, and a
+// standby asks the peers (grpc health Check for the holder's claimant ID, SERVING while it is active; see
+// liveness.go) and claims after TakeoverTimeout without a live answer. A holder only the standbys lost sight of may
+// serve until ActiveTimeout after the takeover applied, so the new keeper counts it as serving until ActiveTimeout
+// after its claim was answered. A standby answers every client call with keeperclaim.ErrNotActive (FailedPrecondition
 // "not the active leasekeeper"), and the frontend moves on to the next keeper.
 //
 // Failover without early expiry (etcd's lease checkpointing). The active keeper checkpoints each lease's

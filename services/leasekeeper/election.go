@@ -21,8 +21,9 @@ type observation struct {
 	patience time.Duration
 }
 
-// runElection renews the claim while this keeper holds it, and otherwise watches it and takes over when the
-// holder has not renewed for TakeoverTimeout (or released it).
+// runElection renews (with peers: confirms) the claim while this keeper holds it, and otherwise watches it and
+// takes over when the holder has not renewed (with peers: not been seen alive) for TakeoverTimeout, or released
+// it.
 func (k *Keeper) runElection(ctx context.Context) {
 	var seen observation
 	tick := time.NewTicker(k.cfg.RenewInterval)
@@ -31,6 +32,8 @@ func (k *Keeper) runElection(ctx context.Context) {
 		_, holder := k.holder()
 		switch {
 		case k.pauseElection.Load():
+		case holder && k.peers != nil:
+			k.confirmClaim(ctx)
 		case holder:
 			k.renewClaim(ctx)
 		default:
@@ -57,17 +60,7 @@ func (k *Keeper) renewClaim(ctx context.Context) {
 	_, err := k.claim(ctx, &storagepb.KeeperClaim{KeeperId: k.id, ExpectedEpoch: epoch}, k.cfg.ActiveTimeout)
 	switch {
 	case err == nil:
-		k.role.mu.Lock()
-		lapsed := k.role.holder && k.role.epoch == epoch && !sent.Before(k.role.activeUntil)
-		if k.role.holder && k.role.epoch == epoch {
-			k.role.activeUntil = maxTime(k.role.activeUntil, sent.Add(k.cfg.ActiveTimeout))
-		}
-		k.role.mu.Unlock()
-		if lapsed {
-			// Clients could not reach us while the renewal lapsed: give their leases the extension again.
-			k.table.extendAll(time.Now().Add(k.cfg.DeadlineExtension))
-			k.logger.Warn("claim renewed after lapsing; serving again", "epoch", epoch)
-		}
+		k.keepServing(epoch, sent)
 	case keeperclaim.IsClaimConflict(err):
 		k.logger.Warn("lost the leasekeeper claim; standing by", "epoch", epoch, "err", err)
 		k.stepDown()
@@ -76,13 +69,64 @@ func (k *Keeper) renewClaim(ctx context.Context) {
 	}
 }
 
-// watchClaim reads the claim and takes over when it is free or its holder has been silent for TakeoverTimeout.
-func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
+// confirmClaim, with peers, holds the claim without a log write: a linearizable read of the claim (a ReadIndex,
+// no entry) that still names this keeper at its epoch proves no standby had taken over when the read was served,
+// after it was sent, so the keeper may serve until ActiveTimeout after sending it. A standby that takes over
+// counts the old holder as serving until ActiveTimeout after its own claim was answered (see watchClaim).
+func (k *Keeper) confirmClaim(ctx context.Context) {
+	epoch, _ := k.holder()
+	sent := time.Now()
+	state, err := k.readClaim(ctx, k.cfg.ActiveTimeout)
+	switch {
+	case err != nil:
+		k.logger.Warn("claim confirmation failed", "epoch", epoch, "err", err)
+	case state.Holder != k.id || state.Epoch != epoch:
+		k.logger.Warn("lost the leasekeeper claim; standing by", "epoch", epoch, "stored", keeperclaim.Describe(state))
+		k.stepDown()
+	default:
+		k.keepServing(epoch, sent)
+	}
+}
+
+// keepServing lets the keeper serve until ActiveTimeout after sent, when a renewal or confirmation sent then
+// succeeded at epoch.
+func (k *Keeper) keepServing(epoch uint64, sent time.Time) {
+	k.role.mu.Lock()
+	lapsed := k.role.holder && k.role.epoch == epoch && !sent.Before(k.role.activeUntil)
+	if k.role.holder && k.role.epoch == epoch {
+		k.role.activeUntil = maxTime(k.role.activeUntil, sent.Add(k.cfg.ActiveTimeout))
+	}
+	k.role.mu.Unlock()
+	if lapsed {
+		// Clients could not reach us while the claim lapsed: give their leases the extension again.
+		k.table.extendAll(time.Now().Add(k.cfg.DeadlineExtension))
+		k.logger.Warn("claim renewed after lapsing; serving again", "epoch", epoch)
+	}
+}
+
+// readClaim reads the stored claim linearizably, bounded by timeout.
+func (k *Keeper) readClaim(ctx context.Context, timeout time.Duration) (*storagepb.KeeperState, error) {
 	var state *storagepb.KeeperState
-	err := k.storage(ctx, k.cfg.RenewInterval*2, func(ctx context.Context, c *storageclient.Client) (err error) {
+	err := k.storage(ctx, timeout, func(ctx context.Context, c *storageclient.Client) (err error) {
 		state, err = c.KeeperStatus(ctx)
 		return err
 	})
+	return state, err
+}
+
+// watchClaim reads the claim and takes over when it is free or its holder has been silent (with peers: not
+// seen alive) for TakeoverTimeout.
+func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
+	probed := "" // the holder asked about in this look, if any
+	if k.peers != nil && seen.state != nil && seen.state.Holder != "" && seen.state.Holder != k.id {
+		// While the holder last read says it is active there is nothing to do: the claim is not read (each
+		// read is a ReadIndex round of the consensus members).
+		probed = seen.state.Holder
+		if k.holderAlive(ctx, seen, probed) {
+			return
+		}
+	}
+	state, err := k.readClaim(ctx, k.cfg.RenewInterval*2)
 	if err != nil {
 		k.logger.Debug("reading the claim failed", "err", err)
 		return
@@ -101,6 +145,9 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		k.promote(ctx, state, now, now)
 		return
 	}
+	if state.Holder != "" && state.Holder != probed && k.peers != nil && k.holderAlive(ctx, seen, state.Holder) {
+		return
+	}
 	if state.Holder != "" && now.Sub(seen.seenAt) < seen.patience {
 		return
 	}
@@ -117,9 +164,27 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		k.logger.Info("takeover claim refused", "observed", keeperclaim.Describe(state), "err", err)
 		return
 	}
+	if state.Holder != "" && k.peers != nil {
+		// A holder that only the standbys lost sight of keeps confirming until its next read shows this claim: it
+		// may serve until ActiveTimeout after the claim applied, which is before now.
+		oldStop = maxTime(oldStop, time.Now().Add(k.cfg.ActiveTimeout))
+	}
 	k.logger.Info("took over the leasekeeper claim", "previous", keeperclaim.Describe(state), "epoch", won.Epoch,
 		"silent_for", now.Sub(seen.seenAt))
 	k.promote(ctx, won, oldStop, sent)
+}
+
+// holderAlive asks the peers whether holder is the active keeper; a yes is as good as a renewal, so the
+// holder's silence is counted from now.
+func (k *Keeper) holderAlive(ctx context.Context, seen *observation, holder string) bool {
+	alive, err := k.peers.alive(ctx, holder, k.cfg.RenewInterval)
+	if err != nil {
+		k.logger.Debug("asking the peers about the holder failed", "holder", holder, "err", err)
+	}
+	if alive {
+		seen.seenAt, seen.patience = time.Now(), k.cfg.TakeoverTimeout
+	}
+	return alive
 }
 
 // claim proposes a claim through storage, bounded by timeout.

@@ -91,8 +91,14 @@ func (r *router) keepAliveUntil(ctx context.Context, id int64, period time.Durat
 // none survives more than TTL + 3s after its last keep-alive; a long lease resumes from its checkpoint instead of
 // its full TTL; and the killed keeper's epoch can revoke nothing.
 func TestFailoverKillActive(t *testing.T) {
+	for _, mode := range claimModes() {
+		t.Run(mode.name, func(t *testing.T) { testFailoverKillActive(t, mode) })
+	}
+}
+
+func testFailoverKillActive(t *testing.T, mode claimMode) {
 	synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
-		env := newBubbleEnv(t, 2)
+		env := mode.env(newBubbleEnv(t, 2))
 		a := env.startKeeper(env.keeperConfig("a"))
 		waitActive(t, a, 5*time.Second)
 		b := env.startKeeper(env.keeperConfig("b"))
@@ -184,7 +190,7 @@ func TestFailoverKillActive(t *testing.T) {
 					}
 					t.Logf("%s expired %v after its last keep-alive (TTL %v)", key, age, ttls[key])
 					delete(watch, key)
-				} else if age > ttls[key]+3*time.Second {
+				} else if age > ttls[key]+3*time.Second+mode.overlap(b.cfg) {
 					t.Fatalf("%s survives %v after its last keep-alive, TTL %v", key, age, ttls[key])
 				}
 			}
@@ -202,11 +208,21 @@ func TestFailoverKillActive(t *testing.T) {
 // paused process, a broken clock) cannot revoke anything once a standby has taken over: storage refuses its
 // revoke, the lease and its key stay, and the keeper stands by.
 func TestStaleKeeperIsFenced(t *testing.T) {
+	for _, mode := range claimModes() {
+		t.Run(mode.name, func(t *testing.T) { testStaleKeeperIsFenced(t, mode) })
+	}
+}
+
+func testStaleKeeperIsFenced(t *testing.T, mode claimMode) {
 	synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
-		env := newBubbleEnv(t, 1)
+		env := mode.env(newBubbleEnv(t, 1))
 		a := env.startKeeper(env.keeperConfig("a"))
 		waitActive(t, a, 5*time.Second)
-		b := env.startKeeper(env.keeperConfig("b"))
+		bConfig := env.keeperConfig("b")
+		if mode.peers {
+			bConfig.PeerURLs = []string{bConfig.ListenURL} // cut off from a as well: a's answers never reach b
+		}
+		b := env.startKeeper(bConfig)
 		ctx := ctxT(t, 30*time.Second)
 		g, err := env.leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 30})
 		if err != nil {
@@ -242,8 +258,14 @@ func TestStaleKeeperIsFenced(t *testing.T) {
 // TestStopHandsOver: a keeper that stops cleanly releases the claim, and the standby takes over without waiting
 // for the takeover timeout.
 func TestStopHandsOver(t *testing.T) {
+	for _, mode := range claimModes() {
+		t.Run(mode.name, func(t *testing.T) { testStopHandsOver(t, mode) })
+	}
+}
+
+func testStopHandsOver(t *testing.T, mode claimMode) {
 	synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
-		env := newBubbleEnv(t, 1)
+		env := mode.env(newBubbleEnv(t, 1))
 		a := env.startKeeper(env.keeperConfig("a"))
 		waitActive(t, a, 5*time.Second)
 		b := env.startKeeper(env.keeperConfig("b"))
@@ -276,34 +298,151 @@ func TestRestartedKeeperLetsTheStandbyWin(t *testing.T) {
 		{"the standby takes over", true},
 		{"alone, the restarted keeper waits twice the timeout", false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
-				env := newBubbleEnv(t, 1)
+	for _, mode := range claimModes() {
+		for _, tt := range tests {
+			t.Run(mode.name+"/"+tt.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
+					env := mode.env(newBubbleEnv(t, 1))
+					a := env.startKeeper(env.keeperConfig("a"))
+					waitActive(t, a, 5*time.Second)
+					var b *Keeper
+					if tt.withStandby {
+						b = env.startKeeper(env.keeperConfig("b"))
+						time.Sleep(500 * time.Millisecond) // b has read the claim
+					}
+					a.Crash()
+					restarted := env.startKeeper(env.keeperConfig("a"))
+					started := time.Now()
+					if tt.withStandby {
+						waitActive(t, b, b.cfg.TakeoverTimeout+2*b.cfg.RenewInterval)
+						time.Sleep(time.Second)
+						if _, ok := restarted.activeEpoch(time.Now()); ok {
+							t.Fatal("the restarted keeper took the role from the standby")
+						}
+						return
+					}
+					// It looks at the claim every RenewInterval: it claims within one of them after twice the timeout.
+					waitActive(t, restarted, 2*restarted.cfg.TakeoverTimeout+2*restarted.cfg.RenewInterval)
+					if waited := time.Since(started); waited < 2*restarted.cfg.TakeoverTimeout {
+						t.Fatalf("the restarted keeper claimed after %v, want at least twice the takeover timeout %v", waited, restarted.cfg.TakeoverTimeout)
+					}
+				})
+			})
+		}
+	}
+}
+
+// claimMode is one of the two ways the active keeper holds the claim.
+type claimMode struct {
+	name string
+	// peers: the keepers know each other (Config.PeerURLs); the holder confirms its claim by linearizable
+	// reads and the standbys ask the peers whether it is alive. Otherwise it renews the claim through the log.
+	peers bool
+}
+
+func claimModes() []claimMode {
+	return []claimMode{{"log renewals", false}, {"peers", true}}
+}
+
+// env makes env's keepers a and b peers in the peers mode.
+func (m claimMode) env(env *testEnv) *testEnv {
+	if m.peers {
+		return env.withPeers("a", "b")
+	}
+	return env
+}
+
+// overlap is how much longer than with log renewals an abandoned lease may live after a takeover: with peers
+// the new keeper counts the old one as serving until ActiveTimeout after its claim, since a holder that only the
+// standbys lost sight of confirms its claim until its next read shows the takeover.
+func (m claimMode) overlap(cfg Config) time.Duration {
+	if m.peers {
+		return cfg.ActiveTimeout
+	}
+	return 0
+}
+
+// TestIdleClaimWritesNothing: with peers, an active keeper and a standby with nothing to do write nothing to
+// the log (the claim is confirmed by reads); with log renewals they write one entry per RenewInterval.
+func TestIdleClaimWritesNothing(t *testing.T) {
+	for _, mode := range claimModes() {
+		t.Run(mode.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { // time is the subject: renewals on the bubble's fake clock
+				env := mode.env(newBubbleEnv(t, 1))
 				a := env.startKeeper(env.keeperConfig("a"))
 				waitActive(t, a, 5*time.Second)
-				var b *Keeper
-				if tt.withStandby {
-					b = env.startKeeper(env.keeperConfig("b"))
-					time.Sleep(500 * time.Millisecond) // b has read the claim
+				b := env.startKeeper(env.keeperConfig("b"))
+				ctx := ctxT(t, 30*time.Second)
+				time.Sleep(time.Second) // b has read the claim; a's first checkpoints and reconciliation are done
+				before, err := env.store.KeeperStatus(ctx)
+				if err != nil {
+					t.Fatal(err)
 				}
-				a.Crash()
-				restarted := env.startKeeper(env.keeperConfig("a"))
-				started := time.Now()
-				if tt.withStandby {
-					waitActive(t, b, b.cfg.TakeoverTimeout+2*b.cfg.RenewInterval)
-					time.Sleep(time.Second)
-					if _, ok := restarted.activeEpoch(time.Now()); ok {
-						t.Fatal("the restarted keeper took the role from the standby")
-					}
-					return
+				const idle = 5 * time.Second
+				time.Sleep(idle)
+				after, err := env.store.KeeperStatus(ctx)
+				if err != nil {
+					t.Fatal(err)
 				}
-				// It looks at the claim every RenewInterval: it claims within one of them after twice the timeout.
-				waitActive(t, restarted, 2*restarted.cfg.TakeoverTimeout+2*restarted.cfg.RenewInterval)
-				if waited := time.Since(started); waited < 2*restarted.cfg.TakeoverTimeout {
-					t.Fatalf("the restarted keeper claimed after %v, want at least twice the takeover timeout %v", waited, restarted.cfg.TakeoverTimeout)
+				written := after.AppliedIndex - before.AppliedIndex
+				t.Logf("%d log entries in %v idle (%s)", written, idle, keeperclaim.Describe(after))
+				switch {
+				case mode.peers && written != 0:
+					t.Fatalf("%d log entries in %v with an idle active keeper and standby, want none", written, idle)
+				case !mode.peers && written < uint64(idle/a.cfg.RenewInterval)/2:
+					t.Fatalf("%d log entries in %v: the claim renewals through the log are missing", written, idle)
+				}
+				if !a.Active() || b.Active() {
+					t.Fatalf("after %v idle: a active %v, b active %v; want a alone", idle, a.Active(), b.Active())
 				}
 			})
 		})
 	}
+}
+
+// TestHolderCutOffFromStandbyKeepsLeases: with peers, a standby that cannot reach the holder (the holder itself
+// is fine) takes over; the old holder serves keep-alives until its next confirmation shows the takeover, then
+// stands by, and no lease it kept alive in that window expires before its TTL on the new keeper.
+func TestHolderCutOffFromStandbyKeepsLeases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { // time is the subject: takeover timings on the bubble's fake clock
+		env := newBubbleEnv(t, 1).withPeers("a", "b")
+		a := env.startKeeper(env.keeperConfig("a"))
+		waitActive(t, a, 5*time.Second)
+		bConfig := env.keeperConfig("b")
+		bConfig.PeerURLs = []string{bConfig.ListenURL} // a's answers never reach b
+		b := env.startKeeper(bConfig)
+		ctx := ctxT(t, 30*time.Second)
+		const ttl = 2
+		g, err := env.leaseClient(t, a).LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		env.put(ctx, "window/k", g.ID)
+		// Keep the lease alive on a alone until a stops serving it.
+		var lastServed time.Time
+		for {
+			sent := time.Now()
+			if renewed, err := a.Renew(ctx, g.ID); err != nil || renewed <= 0 {
+				t.Logf("a stopped serving (b active: %v): %d, %v", b.Active(), renewed, err)
+				break
+			}
+			lastServed = sent
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !b.Active() {
+			t.Fatal("a stopped serving but b is not active")
+		}
+		if a.Active() {
+			t.Fatal("a still active after the takeover")
+		}
+		// The lease a renewed last at lastServed lives on b until at least lastServed + TTL.
+		time.Sleep(time.Until(lastServed.Add(ttl*time.Second - 50*time.Millisecond)))
+		if !env.keyExists(ctx, "window/k") {
+			t.Fatalf("the lease a kept alive expired %v after its last keep-alive, TTL %ds", time.Since(lastServed), ttl)
+		}
+		waittest.Until(t, 10*time.Second, 20*time.Millisecond, "the abandoned lease to expire on b", func() bool {
+			return !env.keyExists(ctx, "window/k")
+		})
+		t.Logf("expired %v after its last keep-alive on the old holder", time.Since(lastServed))
+	})
 }

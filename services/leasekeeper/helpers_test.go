@@ -35,6 +35,10 @@ type testEnv struct {
 	storages []*storage.Storage
 	store    *storageclient.Client
 	prefix   string
+	// peerAddrs, set by withPeers, are the keepers' fixed addresses by name: their configs list each other as
+	// Config.PeerURLs (the claim held without log writes). Empty: every keeper binds a new port and renews its
+	// claim through the log.
+	peerAddrs map[string]string
 }
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -187,15 +191,42 @@ func (e *testEnv) dialStore() {
 	e.t.Cleanup(func() { _ = e.store.Close() })
 }
 
+// withPeers gives the keepers named names fixed addresses and makes every keeper of the env list them as its
+// peers, so the claim is held without log writes. It returns e.
+func (e *testEnv) withPeers(names ...string) *testEnv {
+	e.peerAddrs = map[string]string{}
+	for _, name := range names {
+		var lis net.Listener
+		if e.network != nil {
+			lis = e.network.Listen()
+		} else {
+			var err error
+			if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+		e.peerAddrs[name] = lis.Addr().String()
+		_ = lis.Close() // bound again by the keeper's start
+	}
+	return e
+}
+
 // keeperConfig is a keeper on this env with fast test timings.
 func (e *testEnv) keeperConfig(name string) Config {
 	var endpoints []string
 	for _, s := range e.storages {
 		endpoints = append(endpoints, s.URL())
 	}
-	return Config{Name: name, ListenURL: "http://127.0.0.1:0", StorageEndpoints: endpoints, NATSURL: e.natsURL,
+	cfg := Config{Name: name, ListenURL: "http://127.0.0.1:0", StorageEndpoints: endpoints, NATSURL: e.natsURL,
 		SubjectPrefix: e.prefix, CheckpointInterval: 500 * time.Millisecond, ReconcileInterval: time.Second,
 		RequestTimeout: 5 * time.Second}
+	if addr, ok := e.peerAddrs[name]; ok {
+		cfg.ListenURL = "http://" + addr
+	}
+	for _, addr := range e.peerAddrs {
+		cfg.PeerURLs = append(cfg.PeerURLs, "http://"+addr)
+	}
+	return cfg
 }
 
 // startKeeper starts a keeper; it is killed (not stopped) when the test ends, unless the test stopped it.
@@ -203,7 +234,14 @@ func (e *testEnv) startKeeper(cfg Config) *Keeper {
 	e.t.Helper()
 	deps := Deps{Logger: testLogger(e.t)}
 	if e.network != nil {
-		deps.Listener, deps.Dialer = e.network.Listen(), e.network.Dial
+		deps.Dialer = e.network.Dial
+		if u, err := url.Parse(cfg.ListenURL); err == nil && u.Port() != "0" {
+			if deps.Listener, err = e.network.ListenAt(u.Host); err != nil { // a peer's fixed address
+				e.t.Fatal(err)
+			}
+		} else {
+			deps.Listener = e.network.Listen()
+		}
 	}
 	k, err := New(cfg, deps)
 	if err != nil {

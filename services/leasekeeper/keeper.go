@@ -14,6 +14,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/cairn-kv/cairn/api/eventpb"
 	"github.com/cairn-kv/cairn/internal/config"
@@ -42,6 +43,9 @@ type Keeper struct {
 	metrics *metrics
 	table   *table
 	pool    *storageclient.Pool
+	// peers, with Config.PeerURLs, are asked whether the claim's holder is alive; nil: the holder renews its
+	// claim through the log.
+	peers *peers
 
 	role roleState
 	// pauseElection stops renewing and watching the claim (tests: a keeper cut off from storage's claim).
@@ -110,6 +114,12 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 		return nil, fmt.Errorf("leasekeeper: %w", err)
 	}
 	k.pool = pool
+	if len(cfg.PeerURLs) > 0 {
+		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions()); err != nil {
+			_ = pool.Close()
+			return nil, err
+		}
+	}
 	return k, nil
 }
 
@@ -152,6 +162,7 @@ func (k *Keeper) Start(ctx context.Context) error {
 	k.listener = lis
 	k.grpcServer = grpc.NewServer(append(append(k.tel.ServerOptions(), rpctune.ServerOptions()...), k.guard.ServerOptions()...)...)
 	pb.RegisterLeaseServer(k.grpcServer, &server{k: k})
+	healthpb.RegisterHealthServer(k.grpcServer, livenessServer{k: k})
 	k.serving.Go(func() {
 		if err := k.grpcServer.Serve(k.deps.Internal.Listener(lis, "leasekeeper")); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			k.logger.Error("leasekeeper gRPC server stopped", "addr", lis.Addr().String(), "err", err)
@@ -250,6 +261,9 @@ func (k *Keeper) closeConnections(ctx context.Context) {
 		k.nc.Close()
 	}
 	_ = k.pool.Close()
+	if k.peers != nil {
+		k.peers.close()
+	}
 }
 
 // onRecord applies one applied record from the bus.

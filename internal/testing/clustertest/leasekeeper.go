@@ -95,7 +95,7 @@ func (l *Leasekeeper) Config() leasekeeper.Config {
 		storages = append(storages, m.StorageURL)
 	}
 	cfg := leasekeeper.Config{Name: l.Name, ListenURL: l.URL, StorageEndpoints: storages, NATSURL: l.cluster.bus.url(),
-		SubjectPrefix: busPrefix, RelaySecret: RelaySecret}
+		SubjectPrefix: busPrefix, RelaySecret: RelaySecret, PeerURLs: l.cluster.LeasekeeperURLs()}
 	if l.cluster.opts.ConfigureLeasekeeper != nil {
 		l.cluster.opts.ConfigureLeasekeeper(&cfg)
 	}

@@ -95,6 +95,8 @@ func leasekeeperService() service {
 				"--listen-url", p.url(p.child("leasekeeper", i), "api"),
 				"--storage-endpoints", strings.Join(p.memberURLs("storage", "api", wrap(i, p.layout.Members)), ","),
 				"--nats-url", p.natsURL(),
+				// The standbys ask the keepers whether the holder is alive: an idle stack writes nothing.
+				"--peer-urls", strings.Join(p.leasekeeperURLs(), ","),
 			}
 		},
 		dependsOn: func(p *plan, _ int) []string { return append(p.memberChildren("storage", 1), "nats") },
