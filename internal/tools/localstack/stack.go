@@ -296,6 +296,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		if svc.dependsOn != nil {
 			deps = svc.dependsOn(s.plan, i)
 		}
+		deps = append(deps, s.plan.traceDeps(svc)...)
 		specs = append(specs, supervisor.ChildSpec{
 			Name:      name,
 			Argv:      argv,

@@ -131,6 +131,10 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 		y := 22 + i*waterRowH
 		x := waterLabelW + max(0, float64(s.Offset))*scale
 		width := max(1, float64(s.Duration())*scale)
+		// A span that ends after the root (another member's apply, a bbolt commit) is cut at the chart's
+		// edge, so it never runs over the times at the right.
+		width = max(1, min(width, waterLabelW+waterBarW-x))
+		x = min(x, waterLabelW+waterBarW-width)
 		label := s.Name
 		if s.Linked {
 			label += " [batch]"
@@ -141,6 +145,9 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 		}
 		if s.Linked {
 			title += "; batch span linked to this request"
+		}
+		if after := s.Offset + s.Duration() - v.Duration; after > 0 {
+			title += fmt.Sprintf("; ends %s after the request (cut at the edge)", ms(after))
 		}
 		for _, key := range []string{"raft.index", "mvcc.revision", "cairn.batch.size", "cairn.count", "cairn.bytes"} {
 			if value := s.Attr(key); value != "" {
