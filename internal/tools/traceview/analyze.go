@@ -313,7 +313,8 @@ func isWait(name string) bool {
 // through the work rather than stopping at the wait. A detached span outlives its parent (consensus.commit
 // starts under the Propose call and ends at the commit, long after the call returned), so its parent's window
 // clips it off the path. A wait waited for a detached span that was under way when the wait began and ended
-// after that: the walk of the wait's window treats those as children (each moment of the path is still
+// before the wait did (a bbolt commit still running when storage.wait_applied ends is not what it waited
+// for; spans of other processes are compared on their clocks, the same machine's for a member): the walk of the wait's window treats those as children (each moment of the path is still
 // counted once, so the shares still add up to 100%).
 func adoptWaited(t *tree) {
 	var waits, detached []*node
@@ -327,7 +328,8 @@ func adoptWaited(t *tree) {
 	}
 	for _, wait := range waits {
 		for _, d := range detached {
-			if !d.span.Start.After(wait.span.Start) && d.span.End.After(wait.span.Start) && !d.isAncestorOf(wait) {
+			if !d.span.Start.After(wait.span.Start) && d.span.End.After(wait.span.Start) && !d.span.End.After(wait.span.End) &&
+				!d.isAncestorOf(wait) {
 				wait.waitedOn = append(wait.waitedOn, d)
 			}
 		}
