@@ -130,7 +130,7 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 				b.span(1, 4, 3, "consensus.commit", 1, 8), // outlives the call that started it
 				b.span(1, 5, 1, "storage.wait_commit", 2, 8.5),
 				b.span(1, 6, 1, "storage.apply", 8.5, 9.5),
-				b.span(1, 7, 1, "storage.apply", 7.5, 8.4), // another member's: began after the wait, not waited for
+				b.span(1, 7, 1, "storage.apply", 7.5, 8.4),    // another member's: began after the wait, not waited for
 				b.span(1, 8, 2, "storage.bbolt_commit", 2, 9), // detached, but still running when the wait ended
 				withLinks(b.span(2, 1, 0, "consensus.wal_fsync", 3, 7), SpanRef{traceID(1), spanID(4)}),
 			),
