@@ -154,12 +154,26 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 				title += fmt.Sprintf("; %s=%s", key, value)
 			}
 		}
-		w.Rows = append(w.Rows, waterRow{Y: y, TextY: y + 12, Indent: 4 + float64(min(s.Depth, 20))*12, Label: label,
+		indent := 4 + float64(min(s.Depth, 20))*12
+		w.Rows = append(w.Rows, waterRow{Y: y, TextY: y + 12, Indent: indent, Label: fitLabel(label, indent),
 			Time: ms(s.Duration()), Color: stageColor(s.Name), X: x, Width: width, TimeX: waterLabelW + waterBarW + 6,
 			Linked: s.Linked, OnCritical: s.Critical > 0, Title: title})
 	}
 	w.Height = 30 + len(w.Rows)*waterRowH
 	return w
+}
+
+// waterCharW is the width of a character of the waterfall's labels (11px monospace).
+const waterCharW = 6.7
+
+// fitLabel cuts a waterfall label that would run from indent into the bars, with an ellipsis (the row's
+// title keeps the whole name).
+func fitLabel(label string, indent float64) string {
+	room := max(4, int((waterLabelW-8-indent)/waterCharW))
+	if runes := []rune(label); len(runes) > room {
+		return string(runes[:room-1]) + "…"
+	}
+	return label
 }
 
 // serviceHues gives each Cairn service a hue, so a stage's color says where it ran.
