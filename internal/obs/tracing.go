@@ -23,6 +23,8 @@ type Telemetry struct {
 	Tracers    trace.TracerProvider
 	Propagator propagation.TextMapPropagator
 	shutdown   func(context.Context) error
+	// gate decides the roots of client RPCs before otelgrpc sees them (nil: otelgrpc decides every one).
+	gate *rootGate
 }
 
 // TraceConfig is what a service's tracing needs to know.
@@ -60,7 +62,7 @@ func NewTelemetry(ctx context.Context, cfg TraceConfig) (*Telemetry, error) {
 	}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sampler),
 		sdktrace.WithRawSpanLimits(spanLimits()))
-	return &Telemetry{Tracers: tp, Propagator: prop, shutdown: tp.Shutdown}, nil
+	return &Telemetry{Tracers: tp, Propagator: prop, shutdown: tp.Shutdown, gate: newRootGate(cfg.SampleRatio)}, nil
 }
 
 // batchLinkLimit is the most links a span keeps unless OTEL_SPAN_LINK_COUNT_LIMIT says otherwise: a batch span
