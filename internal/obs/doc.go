@@ -8,7 +8,9 @@
 // span with cairn.op (StagedServerOptions); a batch (a group commit, a WAL fsync, a shared ReadIndex round, a bbolt
 // commit) is one root span linking every sampled request it carried (Batch, StageTracer.StartBatch), sampled
 // because of them (NewSampler). Stages are recorded only under a sampled span, and cost an unsampled request one
-// context lookup each, no allocation. The README's Tracing section lists the stages of each operation.
+// context lookup each, no allocation. At a parent-based ratio below 1, the client-facing server
+// (StagedServerOptions) draws the ratio for an RPC that arrives without a traceparent before otelgrpc sees it
+// (rootGate): one not drawn skips otelgrpc, so the unsampled requests cost what they cost untraced. The README's Tracing section lists the stages of each operation.
 //
 // Nothing here is global: a service builds one Telemetry and one prometheus.Registry and passes them down.
 package obs

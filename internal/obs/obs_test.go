@@ -133,3 +133,22 @@ func (s spyHealth) Watch(_ *healthpb.HealthCheckRequest, stream healthpb.Health_
 	s.seen <- trace.SpanContextFromContext(stream.Context())
 	return stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING})
 }
+
+// TestSpanLimits: a batch span keeps batchLinkLimit links unless OTEL_SPAN_LINK_COUNT_LIMIT says otherwise.
+func TestSpanLimits(t *testing.T) {
+	tests := []struct {
+		env  string
+		want int
+	}{
+		{"", batchLinkLimit},
+		{"50", 50},
+	}
+	for _, tt := range tests {
+		t.Run(tt.env, func(t *testing.T) {
+			t.Setenv("OTEL_SPAN_LINK_COUNT_LIMIT", tt.env)
+			if got := spanLimits().LinkCountLimit; got != tt.want {
+				t.Errorf("LinkCountLimit with OTEL_SPAN_LINK_COUNT_LIMIT=%q: %d, want %d", tt.env, got, tt.want)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 )
 
@@ -22,7 +23,7 @@ func (t *Telemetry) StagedServerOptions(stages StageTracer, op func(method strin
 		return t.ServerOptions()
 	}
 	return []grpc.ServerOption{
-		grpc.StatsHandler(rpcStagesHandler{inner: otelgrpc.NewServerHandler(t.otelgrpcOptions()...)}),
+		grpc.StatsHandler(rpcStagesHandler{inner: otelgrpc.NewServerHandler(t.otelgrpcOptions()...), gate: t.gate}),
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 			handler grpc.UnaryHandler) (any, error) {
 			return stages.unary(ctx, req, info, handler, op)
@@ -39,10 +40,25 @@ type rpcTimes struct {
 type rpcTimesKey struct{}
 
 // rpcStagesHandler is otelgrpc's server handler, noting when a sampled RPC starts and ending its answer stage
-// when it ends.
-type rpcStagesHandler struct{ inner stats.Handler }
+// when it ends; with a gate, an RPC without trace context that the gate does not draw skips otelgrpc.
+type rpcStagesHandler struct {
+	inner stats.Handler
+	gate  *rootGate
+}
+
+// untracedRPCKey marks the context of an RPC that skipped otelgrpc.
+type untracedRPCKey struct{}
+
+// traceparentHeader is the W3C trace context's header, which the propagator reads.
+const traceparentHeader = "traceparent"
 
 func (h rpcStagesHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
+	if h.gate != nil && len(metadata.ValueFromIncomingContext(ctx, traceparentHeader)) == 0 {
+		if !h.gate.draw() {
+			return context.WithValue(ctx, untracedRPCKey{}, true)
+		}
+		ctx = context.WithValue(ctx, sampledRootKey{}, true)
+	}
 	ctx = h.inner.TagRPC(ctx, info)
 	if trace.SpanFromContext(ctx).SpanContext().IsSampled() {
 		ctx = context.WithValue(ctx, rpcTimesKey{}, &rpcTimes{start: time.Now()})
@@ -51,6 +67,9 @@ func (h rpcStagesHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) co
 }
 
 func (h rpcStagesHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if h.gate != nil && ctx.Value(untracedRPCKey{}) != nil {
+		return
+	}
 	if _, end := s.(*stats.End); end {
 		if times, _ := ctx.Value(rpcTimesKey{}).(*rpcTimes); times != nil && times.answer != nil {
 			times.answer.End()

@@ -23,6 +23,8 @@ type Telemetry struct {
 	Tracers    trace.TracerProvider
 	Propagator propagation.TextMapPropagator
 	shutdown   func(context.Context) error
+	// gate decides the roots of client RPCs before otelgrpc sees them (nil: otelgrpc decides every one).
+	gate *rootGate
 }
 
 // TraceConfig is what a service's tracing needs to know.
@@ -58,8 +60,23 @@ func NewTelemetry(ctx context.Context, cfg TraceConfig) (*Telemetry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace resource for %s: %w", cfg.Service, err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sampler))
-	return &Telemetry{Tracers: tp, Propagator: prop, shutdown: tp.Shutdown}, nil
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sampler),
+		sdktrace.WithRawSpanLimits(spanLimits()))
+	return &Telemetry{Tracers: tp, Propagator: prop, shutdown: tp.Shutdown, gate: newRootGate(cfg.SampleRatio)}, nil
+}
+
+// batchLinkLimit is the most links a span keeps unless OTEL_SPAN_LINK_COUNT_LIMIT says otherwise: a batch span
+// links every sampled request it carried, and the SDK's default, 128, dropped the links past it (a WAL fsync
+// under 1000 clients carries more), so those requests' traces lost the batch.
+const batchLinkLimit = 8192
+
+// spanLimits are the SDK's limits (with their OTEL_SPAN_* variables), links raised to batchLinkLimit.
+func spanLimits() sdktrace.SpanLimits {
+	limits := sdktrace.NewSpanLimits()
+	if os.Getenv("OTEL_SPAN_LINK_COUNT_LIMIT") == "" {
+		limits.LinkCountLimit = batchLinkLimit
+	}
+	return limits
 }
 
 // NoTelemetry carries trace context but records nothing; for tests and tools.

@@ -307,6 +307,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		if svc.dependsOn != nil {
 			deps = svc.dependsOn(s.plan, i)
 		}
+		deps = append(deps, s.plan.traceDeps(svc)...)
 		var final []int
 		if svc.name == "consensus" {
 			final = []int{consensus.ExitCodeRemoved} // removed from the cluster: restarting it would not help

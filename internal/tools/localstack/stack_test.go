@@ -258,7 +258,7 @@ func TestClientTLS(t *testing.T) {
 }
 
 // TestTraceChild: with Trace a `cairn trace` child comes first, on ports of its own, and every other child
-// exports to its OTLP/gRPC port; without it there is no such child and no OTLP environment.
+// exports to its OTLP/gRPC port and depends on it; without it there is no such child and no OTLP environment.
 func TestTraceChild(t *testing.T) {
 	for _, traced := range []bool{false, true} {
 		t.Run(strconv.FormatBool(traced), func(t *testing.T) {
@@ -292,6 +292,10 @@ func TestTraceChild(t *testing.T) {
 				if !slices.Equal(tail, []string{"A=b", "OTEL_EXPORTER_OTLP_ENDPOINT=" + grpcURL, "OTEL_EXPORTER_OTLP_INSECURE=true",
 					"OTEL_BSP_MAX_QUEUE_SIZE=65536"}) {
 					t.Errorf("%s env %v, want Config.Env then the trace child's OTLP endpoint", spec.Name, spec.Env)
+				}
+				// It stops before the trace child, so that its last spans reach it.
+				if !slices.Contains(spec.DependsOn, "trace") {
+					t.Errorf("%s depends on %v, not on the trace child", spec.Name, spec.DependsOn)
 				}
 			}
 		})

@@ -38,6 +38,16 @@ func (p *plan) traceEnv(svc service) []string {
 	return append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + p.url("trace", "grpc"), "OTEL_EXPORTER_OTLP_INSECURE=true"}, TraceQueueEnv...)
 }
 
+// traceDeps makes every other child depend on the stack's `cairn trace`: it is up before they export to it,
+// and stopped after they have flushed their last spans to it (without it, each child's exporter waited out
+// its shutdown timeout on a receiver already gone, and the supervisor killed it).
+func (p *plan) traceDeps(svc service) []string {
+	if p.traces() == 0 || svc.name == "trace" {
+		return nil
+	}
+	return []string{"trace"}
+}
+
 // TraceQueueEnv raises the span exporters' queue (the SDK's default, 2048 spans, overflows and drops spans
 // within a second of a 1000-client benchmark) for a stack whose every span is meant to be analysed.
 var TraceQueueEnv = []string{"OTEL_BSP_MAX_QUEUE_SIZE=65536"}

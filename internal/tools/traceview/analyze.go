@@ -110,8 +110,12 @@ type Segment struct {
 // node is a span in a trace's tree.
 type node struct {
 	span     *Span
+	parent   *node
 	children []*node
+	// waitedOn are, for a wait stage, the detached spans it waited for (see adoptWaited).
+	waitedOn []*node
 	linked   bool
+	walking  bool // on walkCritical's stack
 	critical time.Duration
 	// pathStart is the earliest moment the node is on the critical path (valid when critical > 0).
 	pathStart time.Time
@@ -252,6 +256,7 @@ func (a *analysis) build(id TraceID) *tree {
 		if !ok {
 			parent = t.root // its parent never arrived (or was evicted): keep its time in the trace
 		}
+		n.parent = parent
 		parent.children = append(parent.children, n)
 	}
 	seen := map[*Span]bool{}
@@ -263,8 +268,11 @@ func (a *analysis) build(id TraceID) *tree {
 		if !ok {
 			parent = t.root
 		}
-		parent.children = append(parent.children, a.linkedSubtree(t, ls.span, seen))
+		linked := a.linkedSubtree(t, ls.span, seen)
+		linked.parent = parent
+		parent.children = append(parent.children, linked)
 	}
+	adoptWaited(t)
 	walkCritical(t.root, t.root.span.Start, t.root.span.End)
 	t.length = t.root.span.Duration()
 	return t
@@ -277,10 +285,55 @@ func (a *analysis) linkedSubtree(t *tree, span *Span, seen map[*Span]bool) *node
 	t.nodes = append(t.nodes, n)
 	for _, child := range a.childrenOf(span.Trace)[span.ID] {
 		if !seen[child] {
-			n.children = append(n.children, a.linkedSubtree(t, child, seen))
+			linked := a.linkedSubtree(t, child, seen)
+			linked.parent = n
+			n.children = append(n.children, linked)
+		}
+	}
+	// A batch of batches: the spans linking this one (consensus.read_index links the ReadIndex calls of
+	// storage.read_index rounds) are stages of the request too.
+	for _, ls := range a.linkedInto[span.Trace] {
+		if ls.target == span.ID && !seen[ls.span] {
+			linked := a.linkedSubtree(t, ls.span, seen)
+			linked.parent = n
+			n.children = append(n.children, linked)
 		}
 	}
 	return n
+}
+
+// isWait reports whether a span is a wait stage ("<service>.wait_<what>"): time spent until work done
+// elsewhere in the trace finishes (storage.wait_commit waits for consensus to commit the entry).
+func isWait(name string) bool {
+	_, stage, ok := strings.Cut(name, ".")
+	return ok && strings.HasPrefix(stage, "wait_")
+}
+
+// adoptWaited gives each wait stage of t the detached spans it waited for, so that the critical path goes
+// through the work rather than stopping at the wait. A detached span outlives its parent (consensus.commit
+// starts under the Propose call and ends at the commit, long after the call returned), so its parent's window
+// clips it off the path. A wait waited for a detached span that was under way when the wait began and ended
+// before the wait did (a bbolt commit still running when storage.wait_applied ends is not what it waited
+// for; spans of other processes are compared on their clocks, the same machine's for a member): the walk of the wait's window treats those as children (each moment of the path is still
+// counted once, so the shares still add up to 100%).
+func adoptWaited(t *tree) {
+	var waits, detached []*node
+	for _, n := range t.nodes {
+		switch {
+		case isWait(n.span.Name) && len(n.children) == 0:
+			waits = append(waits, n)
+		case n.parent != nil && n.span.End.After(n.parent.span.End):
+			detached = append(detached, n)
+		}
+	}
+	for _, wait := range waits {
+		for _, d := range detached {
+			if !d.span.Start.After(wait.span.Start) && d.span.End.After(wait.span.Start) && !d.span.End.After(wait.span.End) &&
+				!d.isAncestorOf(wait) {
+				wait.waitedOn = append(wait.waitedOn, d)
+			}
+		}
+	}
 }
 
 func (a *analysis) childrenOf(id TraceID) map[SpanID][]*Span {
@@ -297,14 +350,25 @@ func (a *analysis) childrenOf(id TraceID) map[SpanID][]*Span {
 	return byParent
 }
 
+func (n *node) isAncestorOf(other *node) bool {
+	for p := other.parent; p != nil; p = p.parent {
+		if p == n {
+			return true
+		}
+	}
+	return false
+}
+
 // walkCritical adds n's critical-path time within [from, to): from the window's end back to its start, the
 // child that ends last (clipped to what is left) is on the path, recursively; the gaps between are n's own.
 func walkCritical(n *node, from, to time.Time) {
 	start, end := later(n.span.Start, from), earlier(n.span.End, to)
-	if !end.After(start) {
-		return
+	if !end.After(start) || n.walking {
+		return // n.walking: a wait's adopted span that leads back to the wait is no path
 	}
-	children := slices.Clone(n.children)
+	n.walking = true
+	defer func() { n.walking = false }()
+	children := append(slices.Clone(n.children), n.waitedOn...)
 	slices.SortFunc(children, func(x, y *node) int { return y.span.End.Compare(x.span.End) })
 	cursor := end
 	for _, child := range children {

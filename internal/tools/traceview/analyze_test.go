@@ -98,6 +98,20 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 			shares: map[string]float64{"consensus.wal_fsync": 6.0 / 22, "consensus.wal_append": 2.0 / 22},
 		},
 		{
+			name: "a batch linking a batch's span (consensus.read_index linking a storage.read_index round's call) is a stage too",
+			spans: group(
+				withOp(b.span(1, 1, 0, "frontend.receive", 0, 10), "range.linearizable"),
+				b.span(1, 2, 1, "storage.wait_read_index", 1, 9),
+				withLinks(b.span(2, 1, 0, "storage.read_index", 2, 8), SpanRef{traceID(1), spanID(2)}),
+				b.span(2, 2, 1, "consensus.propose/ReadIndex", 2, 8),
+				withLinks(b.span(3, 1, 0, "consensus.read_index", 3, 7), SpanRef{traceID(2), spanID(2)}),
+			),
+			op: "range.linearizable",
+			critical: []Segment{{Name: "frontend.receive", Self: msd(2)}, {Name: "storage.wait_read_index", Self: msd(2)},
+				{Name: "consensus.propose/ReadIndex", Self: msd(2)}, {Name: "consensus.read_index", Self: msd(4)}},
+			shares: map[string]float64{"consensus.read_index": 0.4},
+		},
+		{
 			name: "a request linking another (a watch event linking its write) is not a batch stage of it",
 			spans: group(
 				withOp(b.span(1, 1, 0, "frontend.receive", 0, 10), "put"),
@@ -106,6 +120,26 @@ func TestAnalyzeCriticalPath(t *testing.T) {
 			),
 			op:       "put",
 			critical: []Segment{{Name: "frontend.receive", Self: msd(8)}, {Name: "storage.apply", Self: msd(2)}},
+		},
+		{
+			name: "a wait's time goes to the detached work it waited for, and that work's batches",
+			spans: group(
+				withOp(b.span(1, 1, 0, "frontend.receive", 0, 10), "put"),
+				b.span(1, 2, 1, "storage.propose", 0, 2),
+				b.span(1, 3, 2, "consensus.propose/Propose", 0.5, 1.5),
+				b.span(1, 4, 3, "consensus.commit", 1, 8), // outlives the call that started it
+				b.span(1, 5, 1, "storage.wait_commit", 2, 8.5),
+				b.span(1, 6, 1, "storage.apply", 8.5, 9.5),
+				b.span(1, 7, 1, "storage.apply", 7.5, 8.4),    // another member's: began after the wait, not waited for
+				b.span(1, 8, 2, "storage.bbolt_commit", 2, 9), // detached, but still running when the wait ended
+				withLinks(b.span(2, 1, 0, "consensus.wal_fsync", 3, 7), SpanRef{traceID(1), spanID(4)}),
+			),
+			op: "put",
+			critical: []Segment{{Name: "storage.propose", Self: msd(1)}, {Name: "consensus.propose/Propose", Self: msd(0.5)},
+				{Name: "consensus.commit", Self: msd(2.5)}, {Name: "consensus.wal_fsync", Self: msd(4)},
+				{Name: "storage.wait_commit", Self: msd(0.5)}, {Name: "storage.apply", Self: msd(1)},
+				{Name: "frontend.receive", Self: msd(0.5)}},
+			shares: map[string]float64{"consensus.commit": 0.25, "consensus.wal_fsync": 0.4, "storage.wait_commit": 0.05},
 		},
 		{
 			name: "a root without cairn.op is typed by its name; an orphan's time stays in the trace",

@@ -14,6 +14,7 @@ import (
 
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
@@ -21,6 +22,9 @@ import (
 
 // forwardTimeout bounds one forwarded request.
 const forwardTimeout = 10 * time.Second
+
+// forwardMaxBackoff bounds the wait between two dials of an OTLP/gRPC downstream that is not there.
+const forwardMaxBackoff = 2 * time.Second
 
 // forwardTarget is a parsed Config.ForwardURL.
 type forwardTarget struct {
@@ -78,7 +82,12 @@ func (f *forwarder) start() error {
 		if f.target.tls {
 			creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
 		}
-		conn, err := grpc.NewClient(f.target.addr, grpc.WithTransportCredentials(creds))
+		// A downstream that was away (a Jaeger restarting, a `cairn bench --trace` between runs) is dialled
+		// again within forwardMaxBackoff, not gRPC's default two minutes.
+		backoffConfig := backoff.DefaultConfig
+		backoffConfig.MaxDelay = forwardMaxBackoff
+		conn, err := grpc.NewClient(f.target.addr, grpc.WithTransportCredentials(creds),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoffConfig, MinConnectTimeout: forwardTimeout}))
 		if err != nil {
 			return fmt.Errorf("traceview: forwarding to %s: %w", f.target.addr, err)
 		}

@@ -131,6 +131,10 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 		y := 22 + i*waterRowH
 		x := waterLabelW + max(0, float64(s.Offset))*scale
 		width := max(1, float64(s.Duration())*scale)
+		// A span that ends after the root (another member's apply, a bbolt commit) is cut at the chart's
+		// edge, so it never runs over the times at the right.
+		width = max(1, min(width, waterLabelW+waterBarW-x))
+		x = min(x, waterLabelW+waterBarW-width)
 		label := s.Name
 		if s.Linked {
 			label += " [batch]"
@@ -142,17 +146,34 @@ func waterfallOf(caption string, v *TraceView) waterfall {
 		if s.Linked {
 			title += "; batch span linked to this request"
 		}
+		if after := s.Offset + s.Duration() - v.Duration; after > 0 {
+			title += fmt.Sprintf("; ends %s after the request (cut at the edge)", ms(after))
+		}
 		for _, key := range []string{"raft.index", "mvcc.revision", "cairn.batch.size", "cairn.count", "cairn.bytes"} {
 			if value := s.Attr(key); value != "" {
 				title += fmt.Sprintf("; %s=%s", key, value)
 			}
 		}
-		w.Rows = append(w.Rows, waterRow{Y: y, TextY: y + 12, Indent: 4 + float64(min(s.Depth, 20))*12, Label: label,
+		indent := 4 + float64(min(s.Depth, 20))*12
+		w.Rows = append(w.Rows, waterRow{Y: y, TextY: y + 12, Indent: indent, Label: fitLabel(label, indent),
 			Time: ms(s.Duration()), Color: stageColor(s.Name), X: x, Width: width, TimeX: waterLabelW + waterBarW + 6,
 			Linked: s.Linked, OnCritical: s.Critical > 0, Title: title})
 	}
 	w.Height = 30 + len(w.Rows)*waterRowH
 	return w
+}
+
+// waterCharW is the width of a character of the waterfall's labels (11px monospace).
+const waterCharW = 6.7
+
+// fitLabel cuts a waterfall label that would run from indent into the bars, with an ellipsis (the row's
+// title keeps the whole name).
+func fitLabel(label string, indent float64) string {
+	room := max(4, int((waterLabelW-8-indent)/waterCharW))
+	if runes := []rune(label); len(runes) > room {
+		return string(runes[:room-1]) + "…"
+	}
+	return label
 }
 
 // serviceHues gives each Cairn service a hue, so a stage's color says where it ran.

@@ -111,3 +111,24 @@ func textAndCounts(doc *html.Node) (string, map[string]int) {
 	walk(doc)
 	return text.String(), counts
 }
+
+// TestWaterfallStaysInItsColumns: a span that outlives the request is cut at the chart's edge (it used to run
+// over the times at the right), and a deep row's long name is cut before the bars.
+func TestWaterfallStaysInItsColumns(t *testing.T) {
+	b := spanBuilder{epoch: time.Unix(1_700_000_000, 0)}
+	spans := []*Span{withOp(b.span(1, 1, 0, "frontend.receive", 0, 10), "put")}
+	for depth := byte(2); depth < 14; depth++ {
+		spans = append(spans, b.span(1, depth, depth-1, "consensus.propose/ReadIndex"+ClientSuffix, 1, 9))
+	}
+	spans = append(spans, b.span(1, 20, 1, "storage.bbolt_commit", 8, 30), b.span(1, 21, 1, "storage.apply", 12, 14))
+	report := Analyze(group(spans...), Options{})
+	w := waterfallOf("median", report.Ops[0].Typical)
+	for _, row := range w.Rows {
+		if row.X < waterLabelW || row.X+row.Width > waterLabelW+waterBarW+0.001 {
+			t.Errorf("row %q bar [%.1f, %.1f] leaves the chart [%v, %v]", row.Label, row.X, row.X+row.Width, waterLabelW, waterLabelW+waterBarW)
+		}
+		if end := row.Indent + float64(len([]rune(row.Label)))*waterCharW; end > waterLabelW {
+			t.Errorf("label %q at %.0f runs to %.0f, into the bars at %v", row.Label, row.Indent, end, waterLabelW)
+		}
+	}
+}

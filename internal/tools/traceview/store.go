@@ -220,7 +220,13 @@ func resourceNames(attrs []*commonpb.KeyValue) (service, instance string) {
 }
 
 func convertSpan(ps *tracepb.Span, service, instance string) (*Span, bool) {
-	span := &Span{Name: ps.GetName(), Service: service, Instance: instance,
+	name := ps.GetName()
+	if ps.GetKind() == tracepb.Span_SPAN_KIND_CLIENT {
+		// A call's client and server spans share a name; the client's own time is the hop (send, queue,
+		// receive), so it is a stage of its own.
+		name += ClientSuffix
+	}
+	span := &Span{Name: name, Service: service, Instance: instance,
 		Start: time.Unix(0, int64(ps.GetStartTimeUnixNano())), End: time.Unix(0, int64(ps.GetEndTimeUnixNano()))}
 	if copy(span.Trace[:], ps.GetTraceId()) != len(span.Trace) || copy(span.ID[:], ps.GetSpanId()) != len(span.ID) ||
 		span.Trace == (TraceID{}) || span.ID.IsZero() {
@@ -248,6 +254,10 @@ func convertSpan(ps *tracepb.Span, service, instance string) (*Span, bool) {
 	}
 	return span, true
 }
+
+// ClientSuffix ends the stage name of a call's client span ("storage.pipeline/Submit (client)"), which would
+// otherwise share its name with the server span.
+const ClientSuffix = " (client)"
 
 // attrText writes an attribute value as text.
 func attrText(v *commonpb.AnyValue) string {
