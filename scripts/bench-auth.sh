@@ -10,17 +10,11 @@
 #   PUT1_TOTAL=2000 MANY_TOTAL=20000 scripts/bench-auth.sh    # smaller totals (defaults: etcd's 10000 and 100000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${CAIRN:-}" ]]; then
-	go build -o bin/cairn ./cmd/cairn
-	CAIRN=$PWD/bin/cairn
-fi
-ETCD=${ETCD:-${XDG_CACHE_HOME:-$HOME/.cache}/cairn/etcd-v3.7.3/etcd}
-ETCDCTL=${ETCDCTL:-$(dirname "$ETCD")/etcdctl}
 PUT1_TOTAL=${PUT1_TOTAL:-10000}
 MANY_TOTAL=${MANY_TOTAL:-100000}
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
-source scripts/lib/bench.sh
+source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 
 # enable_auth ENDPOINTS: adds root:pw with the root role and turns auth on, as an operator does.

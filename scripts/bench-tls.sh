@@ -9,16 +9,11 @@
 #   PUT1_TOTAL=10000 MANY_TOTAL=100000 scripts/bench-tls.sh   # etcd's documented totals (the defaults)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${CAIRN:-}" ]]; then
-	go build -o bin/cairn ./cmd/cairn
-	CAIRN=$PWD/bin/cairn
-fi
-ETCD=${ETCD:-${XDG_CACHE_HOME:-$HOME/.cache}/cairn/etcd-v3.7.3/etcd}
 PUT1_TOTAL=${PUT1_TOTAL:-10000}
 MANY_TOTAL=${MANY_TOTAL:-100000}
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
-source scripts/lib/bench.sh
+source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 "$CAIRN" certs --dir "$work/pki" etcd-1 etcd-2 etcd-3 client >/dev/null
 pki=$work/pki

@@ -12,18 +12,12 @@
 # On a shared machine the CPU column moves with the load: the 1-minute load average is printed with each row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${CAIRN:-}" ]]; then
-	go build -o bin/cairn ./cmd/cairn
-	CAIRN=$PWD/bin/cairn
-fi
-ETCD=${ETCD:-${XDG_CACHE_HOME:-$HOME/.cache}/cairn/etcd-v3.7.3/etcd}
-ETCDCTL=${ETCDCTL:-$(dirname "$ETCD")/etcdctl}
 WINDOW=${WINDOW:-30}
 SETTLE=${SETTLE:-10}
 GC_PERCENTS=${GC_PERCENTS:-400 100}
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
-source scripts/lib/bench.sh
+source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 ticks=$(getconf CLK_TCK)
 

@@ -1,7 +1,15 @@
 # Shared pieces of the side-by-side benchmark scripts (bench-tls.sh, bench-auth.sh, bench-encryption.sh):
 # starting and stopping a 3-member etcd and a `cairn up`, and reading Requests/sec off `cairn bench`.
-# Source it after setting CAIRN (the cairn binary), ETCD (etcd) and work (a scratch directory); the caller's EXIT
-# trap calls bench_cleanup.
+# Source it from the repository root after setting work (a scratch directory); the caller's EXIT trap calls
+# bench_cleanup. CAIRN (the cairn binary; built into bin/cairn when unset), ETCD and ETCDCTL (etcd v3.7.3 as
+# internal/tools/etcdref builds it into the user cache dir, by default) are set here unless given.
+
+if [[ -z "${CAIRN:-}" ]]; then
+	go build -o bin/cairn ./cmd/cairn
+	CAIRN=$PWD/bin/cairn
+fi
+ETCD=${ETCD:-${XDG_CACHE_HOME:-$HOME/.cache}/cairn/etcd-v3.7.3/etcd}
+ETCDCTL=${ETCDCTL:-$(dirname "$ETCD")/etcdctl}
 
 pids=()
 
