@@ -62,7 +62,11 @@ up_start() {
 	"$CAIRN" up --data-dir "$work/$name" --client-port "$((40000 + RANDOM % 20000))" "$@" >"$work/$name.out" 2>"$work/$name.log" &
 	pids+=($!)
 	until grep -q "cairn is up" "$work/$name.out" 2>/dev/null; do
-		kill -0 "${pids[-1]}" 2>/dev/null || { echo "cairn up $name exited; see $work/$name.log" >&2; return 1; }
+		if ! kill -0 "${pids[-1]}" 2>/dev/null; then
+			echo "cairn up $name exited at start; the end of its log:" >&2
+			tail -n 20 "$work/$name.log" "$work/$name.out" >&2
+			return 1
+		fi
 		sleep 0.2
 	done
 	endpoints=$(sed -n 's/^cairn is up: etcd client endpoints //p' "$work/$name.out")
