@@ -172,13 +172,21 @@ func checkEtcdctlWatch(t *testing.T, etcdctl string, endpoints []string, auth ..
 func checkWatchStreamsSpread(t *testing.T, s *composeStack) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for i := range 16 {
-		client := newClient(t, s.endpoints[i%3:i%3+1])
-		client.Watch(clientv3.WithRequireLeader(ctx), fmt.Sprintf("compose/spread/%d", i))
+	opened := 0
+	open := func(n int) { // n more streams, one client each, over the three frontends
+		for range n {
+			client := newClient(t, s.endpoints[opened%3:opened%3+1])
+			client.Watch(clientv3.WithRequireLeader(ctx), fmt.Sprintf("compose/spread/%d", opened))
+			opened++
+		}
 	}
+	open(16)
 	hubs := s.containers(t, "watchhub")
 	streams := map[string]float64{}
 	waittest.Until(t, time.Minute, time.Second, "watch streams on each of the 4 hubs", func() bool {
+		// A frontend looks the hubs' name up again every 5 s, so streams opened before it saw the new hubs stay
+		// where they are: keep opening a few (at most 4 a second, 240 in all) until every hub serves some.
+		defer open(4)
 		for _, hub := range hubs {
 			streams[hub] = s.metric(t, hub, composeHealthPorts["watchhub"], "etcd_debugging_mvcc_watch_stream_total")
 			if streams[hub] < 1 {
