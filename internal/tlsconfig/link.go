@@ -70,15 +70,12 @@ func NewLink(kind string, f Files, p Policy, deps Deps) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	logger := deps.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	failures, err := HandshakeFailures(deps.Registry)
+	l, err := NewServerLink(kind, server, deps)
 	if err != nil {
 		return nil, err
 	}
-	return &Link{kind: kind, server: server, client: client, logger: logger, failures: failures}, nil
+	l.client = client
+	return l, nil
 }
 
 // NewServerLink is the Link of a port this process serves with server, a configuration of its own (etcd's
