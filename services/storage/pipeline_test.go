@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -143,8 +144,19 @@ func TestPipelineDeadlinesAndBrokenStreams(t *testing.T) {
 	}
 	callCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := p.Range(callCtx, &pb.RangeRequest{Key: []byte("a")}, 0); status.Code(err) != codes.Unavailable || !errors.Is(err, link.ErrNotSent) {
-		t.Fatalf("call on a stopped storage: %v, want Unavailable, marked not sent", err)
+	_, err := p.Range(callCtx, &pb.RangeRequest{Key: []byte("a")}, 0)
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("call on a stopped storage: %v, want Unavailable", err)
+	}
+	if !errors.Is(err, link.ErrNotSent) {
+		// A refused dial is certainly not sent. The mark can be missing only if another process's listener took
+		// the freed port meanwhile (tests run in parallel) and took the call: then the link cannot know.
+		if c, dialErr := net.DialTimeout("tcp", m.listener.Addr().String(), time.Second); dialErr == nil {
+			_ = c.Close()
+			t.Logf("the stopped storage's port was taken by another listener; not-sent mark not checked: %v", err)
+			return
+		}
+		t.Fatalf("call on a stopped storage: %v, want it marked not sent", err)
 	}
 }
 
