@@ -51,19 +51,21 @@ func sessions(t *testing.T, c *clustertest.Cluster, n int, ttl int) []*concurren
 }
 
 // TestMutexTryLockUnderContention: 8 client/v3 sessions on all frontends contend for one concurrency.Mutex
-// with TryLock (which needs no watch) for 3 seconds; never two hold it at once, and closing the sessions revokes
-// their leases.
+// with TryLock (which needs no watch) until it has been taken 16 times; never two hold it at once, and closing
+// the sessions revokes their leases. The contention lasts for a number of acquisitions, not a time: on a loaded
+// machine 3 seconds held as few as 4, so a count in a fixed time measured the machine.
 func TestMutexTryLockUnderContention(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{Leasekeepers: 2})
 	c.ActiveLeasekeeper(10 * time.Second)
 	ss := sessions(t, c, 8, 10)
+	const acquisitions = 16
 	var holders lockHolders
 	var wg sync.WaitGroup
-	stop := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for i, s := range ss {
 		wg.Go(func() {
 			m := concurrency.NewMutex(s, "/trylock")
-			for time.Now().Before(stop) {
+			for holders.acquired.Load() < acquisitions && time.Now().Before(deadline) {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				err := m.TryLock(ctx)
 				switch {
@@ -82,8 +84,8 @@ func TestMutexTryLockUnderContention(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if holders.acquired.Load() < 4 {
-		t.Fatalf("only %d acquisitions in 3s", holders.acquired.Load())
+	if holders.acquired.Load() < acquisitions {
+		t.Fatalf("only %d acquisitions in a minute, want %d", holders.acquired.Load(), acquisitions)
 	}
 	t.Logf("%d acquisitions by 8 clients", holders.acquired.Load())
 	cli := c.Client(t)
