@@ -31,7 +31,9 @@ func stormLeases(t *testing.T) int {
 // TestExpiryStorm grants many leases (each with a key), makes them all expire at the same instant on the
 // keeper's clock, and checks that they are revoked no faster than RevokeRate per second (in paced batches,
 // etcd's leaseRevokeRate) yet all within the time that rate needs, while a concurrent writer's puts keep being
-// served promptly.
+// served promptly. The upper bounds allow for the machine: the time the rate needs plus what this run took to
+// grant the leases (as many writes again), and the writer's p99 within 500 ms plus twice its p99 before the
+// storm; on a quiet machine both are the rate's and 500 ms.
 func TestExpiryStorm(t *testing.T) {
 	leases := stormLeases(t)
 	env := newTestEnv(t, 1)
@@ -43,6 +45,7 @@ func TestExpiryStorm(t *testing.T) {
 
 	const ttl = 3600 // nothing expires while granting; the storm is set off below
 	const grantWorkers = 32
+	granting := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, grantWorkers)
@@ -72,7 +75,12 @@ func TestExpiryStorm(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	t.Logf("granted %d leases with keys", leases)
+	granted := time.Since(granting)
+	t.Logf("granted %d leases with keys in %v", leases, granted)
+	before, err := writeLatencies(ctx, env, 50)
+	if err != nil {
+		t.Fatalf("writer before the storm: %v", err)
+	}
 	k.table.mu.Lock()
 	expiredAt := time.Now()
 	for _, l := range k.table.leases {
@@ -111,8 +119,9 @@ func TestExpiryStorm(t *testing.T) {
 		if n == 0 {
 			break
 		}
-		if took > needs*3/2+5*time.Second {
-			t.Fatalf("%d of %d storm keys left after %v; the rate allows all in %v", n, leases, took, needs)
+		if took > needs*3/2+5*time.Second+granted {
+			t.Fatalf("%d of %d storm keys left after %v; the rate allows all in %v (granting them took %v)", n,
+				leases, took, needs, granted)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -121,14 +130,29 @@ func TestExpiryStorm(t *testing.T) {
 		t.Fatalf("writer during the storm: %v", err)
 	}
 	minTook := time.Duration(leases-rate/5) * time.Second / time.Duration(rate) // less the limiter's burst
-	t.Logf("revoked %d leases expired at once in %v (rate limit %d/s); writer: %d puts, p99 %v, max %v", leases,
-		took, rate, len(latencies), percentile(latencies, 0.99), percentile(latencies, 1))
+	t.Logf("revoked %d leases expired at once in %v (rate limit %d/s); writer: %d puts, p99 %v, max %v (before the storm: p99 %v)",
+		leases, took, rate, len(latencies), percentile(latencies, 0.99), percentile(latencies, 1), percentile(before, 0.99))
 	if took < minTook {
 		t.Fatalf("storm revoked in %v, faster than the %d/s limit allows (%v)", took, rate, minTook)
 	}
-	if p99 := percentile(latencies, 0.99); len(latencies) < 10 || p99 > 500*time.Millisecond {
-		t.Fatalf("writes stalled during the storm: %d puts, p99 %v", len(latencies), p99)
+	stalled := 500*time.Millisecond + 2*percentile(before, 0.99)
+	if p99 := percentile(latencies, 0.99); len(latencies) < 10 || p99 > stalled {
+		t.Fatalf("writes stalled during the storm: %d puts, p99 %v (over %v)", len(latencies), p99, stalled)
 	}
+}
+
+// writeLatencies times n puts of the storm's writer, one every 5 ms.
+func writeLatencies(ctx context.Context, env *testEnv, n int) ([]time.Duration, error) {
+	var latencies []time.Duration
+	for i := range n {
+		start := time.Now()
+		if _, err := env.store.Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprintf("writer/%d", i%100)), Value: []byte("v")}); err != nil {
+			return nil, err
+		}
+		latencies = append(latencies, time.Since(start))
+		time.Sleep(5 * time.Millisecond)
+	}
+	return latencies, nil
 }
 
 func countKeys(ctx context.Context, t *testing.T, env *testEnv, prefix string) int64 {
