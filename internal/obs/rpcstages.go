@@ -60,8 +60,12 @@ func (h rpcStagesHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) co
 		ctx = context.WithValue(ctx, sampledRootKey{}, true)
 	}
 	ctx = h.inner.TagRPC(ctx, info)
-	if trace.SpanFromContext(ctx).SpanContext().IsSampled() {
-		ctx = context.WithValue(ctx, rpcTimesKey{}, &rpcTimes{start: time.Now()})
+	if span := trace.SpanFromContext(ctx); span.SpanContext().IsSampled() {
+		start := time.Now()
+		if recorded, ok := span.(interface{ StartTime() time.Time }); ok {
+			start = recorded.StartTime() // the receive stage starts with the span, not a clock read later
+		}
+		ctx = context.WithValue(ctx, rpcTimesKey{}, &rpcTimes{start: start})
 	}
 	return ctx
 }
@@ -70,12 +74,18 @@ func (h rpcStagesHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	if h.gate != nil && ctx.Value(untracedRPCKey{}) != nil {
 		return
 	}
+	h.inner.HandleRPC(ctx, s) // on End, otelgrpc ends the server span
 	if _, end := s.(*stats.End); end {
 		if times, _ := ctx.Value(rpcTimesKey{}).(*rpcTimes); times != nil && times.answer != nil {
-			times.answer.End()
+			// The answer stage ends when the server span did: a clock read of its own, a preemption away,
+			// would leave a gap the stages no longer tile (seen under load: 3.6 ms of a 7 ms Range).
+			endedAt := time.Now()
+			if recorded, ok := trace.SpanFromContext(ctx).(interface{ EndTime() time.Time }); ok && !recorded.EndTime().IsZero() {
+				endedAt = recorded.EndTime()
+			}
+			times.answer.End(trace.WithTimestamp(endedAt))
 		}
 	}
-	h.inner.HandleRPC(ctx, s)
 }
 
 func (h rpcStagesHandler) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
