@@ -263,6 +263,16 @@ func (k *Keyring) resourceOf(key []byte) (resource, bool) {
 	return resource{}, false
 }
 
+// Covers reports whether key belongs to a resource of the configuration (its values sealed, or plain only where
+// the resource lists identity); the values of a key in no resource stay plain whatever the file lists.
+func (k *Keyring) Covers(key []byte) bool {
+	if k == nil {
+		return false
+	}
+	_, ok := k.resourceOf(key)
+	return ok
+}
+
 // Seal returns value sealed for key by the first provider of key's resource; a key in no resource, or whose
 // resource's first provider is identity, keeps its value plain.
 func (k *Keyring) Seal(ctx context.Context, key, value []byte) ([]byte, error) {
