@@ -64,7 +64,10 @@ modes=(off aesgcm kms)
 printf '%-8s %-7s %12s %12s %12s\n' mode value put/s range-l/s range-s/s | tee "$work/rows"
 for round in $(seq "$rounds"); do
 	for i in 0 1 2; do
-		rows "${modes[$(((round - 1 + i) % 3))]}" "$round" | tee -a "$work/rows"
+		# not in a pipeline: rows must run in this shell, so bench_cleanup knows the stack it started
+		rows "${modes[$(((round - 1 + i) % 3))]}" "$round" >"$work/last"
+		cat "$work/last"
+		cat "$work/last" >>"$work/rows"
 	done
 done
 [ "$rounds" -gt 1 ] && echo && echo "median of $rounds rounds; ratios of the medians"
