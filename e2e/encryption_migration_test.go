@@ -15,6 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cairn-kv/cairn/internal/seal/kmsplugin/kmsplugintest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/internal/tools/supervisor"
@@ -27,12 +28,7 @@ import (
 // HashKV agree, and status shows every key's latest value under the KMS key.
 func TestEncryptionMigrationOnCairnUp(t *testing.T) {
 	etcdctl := etcdreftest.Etcdctl(t)
-	kmsBinary := filepath.Join(t.TempDir(), "cairn-kms")
-	if out, err := exec.Command("go", "build", "-o", kmsBinary, "github.com/cairn-kv/cairn/cmd/cairn-kms").CombinedOutput(); err != nil {
-		t.Fatalf("build cairn-kms: %v\n%s", err, out)
-	}
-	keyFile := filepath.Join(t.TempDir(), "kms-keys.json")
-	runCmd(t, kmsBinary, "rotate", "--key-file", keyFile)
+	kmsBinary, keyFile := kmsplugintest.Build(t)
 
 	config := filepath.Join(t.TempDir(), "encryption.yaml")
 	writeEncryptionConfig(t, config, "  - identity: {}\n")
@@ -58,8 +54,7 @@ func TestEncryptionMigrationOnCairnUp(t *testing.T) {
 		name, providers, want string
 	}{
 		{"identity to aesgcm", aesgcm + "  - identity: {}\n", "aesgcm"},
-		{"aesgcm to a KMS plugin key", fmt.Sprintf("  - kms: {name: local-kms, command: %s, args: [--key-file, %s], timeout: 5s}\n",
-			kmsBinary, keyFile) + aesgcm + "  - identity: {}\n", "local-kms"},
+		{"aesgcm to a KMS plugin key", kmsplugintest.Provider(kmsBinary, keyFile) + aesgcm + "  - identity: {}\n", "local-kms"},
 	}
 	for _, step := range steps {
 		writeEncryptionConfig(t, config, step.providers)

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # Encryption at rest, benchmarked in one run: a fresh 3-member `cairn up` with encryption off, with aesgcm, and
 # with the reference KMS plugin (cmd/cairn-kms), each under the same rows: put from 1000 clients and linearizable
-# and serializable range, with 1 KiB and 100 KiB values. Prints Requests/sec per row and mode.
+# and serializable range, with 1 KiB and 100 KiB values. Prints Requests/sec per row and mode, then, per row, the
+# median over the rounds and the ratios aesgcm/off (goal ≥ 0.85) and kms/aesgcm (goal ≥ 0.95).
 #
-#   scripts/bench-encryption.sh            # full size (about 10 minutes on 2 cores)
-#   SCALE=10 scripts/bench-encryption.sh   # totals divided by 10, for a quick look
+#   scripts/bench-encryption.sh              # full size, one round (about 10 minutes on 2 cores)
+#   ROUNDS=3 scripts/bench-encryption.sh     # 3 rounds; each starts with another mode, so no mode always runs last
+#   SCALE=10 scripts/bench-encryption.sh     # totals divided by 10, for a quick look
+#   CAIRN=/path/cairn CAIRN_KMS=/path/cairn-kms scripts/bench-encryption.sh   # prebuilt binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale=${SCALE:-1}
-# CAIRN=/path/cairn and CAIRN_KMS=/path/cairn-kms skip the build (e.g. binaries built elsewhere).
-if [[ -z "${CAIRN:-}" ]]; then
-  go build -o bin/cairn ./cmd/cairn
-  CAIRN=$PWD/bin/cairn
-fi
-if [[ -z "${CAIRN_KMS:-}" ]]; then
-  go build -o bin/cairn-kms ./cmd/cairn-kms
-  CAIRN_KMS=$PWD/bin/cairn-kms
-fi
+rounds=${ROUNDS:-1}
 work=$(mktemp -d)
-trap 'kill $up_pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
+# shellcheck source=lib/bench.sh
+source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset)
+trap 'bench_cleanup; rm -rf "$work"' EXIT
+if [[ -z "${CAIRN_KMS:-}" ]]; then
+	go build -o bin/cairn-kms ./cmd/cairn-kms
+	CAIRN_KMS=$PWD/bin/cairn-kms
+fi
 secret=$(head -c 32 /dev/urandom | base64)
 "$CAIRN_KMS" rotate --key-file "$work/kms.json" >/dev/null
 cat >"$work/aesgcm.yaml" <<YAML
@@ -35,25 +36,52 @@ resources:
   providers:
   - kms: {name: local-kms, command: $CAIRN_KMS, args: [--key-file, $work/kms.json]}
 YAML
-port=$((20000 + RANDOM % 20000))
-endpoint=127.0.0.1:$port
-bench() { "$CAIRN" bench --endpoints="$endpoint" --conns=100 --clients=1000 "$@" 2>/dev/null | awk '/Requests\/sec/ {print $2}'; }
-printf '%-8s %-7s %12s %12s %12s\n' mode value put/s range-l/s range-s/s
-for mode in off aesgcm kms; do
-  args=()
-  [ "$mode" != off ] && args=(--encryption-config "$work/$mode.yaml")
-  "$CAIRN" up --data-dir "$work/up-$mode" --client-port "$port" "${args[@]}" >"$work/up-$mode.out" 2>&1 &
-  up_pid=$!
-  for _ in $(seq 600); do grep -q "cairn is up" "$work/up-$mode.out" && break; sleep 0.1; done
-  for size in 1024 102400; do
-    total=$(( (size == 1024 ? 100000 : 10000) / scale ))
-    put=$(bench put --key-size=8 --sequential-keys --total="$total" --val-size="$size")
-    # the key the ranges read, holding one value of this size (through the JSON gateway)
-    printf '{"key":"%s","value":"%s"}' "$(printf rangekey | base64)" "$(head -c "$size" /dev/zero | tr '\0' v | base64 -w0)" >"$work/put.json"
-    curl -sf "http://$endpoint/v3/kv/put" -d @"$work/put.json" >/dev/null
-    rl=$(bench range rangekey --consistency=l --total="$total")
-    rs=$(bench range rangekey --consistency=s --total="$total")
-    printf '%-8s %-7s %12s %12s %12s\n' "$mode" "$((size / 1024))KiB" "$put" "$rl" "$rs"
-  done
-  kill -INT $up_pid; wait $up_pid || true
+
+# rows MODE ROUND: starts a stack in MODE and prints one line per value size: mode size put/s range-l/s range-s/s.
+rows() {
+	local mode=$1 round=$2 args=() size total first
+	[ "$mode" != off ] && args=(--encryption-config "$work/$mode.yaml")
+	# a random client port another process took fails the start: try another
+	up_start "up-$mode-$round" "${args[@]}" || up_start "up-$mode-$round-again" "${args[@]}"
+	first=${endpoints%%,*}
+	rate "$endpoints" "" --total 1 put >/dev/null || true # warm-up
+	for size in 1024 102400; do
+		total=$(((size == 1024 ? 100000 : 10000) / scale))
+		local put rl rs
+		# a run that fails (a timeout under load) prints "-" and the rounds go on
+		put=$(rate "$endpoints" "" --conns=100 --clients=1000 put --key-size=8 --sequential-keys --total="$total" --val-size="$size") || put=-
+		# the key the ranges read, holding one value of this size (through the JSON gateway)
+		printf '{"key":"%s","value":"%s"}' "$(printf rangekey | base64)" "$(head -c "$size" /dev/zero | tr '\0' v | base64 -w0)" >"$work/put.json"
+		curl -sf "$first/v3/kv/put" -d @"$work/put.json" >/dev/null
+		rl=$(rate "$endpoints" "" --conns=100 --clients=1000 range rangekey --consistency=l --total="$total") || rl=-
+		rs=$(rate "$endpoints" "" --conns=100 --clients=1000 range rangekey --consistency=s --total="$total") || rs=-
+		printf '%-8s %-7s %12s %12s %12s\n' "$mode" "$((size / 1024))KiB" "$put" "$rl" "$rs"
+	done
+	stop_last
+}
+
+modes=(off aesgcm kms)
+printf '%-8s %-7s %12s %12s %12s\n' mode value put/s range-l/s range-s/s | tee "$work/rows"
+for round in $(seq "$rounds"); do
+	for i in 0 1 2; do
+		# not in a pipeline: rows must run in this shell, so bench_cleanup knows the stack it started
+		rows "${modes[$(((round - 1 + i) % 3))]}" "$round" >"$work/last"
+		cat "$work/last"
+		cat "$work/last" >>"$work/rows"
+	done
 done
+[ "$rounds" -gt 1 ] && echo && echo "median of $rounds rounds; ratios of the medians"
+python3 - "$work/rows" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]).readlines()[1:] if l.strip()]
+med = {}
+for mode, size, *rates in rows:
+    for col, r in zip(("put", "range-l", "range-s"), rates):
+        if r.replace(".", "", 1).isdigit():
+            med.setdefault((size, col), {}).setdefault(mode, []).append(float(r))
+print("%-7s %-8s %10s %10s %10s %11s %11s" % ("value", "row", "off", "aesgcm", "kms", "aesgcm/off", "kms/aesgcm"))
+for (size, col), by in med.items():
+    m = {mode: statistics.median(by.get(mode) or [float("nan")]) for mode in ("off", "aesgcm", "kms")}
+    print("%-7s %-8s %10.0f %10.0f %10.0f %11.2f %11.2f" % (size, col, m["off"], m["aesgcm"], m["kms"],
+          m["aesgcm"] / m["off"], m["kms"] / m["aesgcm"]))
+PY

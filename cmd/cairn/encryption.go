@@ -126,6 +126,8 @@ func printStatus(cmd *cobra.Command, scan *sealops.Scan, keyring *seal.Keyring) 
 		state := ""
 		if keyring != nil {
 			switch {
+			case ref.Provider == seal.KindIdentity && !keyring.Uses(ref.Provider, ref.KeyID) && !coversAny(keyring, scan.PlainKeys):
+				state = "plain: keys in no resource"
 			case !keyring.Uses(ref.Provider, ref.KeyID):
 				state = "MISSING from the configuration"
 			default:
@@ -135,6 +137,16 @@ func printStatus(cmd *cobra.Command, scan *sealops.Scan, keyring *seal.Keyring) 
 		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%s\n", ref.Provider, ref.KeyID, scan.All[ref], latest[ref], state)
 	}
 	return w.Flush()
+}
+
+// coversAny reports whether a key of keys belongs to a resource of keyring (its plain values need identity).
+func coversAny(keyring *seal.Keyring, keys map[string]bool) bool {
+	for key := range keys {
+		if keyring.Covers([]byte(key)) {
+			return true
+		}
+	}
+	return false
 }
 
 func newEncryptionRewrapCommand() *cobra.Command {

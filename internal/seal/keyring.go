@@ -30,6 +30,8 @@ type Options struct {
 	DataKeyAge  time.Duration
 	CacheSize   int
 	CacheTTL    time.Duration
+	// PrimaryCheck is how often a KMS (a PrimaryReporter) is asked for its primary key while it seals.
+	PrimaryCheck time.Duration
 }
 
 // Keyring seals and opens values as a Config says. It is safe for concurrent use. A nil *Keyring is encryption
@@ -58,30 +60,45 @@ type writerKey struct {
 	header  Header
 	uses    int64
 	created time.Time
-	checked time.Time // when the provider's primary key was last compared with header's (primaryMoved)
+	checked time.Time // when a check of the provider's primary key against header's last started (checkPrimary)
+	moved   bool      // the provider reported another primary key: wrap a new data key
 }
 
 // PrimaryReporter is a Provider whose primary key can change while it runs (a KMS rotating its key): the keyring
-// asks it at most every PrimaryCheckInterval and wraps a new data key as soon as the primary moved.
+// asks it at most every Options.PrimaryCheck and wraps a new data key as soon as the primary moved.
 type PrimaryReporter interface {
 	PrimaryKeyID(ctx context.Context) (string, error)
 }
 
-// PrimaryCheckInterval is how often a writer's data key is checked against its PrimaryReporter's primary key.
+// PrimaryCheckInterval is the default of Options.PrimaryCheck: how often a writer's data key is checked against
+// its PrimaryReporter's primary key.
 const PrimaryCheckInterval = 10 * time.Second
 
-// primaryMoved reports whether p reports a primary key other than the one w's data key is wrapped under (checked
-// at most every PrimaryCheckInterval; an error keeps the current data key). k.mu is held.
-func (k *Keyring) primaryMoved(ctx context.Context, p Provider, w *writerKey) bool {
+// primaryCheckDue reports whether w's provider p is a PrimaryReporter due to be asked for its primary key, and
+// marks the check as started (so one seal asks, the others go on). k.mu is held.
+func (k *Keyring) primaryCheckDue(p Provider, w *writerKey) (PrimaryReporter, bool) {
 	reporter, ok := p.(PrimaryReporter)
-	if !ok || time.Since(w.checked) < PrimaryCheckInterval {
-		return false
+	if !ok || time.Since(w.checked) < k.opts.PrimaryCheck {
+		return nil, false
 	}
 	w.checked = time.Now()
-	ctx, cancel := context.WithTimeout(ctx, time.Second) // seals wait on this: a KMS that is down must not hold them
+	return reporter, true
+}
+
+// checkPrimary asks reporter for its primary key and marks w moved when it is not the one w's data key is wrapped
+// under (an error keeps the current data key). It runs without k.mu: a KMS round trip, or a KMS that does not
+// answer, must not hold the other seals.
+func (k *Keyring) checkPrimary(ctx context.Context, reporter PrimaryReporter, w *writerKey) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	primary, err := reporter.PrimaryKeyID(ctx)
-	return err == nil && primary != w.header.KeyID
+	if err != nil || primary == w.header.KeyID {
+		return false
+	}
+	k.mu.Lock()
+	w.moved = true
+	k.mu.Unlock()
+	return true
 }
 
 // KMSOpener starts a KMS provider; the binary passes kmsplugin's (see OpenKMS), tests may pass another.
@@ -160,6 +177,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CacheTTL <= 0 {
 		o.CacheTTL = DefaultCacheTTL
+	}
+	if o.PrimaryCheck <= 0 {
+		o.PrimaryCheck = PrimaryCheckInterval
 	}
 	return o
 }
@@ -243,6 +263,16 @@ func (k *Keyring) resourceOf(key []byte) (resource, bool) {
 	return resource{}, false
 }
 
+// Covers reports whether key belongs to a resource of the configuration (its values sealed, or plain only where
+// the resource lists identity); the values of a key in no resource stay plain whatever the file lists.
+func (k *Keyring) Covers(key []byte) bool {
+	if k == nil {
+		return false
+	}
+	_, ok := k.resourceOf(key)
+	return ok
+}
+
 // Seal returns value sealed for key by the first provider of key's resource; a key in no resource, or whose
 // resource's first provider is identity, keeps its value plain.
 func (k *Keyring) Seal(ctx context.Context, key, value []byte) ([]byte, error) {
@@ -260,15 +290,21 @@ func (k *Keyring) Seal(ctx context.Context, key, value []byte) ([]byte, error) {
 	return dk.seal(key, value), nil
 }
 
-// writerKey returns the data key p seals with now, wrapping a new one when the last is used up or old.
+// writerKey returns the data key p seals with now, wrapping a new one when the last is used up, old, or wrapped
+// under a key its KMS no longer has as primary.
 func (k *Keyring) writerKey(ctx context.Context, p Provider) (*dataKey, error) {
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	w := k.writers[p.Name()]
-	if w != nil && w.uses < k.opts.DataKeyUses && time.Since(w.created) < k.opts.DataKeyAge && !k.primaryMoved(ctx, p, w) {
+	if w != nil && !w.moved && w.uses < k.opts.DataKeyUses && time.Since(w.created) < k.opts.DataKeyAge {
 		w.uses++
+		reporter, due := k.primaryCheckDue(p, w)
+		k.mu.Unlock()
+		if due && k.checkPrimary(ctx, reporter, w) {
+			return k.writerKey(ctx, p) // wraps under the new primary (or takes the data key another seal wrapped)
+		}
 		return w.key, nil
 	}
+	defer k.mu.Unlock()
 	secret := make([]byte, KeySize)
 	_, _ = rand.Read(secret)
 	keyID, wrapped, err := p.Wrap(ctx, secret)

@@ -225,7 +225,8 @@ func checkNoSealedValues(path string) error {
 const sampleValues = 64
 
 // checkKeyring reads the database at path read-only before storage opens it: every stored value's header must
-// name a provider and key the configuration has (so removing a key that still seals values refuses the start),
+// name a provider and key the configuration has (a plain value counts as identity unless its key is in no
+// resource) (so removing a key that still seals values refuses the start),
 // and the newest sampleValues values must open (so a wrong secret or a missing plugin refuses it too). A refused
 // start changes nothing on disk and says why.
 func checkKeyring(path string, keyring *seal.Keyring, logger *slog.Logger) error {
@@ -238,6 +239,9 @@ func checkKeyring(path string, keyring *seal.Keyring, logger *slog.Logger) error
 	census := seal.Census{}
 	opened := 0
 	err := mvcc.ScanValues(path, true, func(kv *mvccpb.KeyValue) error {
+		if !seal.IsSealed(kv.Value) && !keyring.Covers(kv.Key) {
+			return nil // a key in no resource: plain by design, with or without identity in the file
+		}
 		census.Add(kv.Value)
 		if opened < sampleValues {
 			opened++

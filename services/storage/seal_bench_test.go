@@ -3,15 +3,12 @@ package storage
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/cairn-kv/cairn/internal/seal"
-	"github.com/cairn-kv/cairn/internal/seal/kmsplugin"
+	"github.com/cairn-kv/cairn/internal/seal/kmsplugin/kmsplugintest"
 )
 
 // BenchmarkSealed compares a storage with encryption off, with aesgcm and with a KMS plugin (cmd/cairn-kms, data
@@ -28,7 +25,7 @@ func BenchmarkSealed(b *testing.B) {
 		{"aesgcm", func(b *testing.B) *seal.Keyring {
 			return testKeyring(b, fmt.Sprintf("  - aesgcm: {keys: [{name: k1, secret: %s}]}\n", randomSecret()))
 		}},
-		{"kms", benchKMSKeyring},
+		{"kms", func(b *testing.B) *seal.Keyring { return kmsplugintest.Keyring(b, seal.Options{}) }},
 	}
 	for _, size := range []int{1 << 10, 100 << 10} {
 		value := make([]byte, size)
@@ -65,27 +62,4 @@ func BenchmarkSealed(b *testing.B) {
 			})
 		}
 	}
-}
-
-// benchKMSKeyring builds cmd/cairn-kms and a keyring whose only provider is that plugin.
-func benchKMSKeyring(b *testing.B) *seal.Keyring {
-	dir := b.TempDir()
-	binary, keyFile := filepath.Join(dir, "cairn-kms"), filepath.Join(dir, "keys.json")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/cairn-kv/cairn/cmd/cairn-kms").CombinedOutput(); err != nil {
-		b.Fatalf("build cairn-kms: %v\n%s", err, out)
-	}
-	if _, err := kmsplugin.RotateKeyFile(keyFile); err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := seal.ParseConfig(fmt.Appendf(nil, `kind: EncryptionConfiguration
-resources: [{prefixes: ["/"], providers: [{kms: {name: local-kms, command: %s, args: [--key-file, %s]}}]}]`, binary, keyFile))
-	if err != nil {
-		b.Fatal(err)
-	}
-	k, err := seal.NewKeyring(context.Background(), cfg, seal.Options{Logger: slog.New(slog.DiscardHandler)}, kmsplugin.OpenProvider)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = k.Close() })
-	return k
 }

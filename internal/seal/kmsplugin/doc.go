@@ -20,7 +20,9 @@
 // configured timeout. A plugin process that dies (a crash, kill -9) is started again on the next call; a call
 // that finds it down and cannot start it fails with seal.ErrUnavailable, which storage answers as a retryable
 // Unavailable, never a wrong value. Unwrapped data keys are cached by seal.Keyring, so a running cluster calls the
-// plugin about once per data key, not per request.
+// plugin about once per data key, not per request, plus one Status every seal.PrimaryCheckInterval while it seals
+// (asked by one seal, the others going on meanwhile). seal's BenchmarkKeyring compares Seal and Open under this
+// plugin with aesgcm.
 //
 // cmd/cairn-kms is the reference plugin: a local key service with key versions, kept in a file.
 package kmsplugin

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/seal"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
@@ -46,6 +47,9 @@ type Options struct {
 	ConfigureConsensus func(*consensus.Config)
 	ConfigureStorage   func(*storage.Config)
 	ConfigureFrontend  func(*frontend.Config)
+	// StorageKeyring, if set, gives a member's storage its keyring (storage.Deps.Keyring) at each start, so a
+	// test can restart a storage on another encryption configuration.
+	StorageKeyring func(member string) *seal.Keyring
 	// Leasekeepers is the number of leasekeepers (the first to claim is active, the others stand by); with
 	// any, an embedded NATS carries every storage's applied records and the frontends forward Lease to them.
 	Leasekeepers         int

@@ -91,6 +91,9 @@ func (m *Member) StartStorage() error {
 	deps := storage.Deps{Log: log, Telemetry: m.cluster.opts.Telemetry, Logger: logger("storage", m.Name),
 		Listener: m.reserved}
 	m.reserved = nil // a restart binds StorageURL again
+	if keyring := m.cluster.opts.StorageKeyring; keyring != nil {
+		deps.Keyring = keyring(m.Name)
+	}
 	st, err := storage.Assemble(context.Background(), cfg, deps, m.cluster.storageBus())
 	if err == nil {
 		err = st.Start(context.Background())

@@ -20,13 +20,18 @@ type Scan struct {
 	All seal.Census
 	// Latest is what sealed each key's latest stored value (for a deleted key, its last value).
 	Latest map[string]seal.KeyRef
+	// PlainKeys are the keys with a plain value in any kept revision (counted as identity in All).
+	PlainKeys map[string]bool
 }
 
 // ScanFile reads a snapshot file or a stopped member's storage.db, read-only.
 func ScanFile(path string) (*Scan, error) {
-	scan := &Scan{All: seal.Census{}, Latest: map[string]seal.KeyRef{}}
+	scan := &Scan{All: seal.Census{}, Latest: map[string]seal.KeyRef{}, PlainKeys: map[string]bool{}}
 	err := mvcc.ScanValues(path, false, func(kv *mvccpb.KeyValue) error {
 		ref := seal.RefOf(kv.Value)
+		if !seal.IsSealed(kv.Value) {
+			scan.PlainKeys[string(kv.Key)] = true
+		}
 		scan.All[ref]++
 		scan.Latest[string(kv.Key)] = ref // revisions ascend: the last one seen is the latest
 		return nil
