@@ -86,10 +86,67 @@ func TestProposalStagesAreSpanned(t *testing.T) {
 					}
 				}
 			}
-			for _, want := range []string{"consensus.propose", "consensus.wal_fsync", "consensus.deliver"} {
+			for _, want := range []string{"consensus.propose", "consensus.wal_append", "consensus.wal_fsync", "consensus.deliver"} {
 				if !stages[want] {
 					t.Errorf("no %s span for the proposal; found %v", want, stages)
 				}
+			}
+		})
+	}
+}
+
+// TestReadIndexRoundIsSpanned: a sampled ReadIndex rides in a consensus.read_index span linking it, with the
+// round's number and, on the leader, the members whose heartbeat responses acknowledged the round (in a
+// 3-member cluster at least one follower, for the quorum); a follower's round has no count (the answers go to
+// the leader).
+func TestReadIndexRoundIsSpanned(t *testing.T) {
+	recorder := tracetest.NewSpanRecorder()
+	tel := &obs.Telemetry{
+		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)),
+		Propagator: obs.NoTelemetry().Propagator,
+	}
+	c := consensustest.Start(t, consensustest.Options{Telemetry: tel})
+	leader := c.WaitLeader(5 * time.Second)
+	tests := []struct {
+		name         string
+		node         *consensus.Node
+		wantAnswered bool
+	}{
+		{"leader", leader.Node(), true},
+		{"follower", others(c, leader)[0].Node(), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctx, parent := tel.Tracer("test").Start(ctx, "request")
+			if _, err := tc.node.ReadIndex(ctx); err != nil {
+				t.Fatal(err)
+			}
+			parent.End()
+			var round sdktrace.ReadOnlySpan
+			waittest.Until(t, 5*time.Second, 5*time.Millisecond, "a consensus.read_index span linking the read", func() bool {
+				for _, s := range recorder.Ended() {
+					for _, l := range s.Links() {
+						if s.Name() == "consensus.read_index" && l.SpanContext.SpanID() == parent.SpanContext().SpanID() {
+							round = s
+							return true
+						}
+					}
+				}
+				return false
+			})
+			attrs := map[string]int64{}
+			for _, a := range round.Attributes() {
+				attrs[string(a.Key)] = a.Value.AsInt64()
+			}
+			if attrs["cairn.read_index.round"] < 1 {
+				t.Errorf("attributes %v: no round number", round.Attributes())
+			}
+			answered, counted := attrs["cairn.read_index.answered"]
+			if counted != tc.wantAnswered || (tc.wantAnswered && (answered < 1 || answered > 2)) {
+				t.Errorf("attributes %v: members answering %d (counted %v), want 1 or 2 counted: %v",
+					round.Attributes(), answered, counted, tc.wantAnswered)
 			}
 		})
 	}
