@@ -2,6 +2,8 @@ package consensus_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,24 +75,24 @@ func TestProposalStagesAreSpanned(t *testing.T) {
 			if !indexed {
 				t.Fatalf("span attributes %v carry no commit index", span.Attributes())
 			}
-			// The proposal's other stages: its own consensus.propose, and the batched WAL fsync and delivery
-			// linking its commit span.
+			// The proposal's other stages: its own consensus.propose, and the batched WAL append and fsync and
+			// the delivery linking its commit span (the delivery's span ends after the commit span it links).
+			wanted := []string{"consensus.propose", "consensus.wal_append", "consensus.wal_fsync", "consensus.deliver"}
 			stages := map[string]bool{}
-			for _, s := range recorder.Ended() {
-				if s.Name() == "consensus.propose" && descends(recorder.Ended(), s, parent.SpanContext().SpanID()) {
-					stages[s.Name()] = true
-				}
-				for _, l := range s.Links() {
-					if l.SpanContext.SpanID() == span.SpanContext().SpanID() {
+			waittest.Until(t, 5*time.Second, 5*time.Millisecond, fmt.Sprintf("the proposal's stages %v", wanted), func() bool {
+				ended := recorder.Ended()
+				for _, s := range ended {
+					if s.Name() == "consensus.propose" && descends(ended, s, parent.SpanContext().SpanID()) {
 						stages[s.Name()] = true
 					}
+					for _, l := range s.Links() {
+						if l.SpanContext.SpanID() == span.SpanContext().SpanID() {
+							stages[s.Name()] = true
+						}
+					}
 				}
-			}
-			for _, want := range []string{"consensus.propose", "consensus.wal_append", "consensus.wal_fsync", "consensus.deliver"} {
-				if !stages[want] {
-					t.Errorf("no %s span for the proposal; found %v", want, stages)
-				}
-			}
+				return !slices.ContainsFunc(wanted, func(want string) bool { return !stages[want] })
+			})
 		})
 	}
 }
