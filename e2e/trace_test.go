@@ -20,10 +20,11 @@ import (
 // span contract of internal/obs as the production path records it, across processes and batches.
 var keyStages = map[string][]string{
 	"put": {"frontend.receive", "frontend.route", "frontend.answer", "storage.propose", "storage.wait_commit",
-		"storage.apply", "consensus.propose", "consensus.commit", "consensus.wal_fsync"},
+		"storage.apply", "consensus.propose", "consensus.commit", "consensus.wal_append", "consensus.wal_fsync"},
 	"range.linearizable": {"frontend.receive", "frontend.answer", "storage.wait_read_index", "storage.read_index",
 		"consensus.read_index", "storage.wait_applied", "storage.bbolt_read"},
-	"watch.event":     {"watchhub.bus_receive", "watchhub.sequence", "watchhub.match", "watchhub.encode", "watchhub.send"},
+	"watch.event": {"watchhub.bus_receive", "watchhub.sequence", "watchhub.match", "watchhub.encode", "watchhub.send",
+		"frontend.relay"},
 	"lease.keepalive": {"leasekeeper.keepalive"},
 }
 

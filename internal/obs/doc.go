@@ -10,7 +10,14 @@
 // because of them (NewSampler). Stages are recorded only under a sampled span, and cost an unsampled request one
 // context lookup each, no allocation. At a parent-based ratio below 1, the client-facing server
 // (StagedServerOptions) draws the ratio for an RPC that arrives without a traceparent before otelgrpc sees it
-// (rootGate): one not drawn skips otelgrpc, so the unsampled requests cost what they cost untraced. The README's Tracing section lists the stages of each operation.
+// (rootGate): one not drawn skips otelgrpc, so the unsampled requests cost what they cost untraced, without
+// an allocation. A stream relayed raw through the frontend (Watch) carries a sampled message's trace context
+// in the message, in a field the frontend asks for and cuts off before relaying (relay.go), so the relay hop
+// (frontend.relay) is in the message's trace and the client's bytes are unchanged. A ReadIndex round
+// (consensus.read_index) has cairn.read_index.round and, on the leader, cairn.read_index.answered (the
+// members whose heartbeat responses confirmed it). OTEL_TRACES_EXPORTER=none samples and records spans and
+// exports none: tracing's cost inside a process, without the receiver's. The README's Tracing section lists
+// the stages of each operation.
 //
 // Nothing here is global: a service builds one Telemetry and one prometheus.Registry and passes them down.
 package obs

@@ -152,3 +152,36 @@ func TestSpanLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestExporterNone: OTEL_TRACES_EXPORTER=none with an endpoint records and samples spans (and exports none);
+// without an endpoint nothing is recorded, whatever the exporter variable says.
+func TestExporterNone(t *testing.T) {
+	tests := []struct {
+		name, endpoint, exporter string
+		wantRecording            bool
+	}{
+		{"none with endpoint", "http://127.0.0.1:9", "none", true},
+		{"none without endpoint", "", "none", false},
+		{"otlp without endpoint", "", "otlp", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", tt.endpoint)
+			t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+			t.Setenv(envExporter, tt.exporter)
+			tel, err := NewTelemetry(context.Background(), TraceConfig{Service: "test", Instance: "m1", SampleRatio: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tel.Shutdown(context.Background())
+			if tel.Recording() != tt.wantRecording {
+				t.Fatalf("Recording() = %v, want %v", tel.Recording(), tt.wantRecording)
+			}
+			_, span := tel.Tracer("test").Start(context.Background(), "test.stage")
+			defer span.End()
+			if span.SpanContext().IsSampled() != tt.wantRecording {
+				t.Errorf("span sampled %v, want %v", span.SpanContext().IsSampled(), tt.wantRecording)
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 )
@@ -38,12 +39,14 @@ func TestNewRootGate(t *testing.T) {
 	}
 }
 
-// countingHandler is a stats.Handler that counts the RPCs it sees.
+// countingHandler is a stats.Handler that counts the RPCs it sees; like otelgrpc's, its TagRPC puts a span
+// in the context.
 type countingHandler struct{ tagged, handled int }
 
 func (h *countingHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
 	h.tagged++
-	return ctx
+	return trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}}))
 }
 func (h *countingHandler) HandleRPC(context.Context, stats.RPCStats) { h.handled++ }
 func (h *countingHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {

@@ -40,14 +40,13 @@ type rpcTimes struct {
 type rpcTimesKey struct{}
 
 // rpcStagesHandler is otelgrpc's server handler, noting when a sampled RPC starts and ending its answer stage
-// when it ends; with a gate, an RPC without trace context that the gate does not draw skips otelgrpc.
+// when it ends; with a gate, an RPC without trace context that the gate does not draw skips otelgrpc. Such an
+// RPC's context is left as it came (no allocation): otelgrpc's TagRPC always puts a span in the context, so
+// HandleRPC knows one that skipped it by the span context it lacks.
 type rpcStagesHandler struct {
 	inner stats.Handler
 	gate  *rootGate
 }
-
-// untracedRPCKey marks the context of an RPC that skipped otelgrpc.
-type untracedRPCKey struct{}
 
 // traceparentHeader is the W3C trace context's header, which the propagator reads.
 const traceparentHeader = "traceparent"
@@ -55,7 +54,7 @@ const traceparentHeader = "traceparent"
 func (h rpcStagesHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
 	if h.gate != nil && len(metadata.ValueFromIncomingContext(ctx, traceparentHeader)) == 0 {
 		if !h.gate.draw() {
-			return context.WithValue(ctx, untracedRPCKey{}, true)
+			return ctx
 		}
 		ctx = context.WithValue(ctx, sampledRootKey{}, true)
 	}
@@ -71,8 +70,8 @@ func (h rpcStagesHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) co
 }
 
 func (h rpcStagesHandler) HandleRPC(ctx context.Context, s stats.RPCStats) {
-	if h.gate != nil && ctx.Value(untracedRPCKey{}) != nil {
-		return
+	if h.gate != nil && !trace.SpanContextFromContext(ctx).IsValid() {
+		return // not drawn: otelgrpc never tagged it
 	}
 	h.inner.HandleRPC(ctx, s) // on End, otelgrpc ends the server span
 	if _, end := s.(*stats.End); end {

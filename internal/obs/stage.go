@@ -42,6 +42,9 @@ func (t *Telemetry) Stages(service, member string) StageTracer {
 // noSpan is the span of a stage that is not recorded: trace's own no-op span, returned without allocating.
 func noSpan() trace.Span { return trace.SpanFromContext(context.Background()) }
 
+// Recording reports whether the stages are recorded at all (whether spans are).
+func (s StageTracer) Recording() bool { return s.tracer != nil }
+
 // Sampled reports whether ctx carries a sampled span context and spans are recorded: whether a stage started
 // under ctx would be recorded.
 func (s StageTracer) Sampled(ctx context.Context) bool {

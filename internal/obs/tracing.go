@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -41,7 +42,9 @@ type TraceConfig struct {
 // OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) variable is set, and configured by the
 // other standard OTEL_* variables, with the sampler NewSampler gives; when neither is set spans are not
 // recorded at all, but trace context is still carried, so a traced client's context survives the hop through
-// an untraced service.
+// an untraced service. With an endpoint set and OTEL_TRACES_EXPORTER=none (as the Go SDK's autoexport reads
+// it: no exporter) spans are sampled and recorded as with one, then dropped: what tracing costs in the
+// process, without the export and the receiver (scripts/bench-trace.sh's 0.01-none mode).
 func NewTelemetry(ctx context.Context, cfg TraceConfig) (*Telemetry, error) {
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
@@ -51,17 +54,21 @@ func NewTelemetry(ctx context.Context, cfg TraceConfig) (*Telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	exp, err := otlptracegrpc.New(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("otlp trace exporter for %s: %w", cfg.Service, err)
-	}
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(
 		semconv.ServiceName("cairn-"+cfg.Service), semconv.ServiceInstanceID(cfg.Instance)))
 	if err != nil {
 		return nil, fmt.Errorf("trace resource for %s: %w", cfg.Service, err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithSampler(sampler),
-		sdktrace.WithRawSpanLimits(spanLimits()))
+	opts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res), sdktrace.WithSampler(sampler),
+		sdktrace.WithRawSpanLimits(spanLimits())}
+	if !strings.EqualFold(strings.TrimSpace(os.Getenv(envExporter)), "none") {
+		exp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("otlp trace exporter for %s: %w", cfg.Service, err)
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	tp := sdktrace.NewTracerProvider(opts...)
 	return &Telemetry{Tracers: tp, Propagator: prop, shutdown: tp.Shutdown, gate: newRootGate(cfg.SampleRatio)}, nil
 }
 
@@ -78,6 +85,9 @@ func spanLimits() sdktrace.SpanLimits {
 	}
 	return limits
 }
+
+// envExporter names the exporter, as the standard variable does: otlp (the default) or none.
+const envExporter = "OTEL_TRACES_EXPORTER"
 
 // NoTelemetry carries trace context but records nothing; for tests and tools.
 func NoTelemetry() *Telemetry {

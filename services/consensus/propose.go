@@ -133,9 +133,20 @@ func (t *proposalTraces) link(batch *obs.Batch) {
 	}
 }
 
+// following reports whether a sampled proposal waits for its commit: whether a batched stage would be recorded.
+func (t *proposalTraces) following() bool { return t.count > 0 }
+
 // stage records a batched stage that ran from start to now as a span linking every waiting proposal, with
 // count (entries, messages) as cairn.count. It does nothing when none is waiting.
 func (t *proposalTraces) stage(name string, start time.Time, count int) {
+	if t.count == 0 || count == 0 {
+		return
+	}
+	t.stageTo(name, start, time.Now(), count)
+}
+
+// stageTo is stage of a stage that ended at end.
+func (t *proposalTraces) stageTo(name string, start, end time.Time, count int) {
 	if t.count == 0 || count == 0 {
 		return
 	}
@@ -143,7 +154,7 @@ func (t *proposalTraces) stage(name string, start time.Time, count int) {
 	t.link(&batch)
 	span := t.stages.StartBatchAt(name, &batch, start)
 	span.SetAttributes(obs.AttrCount.Int(count))
-	span.End()
+	span.End(trace.WithTimestamp(end))
 }
 
 // committed ends the span of the proposal that e carries, if it is tracked, and links it to batch.

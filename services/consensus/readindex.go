@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/cairn-kv/cairn/internal/obs"
 )
@@ -25,6 +29,15 @@ type readIndexer struct {
 	kick   chan struct{}
 	states chan raft.ReadState
 	nextID uint64 // only the run goroutine uses it
+
+	// While a sampled request's round runs on the leader, tracing is set and the raft loop counts the
+	// members acknowledging it into answered (distinct): raft v3.7 confirms reads by a position of its own in
+	// the heartbeats' context, so position is the one the first heartbeat after the round's request carried
+	// (0 until seen), and a heartbeat response carrying that position or a later one acknowledges the round.
+	tracing    atomic.Bool
+	position   atomic.Uint64
+	answeredMu sync.Mutex
+	answered   []uint64
 }
 
 type readResult struct {
@@ -89,9 +102,22 @@ func (r *readIndexer) run() {
 		if len(batch) == 0 {
 			continue
 		}
+		r.nextID++
+		leading := span.IsRecording() && r.n.lead.Load() == r.n.memberID
+		if leading {
+			r.tracing.Store(true)
+		}
 		index, err := r.round()
 		if span.IsRecording() {
-			span.SetAttributes(obs.AttrRaftIndex.Int64(int64(index)))
+			span.SetAttributes(obs.AttrRaftIndex.Int64(int64(index)), attrRound.Int64(int64(r.nextID)))
+		}
+		if leading {
+			r.tracing.Store(false)
+			r.position.Store(0)
+			r.answeredMu.Lock()
+			span.SetAttributes(attrAnswered.Int(len(r.answered)))
+			r.answered = r.answered[:0]
+			r.answeredMu.Unlock()
 		}
 		span.End()
 		for _, ch := range batch {
@@ -100,10 +126,49 @@ func (r *readIndexer) run() {
 	}
 }
 
-// round asks raft for one read index, re-asking every half election timeout (a request can be lost with
-// a leader change) until the request timeout.
+// The consensus.read_index span's own attributes: the round's number on this member, and, on the leader, how
+// many other members acknowledged the round (heartbeat responses confirming it) before it completed.
+const (
+	attrRound    = attribute.Key("cairn.read_index.round")
+	attrAnswered = attribute.Key("cairn.read_index.answered")
+)
+
+// heartbeatsSent notes the context of the leader's heartbeats while a round is traced: the first after the
+// round's request is the position that confirms it. The raft loop calls it with every Ready's messages; it
+// costs a load when no round is traced.
+func (r *readIndexer) heartbeatsSent(msgs []*raftpb.Message) {
+	if !r.tracing.Load() || r.position.Load() != 0 {
+		return
+	}
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgHeartbeat && len(m.GetContext()) == 8 {
+			r.position.Store(binary.LittleEndian.Uint64(m.GetContext()))
+			return
+		}
+	}
+}
+
+// acknowledged notes a heartbeat response from member from carrying ctx: an acknowledgement of the traced
+// round when ctx is its position or a later one. The raft loop calls it for every heartbeat response with a
+// context; it costs a load when no round is traced.
+func (r *readIndexer) acknowledged(from uint64, ctx []byte) {
+	if !r.tracing.Load() {
+		return
+	}
+	position := r.position.Load()
+	if position == 0 || len(ctx) != 8 || binary.LittleEndian.Uint64(ctx) < position {
+		return
+	}
+	r.answeredMu.Lock()
+	defer r.answeredMu.Unlock()
+	if !slices.Contains(r.answered, from) {
+		r.answered = append(r.answered, from)
+	}
+}
+
+// round asks raft for one read index (round r.nextID), re-asking every half election timeout (a request can
+// be lost with a leader change) until the request timeout.
 func (r *readIndexer) round() (uint64, error) {
-	r.nextID++
 	rctx := binary.BigEndian.AppendUint64(nil, r.nextID)
 	ask := func() error {
 		return r.n.control(context.Background(), func() { r.n.loop.rn.ReadIndex(rctx) })

@@ -2,6 +2,8 @@ package consensus_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,23 +75,80 @@ func TestProposalStagesAreSpanned(t *testing.T) {
 			if !indexed {
 				t.Fatalf("span attributes %v carry no commit index", span.Attributes())
 			}
-			// The proposal's other stages: its own consensus.propose, and the batched WAL fsync and delivery
-			// linking its commit span.
+			// The proposal's other stages: its own consensus.propose, and the batched WAL append and fsync and
+			// the delivery linking its commit span (the delivery's span ends after the commit span it links).
+			wanted := []string{"consensus.propose", "consensus.wal_append", "consensus.wal_fsync", "consensus.deliver"}
 			stages := map[string]bool{}
-			for _, s := range recorder.Ended() {
-				if s.Name() == "consensus.propose" && descends(recorder.Ended(), s, parent.SpanContext().SpanID()) {
-					stages[s.Name()] = true
-				}
-				for _, l := range s.Links() {
-					if l.SpanContext.SpanID() == span.SpanContext().SpanID() {
+			waittest.Until(t, 5*time.Second, 5*time.Millisecond, fmt.Sprintf("the proposal's stages %v", wanted), func() bool {
+				ended := recorder.Ended()
+				for _, s := range ended {
+					if s.Name() == "consensus.propose" && descends(ended, s, parent.SpanContext().SpanID()) {
 						stages[s.Name()] = true
 					}
+					for _, l := range s.Links() {
+						if l.SpanContext.SpanID() == span.SpanContext().SpanID() {
+							stages[s.Name()] = true
+						}
+					}
 				}
+				return !slices.ContainsFunc(wanted, func(want string) bool { return !stages[want] })
+			})
+		})
+	}
+}
+
+// TestReadIndexRoundIsSpanned: a sampled ReadIndex rides in a consensus.read_index span linking it, with the
+// round's number and, on the leader, the members whose heartbeat responses acknowledged the round (in a
+// 3-member cluster at least one follower, for the quorum); a follower's round has no count (the answers go to
+// the leader).
+func TestReadIndexRoundIsSpanned(t *testing.T) {
+	recorder := tracetest.NewSpanRecorder()
+	tel := &obs.Telemetry{
+		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder)),
+		Propagator: obs.NoTelemetry().Propagator,
+	}
+	c := consensustest.Start(t, consensustest.Options{Telemetry: tel})
+	leader := c.WaitLeader(5 * time.Second)
+	tests := []struct {
+		name         string
+		node         *consensus.Node
+		wantAnswered bool
+	}{
+		{"leader", leader.Node(), true},
+		{"follower", others(c, leader)[0].Node(), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ctx, parent := tel.Tracer("test").Start(ctx, "request")
+			if _, err := tc.node.ReadIndex(ctx); err != nil {
+				t.Fatal(err)
 			}
-			for _, want := range []string{"consensus.propose", "consensus.wal_fsync", "consensus.deliver"} {
-				if !stages[want] {
-					t.Errorf("no %s span for the proposal; found %v", want, stages)
+			parent.End()
+			var round sdktrace.ReadOnlySpan
+			waittest.Until(t, 5*time.Second, 5*time.Millisecond, "a consensus.read_index span linking the read", func() bool {
+				for _, s := range recorder.Ended() {
+					for _, l := range s.Links() {
+						if s.Name() == "consensus.read_index" && l.SpanContext.SpanID() == parent.SpanContext().SpanID() {
+							round = s
+							return true
+						}
+					}
 				}
+				return false
+			})
+			attrs := map[string]int64{}
+			for _, a := range round.Attributes() {
+				attrs[string(a.Key)] = a.Value.AsInt64()
+			}
+			if attrs["cairn.read_index.round"] < 1 {
+				t.Errorf("attributes %v: no round number", round.Attributes())
+			}
+			answered, counted := attrs["cairn.read_index.answered"]
+			if counted != tc.wantAnswered || (tc.wantAnswered && (answered < 1 || answered > 2)) {
+				t.Errorf("attributes %v: members answering %d (counted %v), want 1 or 2 counted: %v",
+					round.Attributes(), answered, counted, tc.wantAnswered)
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 )
 
@@ -78,7 +79,7 @@ func (r *rotation) order() []*backend {
 }
 
 // forwardedContext carries the client's own metadata (e.g. client/v3's "hasleader") to the backend; gRPC's and
-// the tracing headers are set anew by the outgoing call.
+// the tracing headers are set anew by the outgoing call, and a client cannot ask for the relay's trace carriers.
 func forwardedContext(ctx context.Context) context.Context {
 	in, ok := metadata.FromIncomingContext(ctx)
 	if !ok {
@@ -88,7 +89,7 @@ func forwardedContext(ctx context.Context) context.Context {
 	for k, v := range in {
 		switch {
 		case strings.HasPrefix(k, ":"), strings.HasPrefix(k, "grpc-"), k == "content-type", k == "user-agent",
-			k == "te", k == "traceparent", k == "tracestate", k == "baggage":
+			k == "te", k == "traceparent", k == "tracestate", k == "baggage", k == obs.RelayTraceHeader:
 			continue
 		}
 		out[k] = v
@@ -106,10 +107,10 @@ func errBackendLost(what string, err error) error {
 // the messages read from each side (wiremsg.Raw messages relay frames without decoding them). The client's
 // half-close is passed on and responses keep flowing until the backend ends; a backend failure ends the
 // client stream with codes.Unavailable, a backend's own status error is passed on unchanged. each, when not
-// nil, sees every response before it is relayed. screen, when not nil, sees every request first: an error ends
+// nil, sees every response before it is relayed, and returns what to call once it is (nil: nothing). screen, when not nil, sees every request first: an error ends
 // the stream with it, a reply is sent to the client instead of relaying the request.
 func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any,
-	each func(any), screen func(any) (any, error)) error {
+	each func(any) (relayed func()), screen func(any) (any, error)) error {
 	upErr := make(chan error, 2)
 	var sendMu sync.Mutex // the client stream's sends: relayed responses and screen's replies
 	go func() {
@@ -151,12 +152,16 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 				upErr <- err
 				return
 			}
+			var relayed func()
 			if each != nil {
-				each(resp)
+				relayed = each(resp)
 			}
 			sendMu.Lock()
 			err := client.SendMsg(resp)
 			sendMu.Unlock()
+			if relayed != nil {
+				relayed()
+			}
 			if err != nil {
 				upErr <- err
 				return

@@ -132,7 +132,8 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	pb.RegisterClusterServer(s, &clusterServer{f: f})
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
 	pb.RegisterAuthServer(s, &authServer{f: f})
-	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping, auth: f.auth})
+	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping, auth: f.auth,
+		stages: f.tel.Stages("frontend", f.cfg.Name)})
 	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader, auth: f.auth})
 	recipes := &recipes{client: f.self.Load, mint: f.auth.mint}
 	v3lockpb.RegisterLockServer(s, recipes)

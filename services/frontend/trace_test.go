@@ -32,7 +32,8 @@ var requiredStages = []struct {
 		"frontend.receive", "frontend.route", "frontend.answer",
 		"storage.submit", "storage.propose", "storage.wait_commit", "storage.apply", "storage.wait_applied",
 		"storage.bbolt_commit",
-		"consensus.propose", "consensus.raft_step", "consensus.commit", "consensus.wal_fsync", "consensus.send",
+		"consensus.propose", "consensus.raft_step", "consensus.commit", "consensus.wal_append", "consensus.wal_fsync",
+		"consensus.send",
 		"consensus.deliver",
 	}},
 	{"range.linearizable", []string{
@@ -42,9 +43,19 @@ var requiredStages = []struct {
 	}},
 	{"watch.event", []string{
 		"watchhub.event", "watchhub.bus_receive", "watchhub.sequence", "watchhub.match", "watchhub.encode",
-		"watchhub.send", "storage.apply",
+		"watchhub.send", "frontend.relay", "storage.apply",
 	}},
 	{"lease.keepalive", []string{"leasekeeper.keepalive", "etcdserverpb.Lease/LeaseKeepAlive"}},
+}
+
+// requiredAttributes are, per operation, attributes a stage must carry: a ReadIndex round's number and how
+// many members answered it (on the leader, which sees the answers; a 3-member quorum needs at least one).
+var requiredAttributes = []struct {
+	op, stage string
+	key       attribute.Key
+}{
+	{"range.linearizable", "consensus.read_index", "cairn.read_index.round"},
+	{"range.linearizable", "consensus.read_index", "cairn.read_index.answered"},
 }
 
 // critical is, per operation, the span whose duration the stage times must add up to (within 10%) and the
@@ -133,6 +144,13 @@ func TestEveryStageIsTraced(t *testing.T) {
 				}
 				connected = connectedTrace(ended, root)
 				missing = missingStages(connected, tc.stages)
+				for _, ra := range requiredAttributes {
+					if ra.op == tc.op && !slices.ContainsFunc(connected, func(s sdktrace.ReadOnlySpan) bool {
+						return s.Name() == ra.stage && intAttribute(s, ra.key) > 0
+					}) {
+						missing = append(missing, ra.stage+" with "+string(ra.key))
+					}
+				}
 				if tc.op == "put" && countInTrace(connected, root, "storage.apply") != 3 {
 					// Every member applies the write under the proposer's storage.submit, as the log carries it.
 					missing = append(missing, "a storage.apply on each of the 3 members")

@@ -5,10 +5,12 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -18,12 +20,14 @@ var (
 )
 
 // watchServer forwards each Watch stream to one watchhub, spreading streams across hubs. Frames are relayed
-// as bytes, never decoded.
+// as bytes, never decoded. While spans are recorded it asks the hub for the trace carrier of sampled events
+// (obs.RelayTraceHeader) and spans their relay, frontend.relay, from the hub's frame to its send to the client.
 type watchServer struct {
 	pb.UnimplementedWatchServer
 	hubs     *rotation
 	stopping <-chan struct{}
 	auth     *authGate
+	stages   obs.StageTracer
 }
 
 func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
@@ -39,12 +43,17 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		case <-ctx.Done():
 		}
 	}()
+	var relay func(any) func()
+	if s.stages.Recording() {
+		ctx = metadata.AppendToOutgoingContext(ctx, obs.RelayTraceHeader, "1")
+		relay = s.relay
+	}
 	var err error
 	for _, hub := range s.hubs.order() {
 		var upstream grpc.ClientStream
 		if upstream, err = hub.conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
 			grpc.ForceCodecV2(wiremsg.NewCodec())); err == nil {
-			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, nil,
+			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, relay,
 				s.auth.screenWatch(stream.Context()))
 		}
 		if stream.Context().Err() != nil {
@@ -52,6 +61,23 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		}
 	}
 	return errBackendLost("watch", err)
+}
+
+// relay cuts the trace carrier off a hub's frame of a sampled event, so the client gets the frame the hub would
+// have sent without it, and spans the relay until the frame is sent (nil for a frame without a carrier).
+func (s *watchServer) relay(msg any) func() {
+	raw := msg.(*wiremsg.Raw)
+	sc, rest, ok := obs.CutRelayTrace(raw.Data)
+	if !ok {
+		return nil
+	}
+	raw.Data = rest
+	span := s.stages.StartRelay("frontend.relay", sc)
+	if !span.IsRecording() {
+		return nil
+	}
+	span.SetAttributes(obs.AttrBytes.Int(len(rest)))
+	return func() { span.End() }
 }
 
 // leaseServer forwards Lease calls to the active leasekeeper: the last one that answered, else each in turn.
@@ -134,7 +160,7 @@ func (s *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 	}
 	err = proxyStream("lease keep-alive", stream, upstream,
 		func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) },
-		func(r any) { s.completeHeader(r.(*pb.LeaseKeepAliveResponse).GetHeader()) },
+		func(r any) func() { s.completeHeader(r.(*pb.LeaseKeepAliveResponse).GetHeader()); return nil },
 		s.auth.screenKeepAlive(stream.Context()))
 	if err != nil && nextKeeper(err) {
 		s.active.Store((s.active.Load() + 1) % int32(len(s.keepers.backends)))

@@ -50,7 +50,9 @@
 //   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval); losing a
 //     storage fails over to the next endpoint; stopping the hub ends its streams with Unavailable.
 //   - A sampled write's watch event has a trace of its own (eventTrace): a watchhub.event root linked to the
-//     apply span whose context the NATS headers carried, with the hub's stages under it.
+//     apply span whose context the NATS headers carried, with the hub's stages under it. On a stream whose
+//     frontend asked for it (obs.RelayTraceHeader), the event's frames start with the root's trace carrier
+//     (obs.AppendRelayTrace), which the frontend cuts off before relaying and spans as frontend.relay.
 //
 // "Now" is storage's: before creating a watch the hub asks storage for its current revision (one Status call
 // for every create waiting at that moment) and waits until its head has reached it, so a watch created after a

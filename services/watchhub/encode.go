@@ -77,8 +77,10 @@ func encodeShared(header *pb.ResponseHeader, events []*mvccpb.Event, fragmentLim
 }
 
 // encodedResponse is a WatchResponse ready for the wire: the watcher's encoded watch ID field (nil for ID
-// 0, which protobuf omits), then a shared encoded part.
+// 0, which protobuf omits), then a shared encoded part; a sampled event's trace carrier (nil but on a
+// frontend's stream that asked for it) comes first, and the frontend cuts it off.
 type encodedResponse struct {
+	trace   mem.Buffer
 	watchID mem.Buffer
 	part    mem.Buffer
 }
@@ -104,6 +106,12 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	r, ok := v.(*encodedResponse)
 	if !ok {
 		return c.proto.Marshal(v)
+	}
+	if r.trace != nil {
+		if r.watchID == nil {
+			return mem.BufferSlice{r.trace, r.part}, nil
+		}
+		return mem.BufferSlice{r.trace, r.watchID, r.part}, nil
 	}
 	if r.watchID == nil {
 		return mem.BufferSlice{r.part}, nil

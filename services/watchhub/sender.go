@@ -3,6 +3,8 @@ package watchhub
 import (
 	"errors"
 	"time"
+
+	"google.golang.org/grpc/mem"
 )
 
 // sendError is a failed write to the client: the stream is over.
@@ -96,7 +98,11 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
 	if w.canceled.Load() {
 		return nil
 	}
+	var carrier mem.Buffer
 	if shared.traced != nil {
+		if s.relayTrace {
+			carrier = shared.traced.relay
+		}
 		defer func() {
 			written := time.Now()
 			s.hub.stages.Span(shared.traced.ctx, "watchhub.send", shared.queued, written)
@@ -104,7 +110,7 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
 		}()
 	}
 	for _, part := range shared.boxed {
-		s.enc = encodedResponse{watchID: w.idField, part: part}
+		s.enc = encodedResponse{trace: carrier, watchID: w.idField, part: part}
 		if err := s.srv.SendMsg(&s.enc); err != nil {
 			return sendError{err}
 		}

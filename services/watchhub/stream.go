@@ -12,6 +12,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/mem"
+
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // etcd's watch IDs: 0 in a create request asks the server to choose; -1 answers for the whole stream.
@@ -98,11 +100,14 @@ type stream struct {
 	closed    chan struct{}
 	catchUp   []*watcher      // sender only
 	enc       encodedResponse // sender only: reused for every shared response (SendMsg encodes before returning)
+	// relayTrace: the peer is a frontend that records spans and asked for sampled events' trace carriers.
+	relayTrace bool
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
 	return &stream{hub: h, srv: srv, ctx: srv.Context(), watchers: map[int64]*watcher{},
-		wake: make(chan struct{}, 1), ctrlSlots: make(chan struct{}, ctrlSlots), closed: make(chan struct{})}
+		wake: make(chan struct{}, 1), ctrlSlots: make(chan struct{}, ctrlSlots), closed: make(chan struct{}),
+		relayTrace: h.stages.Recording() && obs.RelayTraceRequested(srv.Context())}
 }
 
 func (s *stream) signal() {

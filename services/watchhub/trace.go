@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/mem"
 
 	"github.com/cairn-kv/cairn/internal/obs"
 )
@@ -22,6 +23,9 @@ type eventTrace struct {
 	offered time.Time // when the feed offered the revision to the sequencer
 	pending atomic.Int32
 	end     atomic.Int64 // the latest end of a stage (a send), in Unix nanoseconds: the root's end
+	// relay is the root's trace carrier (obs.AppendRelayTrace), written before the event's frames on the
+	// streams of frontends that asked for it, so that the frontend spans its relay hop in this trace.
+	relay mem.Buffer
 }
 
 // startEvent starts the trace of a record received at received whose apply span's context is carried (nil
@@ -34,7 +38,8 @@ func (h *Hub) startEvent(carried map[string]string, rev int64, received time.Tim
 	apply.Add(h.tel.Extract(context.Background(), carried))
 	root := h.stages.StartBatchAt("watchhub.event", &apply, received)
 	root.SetAttributes(obs.AttrOp.String("watch.event"), obs.AttrRevision.Int64(rev))
-	t := &eventTrace{ctx: trace.ContextWithSpan(context.Background(), root), root: root, offered: time.Now()}
+	t := &eventTrace{ctx: trace.ContextWithSpan(context.Background(), root), root: root, offered: time.Now(),
+		relay: mem.SliceBuffer(obs.AppendRelayTrace(nil, root.SpanContext()))}
 	t.pending.Store(1) // the fan-out's own hold
 	h.stages.Span(t.ctx, "watchhub.bus_receive", received, t.offered)
 	return t

@@ -175,8 +175,20 @@ func (w *WAL) preallocate() {
 }
 
 // Save appends an optional snapshot received from a leader (which replaces the whole log), entries and an
-// optional HardState as one write, followed by one fdatasync when sync is true.
+// optional HardState as one write, followed by one fdatasync when sync is true: Append, then Sync.
 func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry, sync bool) error {
+	if err := w.Append(snap, hs, ents); err != nil {
+		return err
+	}
+	if !sync {
+		return nil
+	}
+	return w.Sync()
+}
+
+// Append is Save's write without its fdatasync: the records are in the file but durable only after Sync (or
+// once a full segment is finished, which syncs it). The raft loop times the two apart.
+func (w *WAL) Append(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.Entry) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed {
@@ -202,7 +214,20 @@ func (w *WAL) Save(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb.E
 		w.hardState = hs
 	}
 	w.buf = buf
-	return w.writeLocked(buf, sync)
+	return w.writeLocked(buf, false)
+}
+
+// Sync makes everything appended durable with one fdatasync; it does nothing when nothing is unsynced.
+func (w *WAL) Sync() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errors.New("wal: closed")
+	}
+	if w.syncedOff == w.writeOff {
+		return nil
+	}
+	return w.writeLocked(nil, true)
 }
 
 // SaveSnapshot records a snapshot this member took of its own log (entries after it stay) and syncs.
