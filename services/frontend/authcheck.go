@@ -38,6 +38,15 @@ func (g *authGate) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryS
 				})
 			return resp, err
 		}
+	case *pb.LeaseGrantRequest, *pb.LeaseRevokeRequest:
+		// Proposed by the keeper, with the fence they were checked at in the entry's header (writeFence).
+		var resp any
+		err := g.fencedCall(ctx, func(st *gateState, c caller) error { return g.check(ctx, st, c, req) },
+			func(ctx context.Context, checked *gateState) (err error) {
+				resp, err = handler(context.WithValue(ctx, writeFenceKey{}, writeFence(checked, callerOf(ctx))), req)
+				return err
+			})
+		return resp, err
 	}
 	if st := g.state.Load(); st != nil && !st.Enabled {
 		resp, err := handler(ctx, req)
