@@ -84,7 +84,7 @@
 // rules): KV reads, writes, prev_kv, every compare and op of a txn (nested too), RangeStream; root only for
 // Compact, member changes, Alarm changes, Defragment, Hash, HashKV, Snapshot, MoveLeader, Downgrade and user
 // and role management; a named user for everything else; lease revoke, keep-alive and put with a lease need
-// write on the lease's keys (time-to-live and leases read), read from storage. A Watch create is checked as
+// write on the lease's keys (time-to-live with its keys and leases read), read from storage. A Watch create is checked as
 // the frontend relays it and refused as etcd refuses it (created and canceled, watch ID -1, "permission
 // denied"); the gateway and the Lock and Election recipes go through the same gRPC server, so the same checks.
 // A write carries its user and token revision to storage, which refuses it with ErrAuthOldRevision if the
