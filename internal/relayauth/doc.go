@@ -12,5 +12,10 @@
 // the storage status the service polls; until the first poll calls wait for it). With authentication
 // disabled every caller is served, so benchmarks may still stream to hubs directly.
 //
+// A frontend also says what it checked a relayed lease grant or revoke against (Fence, WithFence, FenceFrom:
+// binary gRPC metadata), for the keeper to put in the header of the entry it proposes, where storage checks it
+// as it checks a KV write's. Only a frontend's is believed: while authentication is enabled the Guard admits no
+// one else, and a frontend replaces any fence a client sent.
+//
 // It needs only gRPC; product code and services import it, never the other way round.
 package relayauth

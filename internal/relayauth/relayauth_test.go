@@ -66,3 +66,37 @@ func canceled() context.Context {
 	cancel()
 	return ctx
 }
+
+// TestFence: a fence set on a relayed call's outgoing metadata reads back on the callee, replacing any fence
+// the metadata already had (a client's own never speaks for the frontend); none or a malformed one reads as
+// no fence.
+func TestFence(t *testing.T) {
+	incoming := func(ctx context.Context) context.Context {
+		md, _ := metadata.FromOutgoingContext(ctx)
+		return metadata.NewIncomingContext(context.Background(), md)
+	}
+	forged := metadata.NewOutgoingContext(context.Background(), metadata.Pairs(FenceMetadataKey, "\xff\xff\xff\xff\xff\xff\xff\xffroot"))
+	for _, tt := range []struct {
+		name   string
+		ctx    context.Context
+		want   Fence
+		wantOK bool
+	}{
+		{"user", incoming(WithFence(context.Background(), Fence{User: "alice", Revision: 7})), Fence{"alice", 7}, true},
+		{"anonymous", incoming(WithFence(context.Background(), Fence{Revision: 6})), Fence{Revision: 6}, true},
+		{"non-ASCII user", incoming(WithFence(context.Background(), Fence{User: "bjørn", Revision: 9})), Fence{"bjørn", 9}, true},
+		{"replaces a forged one", incoming(WithFence(forged, Fence{User: "alice", Revision: 3})), Fence{"alice", 3}, true},
+		{"none", context.Background(), Fence{}, false},
+		{"too short", metadata.NewIncomingContext(context.Background(), metadata.Pairs(FenceMetadataKey, "abc")), Fence{}, false},
+		{"revision 0", incoming(WithFence(context.Background(), Fence{User: "alice"})), Fence{}, false},
+		{"two values", metadata.NewIncomingContext(context.Background(), metadata.Pairs(
+			FenceMetadataKey, "\x00\x00\x00\x00\x00\x00\x00\x01", FenceMetadataKey, "\x00\x00\x00\x00\x00\x00\x00\x02")), Fence{}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := FenceFrom(tt.ctx)
+			if got != tt.want || ok != tt.wantOK {
+				t.Fatalf("FenceFrom = %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}

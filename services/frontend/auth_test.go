@@ -157,6 +157,15 @@ func TestAuthRBAC(t *testing.T) {
 	mustOK("root attaches", err)
 	_, err = alice.Revoke(ctx, lease.ID)
 	mustErr("alice revokes a lease on app/x", err, rpctypes.ErrPermissionDenied)
+	// Its time to live needs read on its keys only when they are asked for (etcd's checkLeaseTimeToLive).
+	secret, err := root.Grant(ctx, 60)
+	mustOK("root grants", err)
+	_, err = root.Put(ctx, "secret/x", "leased", clientv3.WithLease(secret.ID))
+	mustOK("root attaches", err)
+	_, err = alice.TimeToLive(ctx, secret.ID)
+	mustOK("alice asks the TTL of a lease on secret/x", err)
+	_, err = alice.TimeToLive(ctx, secret.ID, clientv3.WithAttachedKeys())
+	mustErr("alice asks the keys of a lease on secret/x", err, rpctypes.ErrPermissionDenied)
 
 	// An auth change makes every token old: client/v3 logs in again and goes on.
 	_, err = root.RoleGrantPermission(ctx, "reader", "other", "", clientv3.PermissionType(clientv3.PermRead))

@@ -38,6 +38,15 @@ func (g *authGate) unaryInterceptor(ctx context.Context, req any, _ *grpc.UnaryS
 				})
 			return resp, err
 		}
+	case *pb.LeaseGrantRequest, *pb.LeaseRevokeRequest:
+		// Proposed by the keeper, with the fence they were checked at in the entry's header (writeFence).
+		var resp any
+		err := g.fencedCall(ctx, func(st *gateState, c caller) error { return g.check(ctx, st, c, req) },
+			func(ctx context.Context, checked *gateState) (err error) {
+				resp, err = handler(context.WithValue(ctx, writeFenceKey{}, writeFence(checked, callerOf(ctx))), req)
+				return err
+			})
+		return resp, err
 	}
 	if st := g.state.Load(); st != nil && !st.Enabled {
 		resp, err := handler(ctx, req)
@@ -137,8 +146,8 @@ func (g *authGate) check(ctx context.Context, st *gateState, c caller, req any) 
 		}
 		return g.checkLeaseKeys(ctx, st, c, r.ID, authpb.Permission_WRITE)
 	case *pb.LeaseTimeToLiveRequest:
-		if err := requireUser(st, c); err != nil {
-			return err
+		if err := requireUser(st, c); err != nil || !r.Keys {
+			return err // etcd checks the lease's keys only when they are asked for
 		}
 		return g.checkLeaseKeys(ctx, st, c, r.ID, authpb.Permission_READ)
 	case *pb.LeaseLeasesRequest:

@@ -84,7 +84,7 @@
 // rules): KV reads, writes, prev_kv, every compare and op of a txn (nested too), RangeStream; root only for
 // Compact, member changes, Alarm changes, Defragment, Hash, HashKV, Snapshot, MoveLeader, Downgrade and user
 // and role management; a named user for everything else; lease revoke, keep-alive and put with a lease need
-// write on the lease's keys (time-to-live and leases read), read from storage. A Watch create is checked as
+// write on the lease's keys (time-to-live with its keys and leases read), read from storage. A Watch create is checked as
 // the frontend relays it and refused as etcd refuses it (created and canceled, watch ID -1, "permission
 // denied"); the gateway and the Lock and Election recipes go through the same gRPC server, so the same checks.
 // A write carries its user and token revision to storage, which refuses it with ErrAuthOldRevision if the
@@ -94,7 +94,16 @@
 // of the copy it was checked against (authstate.State.ReadFence): storage refuses it with ErrAuthOldRevision if
 // its own fence is higher once it has applied the read index, and the frontend reads the store again and checks
 // the read again, so a revoke made through another frontend holds for the next linearizable read here, as
-// etcd checks a read after its barrier. A permission-denied refusal is confirmed against a fresh read of the
+// etcd checks a read after its barrier. A lease grant or revoke, which the leasekeeper proposes, is checked by
+// fencedCall the same way and carries the fence it was checked at to the keeper (relayauth.Fence, gRPC
+// metadata: the caller's user and the copy's auth revision, or for an anonymous call the read fence of a copy
+// saying "disabled"); the keeper copies it into its entry's header, the field a KV write's fence travels in, so
+// storage refuses it with ErrAuthOldRevision as it refuses a stale write, and the frontend checks it again
+// against a fresh copy. Keep-alives, TimeToLive and Leases propose nothing (a keep-alive renews the keeper's
+// clock in memory; the others read): they are checked against the copy at the moment of the call, as etcd
+// checks them against the serving member's local auth store (checkLeaseRenew, checkLeaseTimeToLive,
+// checkLeaseLeases), so a change made through another frontend holds for them once a probe, or a token newer
+// than the copy, has brought it here (at most ProbeInterval). A permission-denied refusal is confirmed against a fresh read of the
 // store, so a grant made through another frontend is seen at once. Calls relayed to watchhubs and leasekeepers
 // carry the relay secret (Config.RelaySecret, package relayauth): with auth on, those serve only frontends.
 // grpc.health.v1 is never checked.

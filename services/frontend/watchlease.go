@@ -131,11 +131,15 @@ func onKeeper[T any](s *leaseServer, ctx context.Context, op func(pb.LeaseClient
 	return zero, err
 }
 
+// LeaseGrant and LeaseRevoke carry the auth fence they were checked at (fencedLeaseContext), so storage refuses
+// the keeper's entry if the auth store changed since.
 func (s *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	ctx = fencedLeaseContext(ctx)
 	return onKeeper(s, ctx, func(c pb.LeaseClient) (*pb.LeaseGrantResponse, error) { return c.LeaseGrant(ctx, r) })
 }
 
 func (s *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	ctx = fencedLeaseContext(ctx)
 	return onKeeper(s, ctx, func(c pb.LeaseClient) (*pb.LeaseRevokeResponse, error) { return c.LeaseRevoke(ctx, r) })
 }
 

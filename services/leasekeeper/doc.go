@@ -1,7 +1,11 @@
 // Package leasekeeper is Cairn's lease service: the clock of etcd's leases, and etcd v3.7's Lease API
 // (etcdserverpb.Lease: LeaseGrant, LeaseRevoke, LeaseKeepAlive, LeaseTimeToLive, LeaseLeases) on its own gRPC port.
 // It checks no permissions: the frontends check every call before relaying it, so while storage's status says
-// auth is enabled the keeper serves only them (package relayauth: internal TLS or Config.RelaySecret).
+// auth is enabled the keeper serves only them (package relayauth: internal TLS or Config.RelaySecret). A client's
+// grant or revoke relayed by a frontend carries the auth fence the frontend checked it at (relayauth.Fence, in
+// gRPC metadata), which the keeper copies into the header of the entry it proposes: storage refuses the entry
+// with ErrAuthOldRevision if the auth store changed since, as it refuses a stale KV write, and the frontend
+// checks the call again. The keeper's own revokes and checkpoints carry no fence.
 //
 // What lives where. A lease's existence, granted TTL, checkpointed remaining TTL and attached keys are storage's:
 // grants, revokes and checkpoints are log entries every member applies (storage package), so every member deletes

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/keeperclaim"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
@@ -23,7 +24,8 @@ func (k *Keeper) Grant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseG
 	if !ok {
 		return nil, keeperclaim.ErrNotActive
 	}
-	resp, err := k.submit(ctx, &pb.InternalRaftRequest{LeaseGrant: &pb.LeaseGrantRequest{ID: r.ID, TTL: r.TTL}}, epoch)
+	resp, err := k.submit(ctx, &pb.InternalRaftRequest{Header: fencedHeader(ctx),
+		LeaseGrant: &pb.LeaseGrantRequest{ID: r.ID, TTL: r.TTL}}, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +42,7 @@ func (k *Keeper) Revoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.Leas
 	if !ok {
 		return nil, keeperclaim.ErrNotActive
 	}
-	resp, err := k.submit(ctx, &pb.InternalRaftRequest{LeaseRevoke: &pb.LeaseRevokeRequest{ID: r.ID}}, epoch)
+	resp, err := k.submit(ctx, &pb.InternalRaftRequest{Header: fencedHeader(ctx), LeaseRevoke: &pb.LeaseRevokeRequest{ID: r.ID}}, epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -48,6 +50,18 @@ func (k *Keeper) Revoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.Leas
 	k.table.remove(r.ID, resp.Index)
 	k.table.mu.Unlock()
 	return resp.GetLeaseRevoke(), nil
+}
+
+// fencedHeader is the entry header of a client's grant or revoke: the auth fence the frontend that relayed it
+// checked it against (relayauth.Fence), which storage refuses with ErrAuthOldRevision if the auth store changed
+// since, as it refuses a KV write; nil for a call no frontend fenced (auth checks are the frontends', and the
+// keeper's own revokes are not a client's).
+func fencedHeader(ctx context.Context) *pb.RequestHeader {
+	fence, ok := relayauth.FenceFrom(ctx)
+	if !ok {
+		return nil
+	}
+	return &pb.RequestHeader{Username: fence.User, AuthRevision: fence.Revision}
 }
 
 // submit proposes a fenced request; a stale epoch makes the keeper stand by and the caller try another keeper.

@@ -1,0 +1,99 @@
+package frontend_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/services/frontend"
+)
+
+// TestAuthLeaseAfterChangeElsewhere: a lease grant or revoke is proposed by the leasekeeper, not by the
+// frontend that checked it, and it is fenced all the same: an auth enable, or a permission revoke, made through
+// one frontend holds at once for lease calls through another frontend, though that frontend learns of the
+// change only later by probing. The frontend sends the fence it checked the call at, the keeper copies it into
+// its entry's header, storage refuses a stale one with ErrAuthOldRevision and the frontend checks the call
+// again against a fresh copy. Every iteration, no waiting.
+func TestAuthLeaseAfterChangeElsewhere(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Frontends: 2, Leasekeepers: 1,
+		ConfigureFrontend: func(cfg *frontend.Config) { cfg.BcryptCost = 4 }})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	setup := c.Client(t, c.Endpoints()[0])
+	for _, step := range []func() error{
+		func() error { _, err := setup.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := setup.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := setup.UserAdd(ctx, "alice", "alicepw"); return err },
+		func() error { _, err := setup.RoleAdd(ctx, "leaser"); return err },
+		func() error { _, err := setup.UserGrantRole(ctx, "alice", "leaser"); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	admin := authClient(t, c, "root", "rootpw", c.Endpoints()[0])
+
+	t.Run("anonymous after auth enable", func(t *testing.T) {
+		anonymous := c.Client(t, c.Endpoints()[1])
+		for i := range 10 {
+			// A disable is learnt by probing (a copy that still says enabled is stricter, not weaker).
+			var lease *clientv3.LeaseGrantResponse
+			waittest.Until(t, 5*time.Second, 10*time.Millisecond, "frontend 1 knows auth is disabled", func() bool {
+				var err error
+				lease, err = anonymous.Grant(ctx, 60)
+				return err == nil
+			})
+			if _, err := setup.AuthEnable(ctx); err != nil {
+				t.Fatal(err)
+			}
+			what, call := "grant", func() error { _, err := anonymous.Grant(ctx, 60); return err }
+			if i%2 == 1 {
+				what, call = "revoke", func() error { _, err := anonymous.Revoke(ctx, lease.ID); return err }
+			}
+			if err := call(); !errors.Is(rpctypes.Error(err), rpctypes.ErrUserEmpty) {
+				t.Fatalf("iteration %d: anonymous lease %s right after auth enable through another frontend: %v, want %v",
+					i, what, err, rpctypes.ErrUserEmpty)
+			}
+			if _, err := admin.AuthDisable(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+
+	t.Run("revoke after permission revoke", func(t *testing.T) {
+		if _, err := setup.AuthEnable(ctx); err != nil {
+			t.Fatal(err)
+		}
+		alice := authClient(t, c, "alice", "alicepw", c.Endpoints()[1]) // only through frontend 1
+		for i := range 10 {
+			if _, err := admin.RoleGrantPermission(ctx, "leaser", "lease/", clientv3.GetPrefixRangeEnd("lease/"),
+				clientv3.PermissionType(clientv3.PermReadWrite)); err != nil {
+				t.Fatal(err)
+			}
+			lease, err := alice.Grant(ctx, 60)
+			if err != nil {
+				t.Fatalf("iteration %d: grant: %v", i, err)
+			}
+			if _, err := alice.Put(ctx, "lease/k", "v", clientv3.WithLease(lease.ID)); err != nil {
+				t.Fatalf("iteration %d: put with the lease, permission granted: %v", i, err)
+			}
+			if _, err := admin.RoleRevokePermission(ctx, "leaser", "lease/", clientv3.GetPrefixRangeEnd("lease/")); err != nil {
+				t.Fatal(err)
+			}
+			// etcd's checkLeasePuts: revoking a lease needs write on every key attached to it.
+			if _, err := alice.Revoke(ctx, lease.ID); !errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) {
+				t.Fatalf("iteration %d: lease revoke right after the permission revoke through another frontend: %v, want %v",
+					i, err, rpctypes.ErrPermissionDenied)
+			}
+			if _, err := admin.Revoke(ctx, lease.ID); err != nil {
+				t.Fatalf("iteration %d: root's revoke: %v", i, err)
+			}
+		}
+	})
+}
