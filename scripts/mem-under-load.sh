@@ -47,7 +47,7 @@ load() {
 	sample "$samples" "${procs[@]}" &
 	sampler=$!
 	cpu0=$(cpu_ticks "${procs[@]}")
-	rps=$(rate "$endpoints" "" --conns 100 --clients 1000 --total "$TOTAL" "$@")
+	rps=$(rate "$endpoints" "" --conns 100 --clients 1000 --total "$TOTAL" "$@") || true # a failed run prints "failed"
 	cpu1=$(cpu_ticks "${procs[@]}")
 	kill "$sampler"
 	wait "$sampler" 2>/dev/null || true

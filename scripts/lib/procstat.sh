@@ -12,8 +12,10 @@ tree_pids() {
 		echo "$pid"
 		local kids
 		kids=$(cat /proc/"$pid"/task/*/children 2>/dev/null || true)
-		# shellcheck disable=SC2086
-		[[ -n "$kids" ]] && tree_pids $kids
+		if [[ -n "$kids" ]]; then
+			# shellcheck disable=SC2086
+			tree_pids $kids
+		fi
 	done
 }
 
