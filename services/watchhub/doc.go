@@ -47,7 +47,8 @@
 //     when no hub is watched the storages publish nothing. Its first stream wakes it: the gap is filled from
 //     history before any watch is created, or, when larger than the window, skipped (there is no watcher to
 //     miss it; a watch from the past reads it from storage history).
-//   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval); losing a
+//   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval, up to 4 times
+//     less often while the store stands still); losing a
 //     storage fails over to the next endpoint; stopping the hub ends its streams with Unavailable.
 //   - A sampled write's watch event has a trace of its own (eventTrace): a watchhub.event root linked to the
 //     apply span whose context the NATS headers carried, with the hub's stages under it. On a stream whose

@@ -105,6 +105,7 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 		return nil, err
 	}
 	h.pool = pool
+	h.guard.SetRefresh(h.readAuthEnabled)
 	h.feed = newFeed(h)
 	h.fresh = newFreshness(h)
 	return h, nil
@@ -280,6 +281,20 @@ func (h *Hub) initialize(head, compactRev int64) {
 func (h *Hub) responseHeader(rev int64) *pb.ResponseHeader {
 	return &pb.ResponseHeader{ClusterId: h.header.ClusterId, MemberId: h.header.MemberId, Revision: rev,
 		RaftTerm: h.header.RaftTerm}
+}
+
+// readAuthEnabled reads from a storage whether authentication is enabled, for the relay guard: the feed's polls
+// tell it too, but while the store stands still they come only every few seconds (relayauth.Guard.SetRefresh).
+func (h *Hub) readAuthEnabled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.StorageTimeout)
+	defer cancel()
+	return h.pool.Do(ctx, func(ctx context.Context, c *storageclient.Client) error {
+		st, err := c.Status(ctx)
+		if err == nil {
+			h.guard.SetAuthEnabled(st.AuthEnabled)
+		}
+		return err
+	})
 }
 
 // defaultLeaderLostAfter is how long storage must report no leader before streams that require one end (etcd:
