@@ -77,10 +77,12 @@ func encodeShared(header *pb.ResponseHeader, events []*mvccpb.Event, fragmentLim
 }
 
 // encodedResponse is a WatchResponse ready for the wire: the watcher's encoded watch ID field (nil for ID
-// 0, which protobuf omits), then a shared encoded part.
+// 0, which protobuf omits), then a shared encoded part, then the single parts of later responses merged into
+// it (see mergeRuns).
 type encodedResponse struct {
 	watchID mem.Buffer
 	part    mem.Buffer
+	more    []*sharedResponse
 }
 
 // watchIDField is the encoded watch_id field of a response, made once per watcher (nil for ID 0).
@@ -104,6 +106,17 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	r, ok := v.(*encodedResponse)
 	if !ok {
 		return c.proto.Marshal(v)
+	}
+	if len(r.more) > 0 {
+		out := make(mem.BufferSlice, 0, 2+len(r.more))
+		if r.watchID != nil {
+			out = append(out, r.watchID)
+		}
+		out = append(out, r.part)
+		for _, m := range r.more {
+			out = append(out, m.boxed[0])
+		}
+		return out, nil
 	}
 	if r.watchID == nil {
 		return mem.BufferSlice{r.part}, nil
