@@ -29,7 +29,9 @@
 //   - Watch streams are relayed to one watchhub each (round robin over the --watch-endpoints URLs and over
 //     every address a URL's host resolves to, looked up again every 5 s: a compose service scaled to N hubs is
 //     one URL whose N replicas all get streams, those added later included); a failing hub ends the client stream
-//     with codes.Unavailable so etcd clients resume on another. Lease calls and keep-alive streams go to the
+//     with codes.Unavailable so etcd clients resume on another. A relayed stream takes at most 64 KiB from its
+//     hub ahead of its client, so a relay that falls behind holds its hub back (which then merges each
+//     watcher's waiting revisions) rather than a backlog of its own. Lease calls and keep-alive streams go to the
 //     active leasekeeper: a keeper that is unavailable or answers FailedPrecondition "not the active
 //     leasekeeper" is passed over. With no --watch-endpoints / --lease-endpoints those services answer
 //     codes.Unimplemented.

@@ -83,7 +83,8 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		return nil, err
 	}
 	relay := relayauth.DialOption(relaySecret)
-	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption(), relay))
+	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption(), relay,
+		grpc.WithInitialWindowSize(watchRelayWindow)))
 	if err != nil {
 		f.pool.close()
 		return nil, fmt.Errorf("watch endpoints: %w", err)

@@ -142,7 +142,7 @@ func (s *stream) sendEvents(ws []*watcher, header *pb.ResponseHeader, events []*
 		return err
 	}
 	for _, w := range ws {
-		if err := s.writeShared(w, shared); err != nil {
+		if err := s.writeShared(w, shared, nil); err != nil {
 			return err
 		}
 	}

@@ -18,7 +18,11 @@
 // Watchers with the same spec (range, filters, prev_kv, fragment) and position share a group: an event is
 // matched once per group (single keys by map, ranges by interval tree) and encoded once per group; each
 // watcher's response is its watch ID followed by the shared bytes (a gRPC codec writes them unchanged).
-// Every stream has one sender goroutine that writes its responses in order. A watcher that starts in the past,
+// Every stream has one sender goroutine that writes its responses in order; when it finds several live
+// responses of one watcher waiting (the stream fell behind), it writes them as one response carrying their
+// revisions in order, as etcd batches revisions for a watcher that is behind (merge.go: the shared bytes are
+// concatenated, nothing is encoded again), so a hub under load sends fewer, larger messages instead of falling
+// further behind. A watcher that starts in the past,
 // or whose stream cannot take more (more than WatcherBufferResponses responses or StreamBufferBytes bytes
 // unwritten), catches up on the sender from the window, then from storage History below the window, in
 // batches of at most 1000 revisions (as etcd's unsynced watchers do), and rejoins its group at the head.

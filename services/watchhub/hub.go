@@ -407,6 +407,8 @@ func (h *Hub) fanOut(r revisionEvents) {
 	_, encode := h.stages.StartAt(traced.context(), "watchhub.encode", matched)
 	encoded := matched
 	queued := 0
+	var q liveQueue
+	defer q.release()
 	for _, g := range touched {
 		limit := 0
 		if g.spec.fragment {
@@ -432,10 +434,11 @@ func (h *Hub) fanOut(r revisionEvents) {
 				continue // started in the future
 			}
 			traced.hold(1)
-			if w.stream.queueLive(w, resp) {
+			if q.offer(w, resp) {
 				queued++
 				continue
 			}
+			q.release() // fallBehind queues on w's stream
 			traced.release()
 			h.fallBehind(w, r.rev)
 		}
