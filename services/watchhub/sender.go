@@ -96,6 +96,9 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
 	if w.canceled.Load() {
 		return nil
 	}
+	if s.overdue(w, shared) {
+		return s.cancelLagging([]*watcher{w})
+	}
 	if shared.traced != nil {
 		defer func() {
 			written := time.Now()
