@@ -42,7 +42,7 @@ scrape() {
 		if [[ -n $prev ]]; then
 			awk '{split(p, a, " "); dc=$3-a[3]; dt=$1-a[1]; if (dt<=0) dt=1
 				printf "  t=%3ds  mean lag %6.2fs  events/s %8.0f  catching up %6d  lag-canceled %6d  revision %7d  hub RSS %4d MiB\n",
-					$1, dc>0 ? ($2-a[2])/dc : 0, ($4-a[4])/dt, $5, $6, $7, $8}' p="$prev" <<<"$line"
+					$1, (dc > 0 ? ($2 - a[2]) / dc : 0), ($4-a[4])/dt, $5, $6, $7, $8}' p="$prev" <<<"$line"
 		fi
 		prev=$line
 		sleep 2
