@@ -45,7 +45,8 @@
 //     its last mod_revision+1 (client/v3 does) on this hub or another loses nothing.
 //   - A slow watcher never holds up others and costs bounded memory: its queue is bounded, and past it the
 //     watcher reads from the window and storage on its own stream's sender. One whose next revision has been
-//     compacted is canceled with the compact revision.
+//     compacted is canceled with the compact revision. One more than MaxWatchLag behind the head (the age of
+//     its oldest unsent revision at the hub) is canceled with a reason, so its client re-watches (lag.go).
 //   - A hub follows the store only while it has watch streams: then it tells the storages every second that it
 //     needs the applied records (eventbus.AnnounceInterest); without streams it neither announces nor fills, so
 //     when no hub is watched the storages publish nothing. Its first stream wakes it: the gap is filled from

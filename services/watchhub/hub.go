@@ -41,6 +41,7 @@ type Hub struct {
 	pool    *storageclient.Pool
 	feed    *feed
 	fresh   *freshness
+	lag     lagPolicy // what becomes of watchers that cannot keep up (lag.go)
 
 	// mu guards the window, the groups, every watcher's state and group membership, and every stream's
 	// watchers. Lock order: mu before any stream's mu.
@@ -96,8 +97,8 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 		cfg: cfg, deps: deps, tel: tel, stages: tel.Stages("watchhub", cfg.ListenURL), logger: logger,
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
-		leaderLostAfter: defaultLeaderLostAfter,
-		guard:           relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
+		leaderLostAfter: defaultLeaderLostAfter, lag: lagPolicy{epoch: time.Now(), bound: cfg.MaxWatchLag},
+		guard: relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
 	}
 	h.metrics = newMetrics(deps.Registry)
 	pool, err := newStoragePool(cfg, tel, deps)

@@ -107,6 +107,9 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 	if w.canceled.Load() {
 		return nil
 	}
+	if s.overdue(w, shared) {
+		return s.cancelLagging([]*watcher{w})
+	}
 	var carrier mem.Buffer
 	if shared.traced != nil && s.relayTrace {
 		carrier = shared.traced.relay

@@ -51,6 +51,7 @@ type watcher struct {
 	startRev       int64 // as requested; 0 means from now
 	minRev         int64 // the first revision it may receive live (above head for a watch from the future)
 	progressNotify bool
+	created        time.Duration // when the watch was created, on the hub's clock (lag.go)
 
 	// Guarded by Hub.mu.
 	state watcherState
@@ -324,7 +325,7 @@ func (s *stream) create(req *pb.WatchCreateRequest, receivedAt time.Time) error 
 		return nil
 	}
 	w := &watcher{id: id, idField: watchIDField(id), stream: s, spec: spec, startRev: req.StartRevision,
-		progressNotify: req.ProgressNotify}
+		progressNotify: req.ProgressNotify, created: h.clock()}
 	s.watchers[id] = w
 	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(head), WatchId: id, Created: true}, true)
 	if req.StartRevision == 0 || req.StartRevision > head {

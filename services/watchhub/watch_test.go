@@ -327,6 +327,9 @@ func TestSlowStreamDoesNotHoldOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if resp.Canceled {
+			t.Fatalf("slow watcher canceled at revision %d: %v", next, resp)
+		}
 		for _, ev := range resp.Events {
 			if ev.Kv.ModRevision != next {
 				t.Fatalf("slow watcher got revision %d, want %d", ev.Kv.ModRevision, next)
