@@ -133,6 +133,7 @@ var authScript = []authStep{
 	ctl("role", "delete", "r1", "--user=root:rootpw"),
 	ctl("user", "get", "alice", "--user=root:rootpw"),
 	call("a simple token unused past --auth-token-ttl", expiredToken),
+	call("a forged token on Range, Watch and LeaseKeepAlive", forgedToken),
 	ctl("auth", "disable", "--user=root:rootpw"),
 	ctl("get", "foo"),
 }
@@ -272,6 +273,46 @@ func expiredToken(ctx context.Context, run *transcriptRun) string {
 			return unused != nil
 		})
 	return fmt.Sprintf("fresh token: %v; unused past its TTL: %v", fresh, unused)
+}
+
+// forgedToken sends a token the server never issued on a unary call, a watch create and a keep-alive, with
+// raw gRPC: each kind of call reads the token in its own place.
+func forgedToken(ctx context.Context, run *transcriptRun) string {
+	conn := rawConn(run.t, run.endpoint)
+	forged := metadata.AppendToOutgoingContext(ctx, "token", "forged.1")
+	_, rangeErr := pb.NewKVClient(conn).Range(forged, &pb.RangeRequest{Key: []byte("foo")})
+
+	watched := func() string {
+		stream, err := pb.NewWatchClient(conn).Watch(forged)
+		if err != nil {
+			return err.Error()
+		}
+		create := &pb.WatchCreateRequest{Key: []byte("foo")}
+		if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
+			return err.Error()
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("created %v canceled %v reason %q", resp.Created, resp.Canceled, resp.CancelReason)
+	}()
+
+	keptAlive := func() string {
+		stream, err := pb.NewLeaseClient(conn).LeaseKeepAlive(forged)
+		if err != nil {
+			return err.Error()
+		}
+		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: 1}); err != nil {
+			return err.Error()
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("TTL %d", resp.TTL)
+	}()
+	return fmt.Sprintf("range: %v; watch: %s; keep-alive: %s", rangeErr, watched, keptAlive)
 }
 
 // TestAuthEtcdctlMatchesEtcd runs the same etcdctl session against real etcd v3.7.3 and against Cairn and
