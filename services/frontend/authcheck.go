@@ -88,8 +88,11 @@ func (g *authGate) confirmed(ctx context.Context, st *gateState, check func(*gat
 // streamInterceptor identifies the caller of every stream; the messages are checked by the stream's handler
 // (Watch creates, keep-alives) or are the caller's to make (Snapshot: root only, checked here).
 func (g *authGate) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod == healthpb.Health_Watch_FullMethodName || info.FullMethod == pb.Watch_Watch_FullMethodName {
-		// Each Watch create is checked as it is relayed (screenWatch): etcd refuses creates, not the stream.
+	switch info.FullMethod {
+	case healthpb.Health_Watch_FullMethodName, pb.Watch_Watch_FullMethodName, pb.Lease_LeaseKeepAlive_FullMethodName:
+		// Each Watch create and each keep-alive is checked as it is relayed (screenWatch, screenKeepAlive): etcd
+		// refuses requests, not the stream. A stream ended before its first request is read would also race the
+		// client's first Send, which then fails with a bare EOF instead of etcd's error.
 		return handler(srv, ss)
 	}
 	st, c, err := g.identify(ss.Context())

@@ -89,7 +89,8 @@
 // and role management; a named user for everything else; lease revoke, keep-alive and put with a lease need
 // write on the lease's keys (time-to-live with its keys and leases read), read from storage. A Watch create is checked as
 // the frontend relays it and refused as etcd refuses it (created and canceled, watch ID -1, "permission
-// denied"); the gateway and the Lock and Election recipes go through the same gRPC server, so the same checks.
+// denied"); each keep-alive too, after it is read (never the stream as it opens, which would race the client's
+// first Send), ending the stream with etcd's error once the keeper has answered the requests before it; the gateway and the Lock and Election recipes go through the same gRPC server, so the same checks.
 // A write carries its user and token revision to storage, which refuses it with ErrAuthOldRevision if the
 // store changed since (etcd's apply-time check); an anonymous write let through on a copy saying "disabled"
 // carries the copy's read fence and is refused if auth is enabled when it is applied. A read (Range, a

@@ -107,11 +107,15 @@ func errBackendLost(what string, err error) error {
 // the messages read from each side (wiremsg.Raw messages relay frames without decoding them). The client's
 // half-close is passed on and responses keep flowing until the backend ends; a backend failure ends the
 // client stream with codes.Unavailable, a backend's own status error is passed on unchanged. each, when not
-// nil, sees every response before it is relayed, and returns what to call once it is (nil: nothing). screen, when not nil, sees every request first: an error ends
-// the stream with it, a reply is sent to the client instead of relaying the request.
+// nil, sees every response before it is relayed, and returns what to call once it is (nil: nothing). screen,
+// when not nil, sees every request first: an error ends the stream with it once the backend has answered the
+// requests relayed before (etcd answers a stream's requests in order); a reply is sent to the client instead
+// of relaying the request.
 func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any,
 	each func(any) (relayed func()), screen func(any) (any, error)) error {
 	upErr := make(chan error, 2)
+	// refused is screen's error, sent before the backend is half-closed, so before the backend's io.EOF.
+	refused := make(chan error, 1)
 	var sendMu sync.Mutex // the client stream's sends: relayed responses and screen's replies
 	go func() {
 		for {
@@ -127,7 +131,8 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 			if screen != nil {
 				reply, err := screen(req)
 				if err != nil {
-					upErr <- err
+					refused <- err
+					_ = upstream.CloseSend() // the backend answers what it was sent, then ends
 					return
 				}
 				if reply != nil {
@@ -171,7 +176,12 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 	err := <-upErr
 	switch {
 	case errors.Is(err, io.EOF):
-		return nil
+		select {
+		case err := <-refused:
+			return err
+		default:
+			return nil
+		}
 	case client.Context().Err() != nil:
 		return status.FromContextError(client.Context().Err()).Err()
 	case status.Code(err) == codes.Unavailable, status.Code(err) == codes.Canceled, status.Code(err) == codes.Unknown:

@@ -45,12 +45,14 @@ func EtcdBinary(t testing.TB) string { t.Helper(); return TestBinaries(t).Etcd }
 // Etcdctl returns the path of the reference etcdctl for t, so e2e tests can run the real client.
 func Etcdctl(t testing.TB) string { t.Helper(); return TestBinaries(t).Etcdctl }
 
-// StartCluster starts a healthy reference etcd cluster of the given size for t and stops it when t ends.
-// If t failed, the end of every member's log is written to the test log.
-func StartCluster(t testing.TB, members int) *etcdref.Cluster {
+// StartCluster starts a healthy reference etcd cluster of the given size for t, with extraArgs on every
+// member's command line (e.g. "--auth-token-ttl=2"), and stops it when t ends. If t failed, the end of every
+// member's log is written to the test log.
+func StartCluster(t testing.TB, members int, extraArgs ...string) *etcdref.Cluster {
 	t.Helper()
 	bins := TestBinaries(t)
-	cluster, err := etcdref.New(etcdref.Config{Members: members, Binaries: bins, Dir: t.TempDir(), Logger: testLogger(t)})
+	cluster, err := etcdref.New(etcdref.Config{Members: members, Binaries: bins, Dir: t.TempDir(), Logger: testLogger(t),
+		ExtraArgs: extraArgs})
 	if err != nil {
 		t.Fatal(err)
 	}
