@@ -115,7 +115,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	}
 	k.pool = pool
 	if len(cfg.PeerURLs) > 0 {
-		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions()); err != nil {
+		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions(), k.peerDialer()); err != nil {
 			_ = pool.Close()
 			return nil, err
 		}
