@@ -19,6 +19,9 @@ type observation struct {
 	// the holder for a while saw its last renewal earlier than a keeper its supervisor has just restarted, so
 	// without the head start both would claim at about the same moment and the restarted one could win.
 	patience time.Duration
+	// vouched (with peers) is set once a peer answered that this state's holder is active: the holder is
+	// listed among the peers, so when none of them is it any more, it is gone.
+	vouched bool
 }
 
 // runElection renews (with peers: confirms) the claim while this keeper holds it, and otherwise watches it and
@@ -115,10 +118,11 @@ func (k *Keeper) readClaim(ctx context.Context, timeout time.Duration) (*storage
 }
 
 // watchClaim reads the claim and takes over when it is free or its holder has been silent (with peers: not
-// seen alive) for TakeoverTimeout. With peers, a standby that has watched the holder for a while claims at once
-// when the holder is gone (no peer is it, and a refused connection shows where it ran): it took no part in
-// keeping leases safe (the new keeper counts the old as serving until ActiveTimeout after its claim, whatever
-// the standby saw), so waiting longer would only keep abandoned leases longer.
+// seen alive) for TakeoverTimeout. With peers, a standby that has seen the holder active claims at once when no
+// peer is the holder any more (each answers it is another keeper, or refuses the connection: the holder's
+// process is gone, as after a kill -9). The wait takes no part in keeping leases safe (the new keeper counts the
+// old as serving until ActiveTimeout after its claim, whatever the standby saw): it only spares a holder the
+// standby merely lost sight of a needless takeover, so a holder known dead is not waited for.
 func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 	probed, sighted := "", holderUnseen // the holder asked about in this look, if any, and what the peers said
 	if k.peers != nil && seen.state != nil && seen.state.Holder != "" && seen.state.Holder != k.id {
@@ -156,9 +160,9 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 			}
 		}
 	}
-	// A keeper just started waits its doubled patience even for a gone holder, so the standby that was
-	// watching wins.
-	gone := sighted == holderGone && seen.patience == k.cfg.TakeoverTimeout
+	// A keeper that never saw this holder active (one just started, or whose peers do not list the holder)
+	// waits its patience even when no peer is the holder, so the standby that was watching wins.
+	gone := sighted == holderGone && seen.vouched
 	if state.Holder != "" && !gone && now.Sub(seen.seenAt) < seen.patience {
 		return
 	}
@@ -193,7 +197,7 @@ func (k *Keeper) askPeers(ctx context.Context, seen *observation, holder string)
 		k.logger.Debug("asking the peers about the holder failed", "holder", holder, "err", err)
 	}
 	if sighted == holderServing {
-		seen.seenAt, seen.patience = time.Now(), k.cfg.TakeoverTimeout
+		seen.seenAt, seen.patience, seen.vouched = time.Now(), k.cfg.TakeoverTimeout, true
 	}
 	return sighted
 }

@@ -53,7 +53,8 @@ const (
 	// holderServing: a peer answered that the holder is active.
 	holderServing
 	// holderGone: every peer answered that it is not the holder, or refused the connection (nothing listens
-	// there; at least one did): no listed process is the holder, which has crashed.
+	// there): no listed process is the holder. It has crashed if one of them was it (a process keeps its
+	// claimant ID for life, and a restarted one has a new ID).
 	holderGone
 )
 
@@ -132,7 +133,7 @@ func dialPeers(urls []string, opts []grpc.DialOption, dial func(context.Context,
 func (p *peers) ask(ctx context.Context, holder string, timeout time.Duration) (sighting, error) {
 	var errs []error
 	since := time.Now().Add(-2 * timeout)
-	gone, refused := true, false
+	gone := true
 	for i, client := range p.clients {
 		callCtx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := client.Check(callCtx, &healthpb.HealthCheckRequest{Service: holder})
@@ -144,14 +145,13 @@ func (p *peers) ask(ctx context.Context, holder string, timeout time.Duration) (
 			gone = false
 		case status.Code(err) == codes.NotFound: // another keeper
 		case p.dials[i].refusedSince(since):
-			refused = true
 			p.conns[i].ResetConnectBackoff()
 		default:
 			gone = false
 			errs = append(errs, fmt.Errorf("peer %s: %w", p.urls[i], err))
 		}
 	}
-	if gone && refused {
+	if gone {
 		return holderGone, nil
 	}
 	return holderUnseen, errors.Join(errs...)

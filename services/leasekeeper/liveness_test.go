@@ -15,8 +15,8 @@ import (
 )
 
 // TestPeersAsk: what the peers say of the holder. A SERVING answer vouches for it; a NOT_SERVING one (the
-// holder, lapsed) or a peer that cannot be asked leaves it unseen; it is gone only when every peer is another
-// keeper or refuses the connection, and one refuses.
+// holder, lapsed) or a peer that cannot be asked leaves it unseen; it is gone when every peer is another keeper
+// or refuses the connection.
 func TestPeersAsk(t *testing.T) {
 	const holder = "lk-holder"
 	tests := []struct {
@@ -27,7 +27,7 @@ func TestPeersAsk(t *testing.T) {
 		{"the holder serving", []string{"refused", "other", "serving"}, holderServing},
 		{"the holder lapsed", []string{"refused", "lapsed"}, holderUnseen},
 		{"other keepers, one address refused", []string{"other", "refused"}, holderGone},
-		{"other keepers only: the holder is not listed", []string{"other", "other"}, holderUnseen},
+		{"other keepers only (the holder's address taken by a restarted keeper)", []string{"other", "other"}, holderGone},
 		{"a peer that does not answer", []string{"refused", "silent"}, holderUnseen},
 	}
 	for _, tt := range tests {
