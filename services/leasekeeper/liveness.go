@@ -129,9 +129,11 @@ func dialPeers(urls []string, opts []grpc.DialOption, dial func(context.Context,
 // ask asks the peers in turn (there are a handful) whether holder is the active keeper, each for at most
 // timeout, and stops at the first that says so. A peer counts as refusing only when a dial made during this
 // look or the one before (2 × timeout) was refused: grpc fails calls fast with its last dial error while it
-// backs off, so a refusing peer's backoff is reset for the next look to dial it afresh.
+// backs off, so when no peer vouched for the holder the refusing peers' backoff is reset for the next look to
+// dial them afresh (while the holder answers, a peer that is down is left to grpc's backoff).
 func (p *peers) ask(ctx context.Context, holder string, timeout time.Duration) (sighting, error) {
 	var errs []error
+	var refusing []*grpc.ClientConn
 	since := time.Now().Add(-2 * timeout)
 	gone := true
 	for i, client := range p.clients {
@@ -145,11 +147,17 @@ func (p *peers) ask(ctx context.Context, holder string, timeout time.Duration) (
 			gone = false
 		case status.Code(err) == codes.NotFound: // another keeper
 		case p.dials[i].refusedSince(since):
-			p.conns[i].ResetConnectBackoff()
+			refusing = append(refusing, p.conns[i])
 		default:
 			gone = false
 			errs = append(errs, fmt.Errorf("peer %s: %w", p.urls[i], err))
+			if p.dials[i].refusedSince(time.Time{}) { // refused long ago, grpc still backing off
+				refusing = append(refusing, p.conns[i])
+			}
 		}
+	}
+	for _, conn := range refusing {
+		conn.ResetConnectBackoff()
 	}
 	if gone {
 		return holderGone, nil
