@@ -47,7 +47,7 @@ type devOptions struct {
 	authTokenTTL      uint
 	bcryptCost        int
 	integrity         storage.Config // --auto-compaction-* and the corruption checks, for the storage
-	raft              etcdTuning     // --heartbeat-interval, --election-timeout, --snapshot-count
+	raft              etcdTuning     // --heartbeat-interval, --election-timeout, --snapshot-count, --max-watch-lag
 }
 
 func newDevCommand() *cobra.Command {
@@ -97,6 +97,7 @@ func newDevCommand() *cobra.Command {
 	flags.BoolVar(&do.autoTLS, "tls", false, "Run every link with mutual TLS and the client URLs with TLS, on a CA and per-component certificates created in --data-dir/pki (kept across restarts); prints the etcdctl flags.")
 	opts.register(flags, "http://127.0.0.1:2381")
 	do.raft.registerRaft(flags)
+	do.raft.registerWatch(flags)
 	return cmd
 }
 
@@ -368,7 +369,7 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 	proc := d.component("watchhub")
 	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
 		NATSURL: d.natsURL, NATSNkeySeedFile: d.seedFile(eventbus.RoleWatchhub), MaxRequestBytes: d.do.maxRequestBytes,
-		RelaySecret: d.relaySecret}
+		RelaySecret: d.relaySecret, MaxWatchLag: d.do.raft.maxWatchLag}
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: lis, Keyring: d.keyring, Internal: proc.internal})
 	if err != nil {

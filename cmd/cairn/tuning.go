@@ -11,6 +11,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/storage"
+	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
 // etcdTuning holds the etcd flags operators tune, which `cairn up` and `cairn dev` take (with etcd's names,
@@ -23,6 +24,10 @@ type etcdTuning struct {
 	maxTxnOps               uint
 	// api: registerAPI was called (cairn dev has these three flags of its own).
 	api bool
+	// maxWatchLag is Cairn's own (etcd has no bound): the watchhubs' --max-watch-lag; watch: registerWatch was
+	// called.
+	maxWatchLag time.Duration
+	watch       bool
 }
 
 // registerRaft adds --heartbeat-interval, --election-timeout and --snapshot-count (consensus's settings).
@@ -41,6 +46,12 @@ func (t *etcdTuning) registerAPI(flags *pflag.FlagSet) {
 	flags.UintVar(&t.maxTxnOps, "max-txn-ops", 128, "Maximum number of operations permitted in a transaction.")
 }
 
+// registerWatch adds --max-watch-lag (the watchhubs' bound on how far behind a watcher may be served).
+func (t *etcdTuning) registerWatch(flags *pflag.FlagSet) {
+	t.watch = true
+	flags.DurationVar(&t.maxWatchLag, "max-watch-lag", watchhub.DefaultMaxWatchLag, "Watchers more than this behind the head are canceled with a reason, so that their clients re-watch (every watchhub's --max-watch-lag).")
+}
+
 func (t *etcdTuning) heartbeat() time.Duration {
 	return time.Duration(t.heartbeatMs) * time.Millisecond
 }
@@ -55,12 +66,15 @@ func (t *etcdTuning) validate() error {
 	if t.api && t.maxRequestBytes == 0 {
 		errs = append(errs, config.Invalid("--max-request-bytes", "--max-request-bytes must be positive"))
 	}
+	if t.watch && t.maxWatchLag <= 0 {
+		errs = append(errs, config.Invalid("--max-watch-lag", "--max-watch-lag must be positive"))
+	}
 	return errors.Join(errs...)
 }
 
 // childArgs are the flags given on the command line, as each service's command line takes them: consensus
 // runs raft and bounds proposals, storage keeps the quota and checks requests, the frontend checks requests
-// as etcd's API layer does, the watchhub cuts watch responses by the request limit.
+// as etcd's API layer does, the watchhub cuts watch responses by the request limit and bounds watch lag.
 func (t *etcdTuning) childArgs(flags *pflag.FlagSet) map[string][]string {
 	args := map[string][]string{}
 	pass := func(flag string, value string, services ...string) {
@@ -77,5 +91,6 @@ func (t *etcdTuning) childArgs(flags *pflag.FlagSet) map[string][]string {
 	pass("quota-backend-bytes", strconv.FormatInt(t.quotaBackendBytes, 10), "storage")
 	pass("max-request-bytes", fmt.Sprint(t.maxRequestBytes), "consensus", "storage", "frontend", "watchhub")
 	pass("max-txn-ops", fmt.Sprint(t.maxTxnOps), "storage", "frontend")
+	pass("max-watch-lag", t.maxWatchLag.String(), "watchhub")
 	return args
 }

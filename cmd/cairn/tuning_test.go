@@ -26,6 +26,9 @@ func TestEtcdTuningFlags(t *testing.T) {
 				"frontend":  {"--max-request-bytes", "2097152", "--max-txn-ops", "256"},
 				"watchhub":  {"--max-request-bytes", "2097152"},
 			}, ""},
+		{"the lag bound goes to the watchhubs", []string{"--max-watch-lag", "2s"},
+			map[string][]string{"watchhub": {"--max-watch-lag", "2s"}}, ""},
+		{"zero lag bound", []string{"--max-watch-lag", "0"}, nil, "--max-watch-lag must be positive"},
 		{"election under 5 heartbeats", []string{"--heartbeat-interval", "100", "--election-timeout", "400"}, nil,
 			"--election-timeout[400ms] should be at least as 5 times as --heartbeat-interval[100ms]"},
 		{"election too long", []string{"--election-timeout", "60000"}, nil,
@@ -39,6 +42,7 @@ func TestEtcdTuningFlags(t *testing.T) {
 			flags := pflag.NewFlagSet("up", pflag.ContinueOnError)
 			tuning.registerRaft(flags)
 			tuning.registerAPI(flags)
+			tuning.registerWatch(flags)
 			if err := flags.Parse(tt.args); err != nil {
 				t.Fatal(err)
 			}

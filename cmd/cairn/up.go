@@ -62,6 +62,7 @@ func newUpCommand() *cobra.Command {
 	flags.AddGoFlagSet(integrityFlags)
 	tuning.registerRaft(flags) // etcd's flags, passed to the members' processes
 	tuning.registerAPI(flags)
+	tuning.registerWatch(flags)
 	cmd.AddCommand(newUpMemberCommand())
 	return cmd
 }

@@ -53,6 +53,11 @@ type Client struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	tasks     sync.WaitGroup // the sweep and background dials
+
+	// deadlined counts the calls waiting with a deadline, over all lanes; the sweep runs only while it is not
+	// 0, and sweepWake (capacity 1) tells it that the count left 0, so an idle client sets no timer.
+	deadlined atomic.Int64
+	sweepWake chan struct{}
 }
 
 // NewClient returns a client for cfg; its connections open on first use (or at once with DialAhead).
@@ -64,7 +69,7 @@ func NewClient(cfg ClientConfig) *Client {
 	if cfg.Expired == nil {
 		cfg.Expired = status.Errorf(grpccodes.DeadlineExceeded, "link to %s: no answer by the deadline", cfg.Addr)
 	}
-	c := &Client{cfg: cfg, lanes: make([]lane, cfg.Lanes), closed: make(chan struct{})}
+	c := &Client{cfg: cfg, lanes: make([]lane, cfg.Lanes), closed: make(chan struct{}), sweepWake: make(chan struct{}, 1)}
 	if cfg.Telemetry != nil && cfg.Telemetry.Recording() {
 		c.tracer = cfg.Telemetry.Tracers.Tracer("github.com/cairn-kv/cairn/internal/link")
 	}
@@ -82,7 +87,7 @@ func NewClient(cfg ClientConfig) *Client {
 }
 
 // sweepGrace is how long past its deadline a call waits for the server's own timeout answer before the sweep
-// fails it; sweepInterval is how often the sweep looks.
+// fails it; sweepInterval is how often the sweep looks while calls with deadlines wait.
 const (
 	sweepGrace    = time.Second
 	sweepInterval = 250 * time.Millisecond
@@ -146,12 +151,22 @@ func (c *Client) call(ctx context.Context, method uint64, body []byte) ([]byte, 
 	}
 }
 
-// sweep fails the calls the server left unanswered past their deadline, until the client closes.
+// sweep fails the calls the server left unanswered past their deadline, until the client closes. While no
+// call with a deadline waits it sleeps without a timer.
 func (c *Client) sweep() {
 	defer c.tasks.Done()
 	tick := time.NewTicker(sweepInterval)
 	defer tick.Stop()
 	for {
+		if c.deadlined.Load() == 0 {
+			tick.Stop()
+			select {
+			case <-c.closed:
+				return
+			case <-c.sweepWake:
+			}
+			tick.Reset(sweepInterval)
+		}
 		select {
 		case <-c.closed:
 			return
@@ -255,7 +270,7 @@ func (l *lane) send(h *header, body []byte, deadline int64) (<-chan answer, erro
 		return nil, NotSent(status.Errorf(grpccodes.Unavailable, "link to %s: connection broke before the call was sent", l.client.cfg.Addr))
 	}
 	pending := l.pending
-	pending[h.id] = waiting{answer: ch, deadline: deadline}
+	l.add(pending, h.id, waiting{answer: ch, deadline: deadline})
 	others := len(pending) > 1
 	l.mu.Unlock()
 	send := conn.Send
@@ -264,8 +279,7 @@ func (l *lane) send(h *header, body []byte, deadline int64) (<-chan answer, erro
 	}
 	if err := send(nil, head, body); err != nil {
 		l.mu.Lock()
-		_, stillPending := pending[h.id]
-		delete(pending, h.id)
+		_, stillPending := l.take(pending, h.id)
 		l.mu.Unlock()
 		if !stillPending {
 			return ch, nil // the receiver failed it already
@@ -306,7 +320,7 @@ func (l *lane) receive(conn *framed.Conn, pending map[uint64]waiting) {
 			_ = conn.Close()
 			for id, w := range pending {
 				w.answer <- answer{err: err}
-				delete(pending, id)
+				l.take(pending, id)
 			}
 			l.mu.Unlock()
 			return
@@ -315,8 +329,7 @@ func (l *lane) receive(conn *framed.Conn, pending map[uint64]waiting) {
 			continue
 		}
 		l.mu.Lock()
-		w, ok := pending[h.id]
-		delete(pending, h.id)
+		w, ok := l.take(pending, h.id)
 		l.mu.Unlock()
 		if ok {
 			if h.status != nil {
@@ -332,8 +345,7 @@ func (l *lane) receive(conn *framed.Conn, pending map[uint64]waiting) {
 func (l *lane) abandon(id uint64) {
 	l.mu.Lock()
 	conn := l.conn
-	_, pending := l.pending[id]
-	delete(l.pending, id)
+	_, pending := l.take(l.pending, id)
 	l.mu.Unlock()
 	if pending && conn != nil {
 		cancelAt(conn, id)
@@ -348,7 +360,7 @@ func (l *lane) expire(limit int64) {
 	for id, w := range l.pending {
 		if w.deadline != 0 && w.deadline < limit {
 			w.answer <- answer{err: l.client.cfg.Expired}
-			delete(l.pending, id)
+			l.take(l.pending, id)
 			expired = append(expired, id)
 		}
 	}
@@ -358,6 +370,29 @@ func (l *lane) expire(limit int64) {
 			cancelAt(conn, id)
 		}
 	}
+}
+
+// add registers w as call id in pending; l.mu is held.
+func (l *lane) add(pending map[uint64]waiting, id uint64, w waiting) {
+	pending[id] = w
+	if w.deadline != 0 && l.client.deadlined.Add(1) == 1 {
+		select {
+		case l.client.sweepWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take removes call id from pending and returns it, if it was there; l.mu is held.
+func (l *lane) take(pending map[uint64]waiting, id uint64) (waiting, bool) {
+	w, ok := pending[id]
+	if ok {
+		delete(pending, id)
+		if w.deadline != 0 {
+			l.client.deadlined.Add(-1)
+		}
+	}
+	return w, ok
 }
 
 // cancelAt tells the server to cancel call id on conn; a broken connection shows in receive.

@@ -9,7 +9,8 @@
 // value per `cairn dev` process, kept in DATA-DIR/relay-secret by `cairn up` and in the keys volume by the
 // compose stack, LoadOrCreateSecretFile), sent as gRPC metadata on every relayed call (DialOption). A Guard on the hub's or keeper's gRPC server refuses any
 // other caller with ErrDirectClient while the auth store says authentication is enabled (SetAuthEnabled, from
-// the storage status the service polls; until the first poll calls wait for it). With authentication
+// the storage status the service polls; until the first poll calls wait for it; with SetRefresh, a caller
+// without the secret is never let through on a "disabled" older than FreshFor, so the poll may be rare). With authentication
 // disabled every caller is served, so benchmarks may still stream to hubs directly.
 //
 // A frontend also says what it checked a relayed lease grant or revoke against (Fence, WithFence, FenceFrom:

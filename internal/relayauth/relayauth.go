@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,7 +37,20 @@ type Guard struct {
 	authEnabled atomic.Bool
 	known       chan struct{} // closed once the auth state is known
 	knownOnce   sync.Once
+
+	setAt     atomic.Int64 // Unix nanoseconds of the last SetAuthEnabled
+	refresh   func(context.Context) error
+	refreshMu sync.Mutex // one refresh at a time; the callers queued behind it find the state fresh
 }
+
+// FreshFor is how old a "disabled" may be when a direct caller (neither internal TLS nor the secret) is let
+// through on it, on a guard with a refresh (SetRefresh); an older one is read again first.
+const FreshFor = 500 * time.Millisecond
+
+// SetRefresh gives the guard a way to read the auth state again (by calling SetAuthEnabled), so that the
+// service may poll it rarely: a direct caller is never let through on a "disabled" older than FreshFor. Call it
+// before the server serves.
+func (g *Guard) SetRefresh(refresh func(context.Context) error) { g.refresh = refresh }
 
 // NewGuard returns the guard of a server whose listener is internal mutual TLS (internalTLS: every caller has
 // been verified as internal), or else expects secret from its frontends (an empty secret: no caller proves
@@ -49,6 +63,7 @@ func NewGuard(secret string, internalTLS bool) *Guard {
 // SetAuthEnabled records whether the auth store has authentication enabled.
 func (g *Guard) SetAuthEnabled(enabled bool) {
 	g.authEnabled.Store(enabled)
+	g.setAt.Store(time.Now().UnixNano())
 	g.knownOnce.Do(func() { close(g.known) })
 }
 
@@ -64,7 +79,7 @@ func (g *Guard) Check(ctx context.Context) error {
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	if !g.authEnabled.Load() {
+	if !g.authEnabled.Load() && (g.refresh == nil || g.fresh()) {
 		return nil
 	}
 	for _, v := range metadata.ValueFromIncomingContext(ctx, MetadataKey) {
@@ -72,8 +87,25 @@ func (g *Guard) Check(ctx context.Context) error {
 			return nil
 		}
 	}
-	return ErrDirectClient
+	if g.authEnabled.Load() {
+		return ErrDirectClient
+	}
+	// A direct caller on an old "disabled": read the state again.
+	g.refreshMu.Lock()
+	defer g.refreshMu.Unlock()
+	if !g.fresh() {
+		if err := g.refresh(ctx); err != nil {
+			return status.Errorf(codes.Unavailable, "cairn: whether authentication is enabled is not known: %v", err)
+		}
+	}
+	if g.authEnabled.Load() {
+		return ErrDirectClient
+	}
+	return nil
 }
+
+// fresh reports whether the auth state was set within FreshFor.
+func (g *Guard) fresh() bool { return time.Now().UnixNano()-g.setAt.Load() < int64(FreshFor) }
 
 // ServerOptions are the interceptors that apply the guard to every call but grpc health's.
 func (g *Guard) ServerOptions() []grpc.ServerOption {

@@ -3,7 +3,10 @@ package relayauth
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -97,6 +100,61 @@ func TestFence(t *testing.T) {
 			if got != tt.want || ok != tt.wantOK {
 				t.Fatalf("FenceFrom = %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
 			}
+		})
+	}
+}
+
+// TestGuardRefresh checks that a guard with a refresh lets a direct caller through on "disabled" only while it
+// is fresh, reads the state again otherwise (once for callers that arrive together), and never refreshes for a
+// frontend.
+func TestGuardRefresh(t *testing.T) {
+	withSecret := metadata.NewIncomingContext(context.Background(), metadata.Pairs(MetadataKey, "s3cret"))
+	for _, tt := range []struct {
+		name         string
+		ctx          context.Context
+		age          time.Duration // since the state was last set
+		storeEnabled bool          // what a refresh reads
+		refreshErr   error
+		wantRefresh  int
+		wantCode     codes.Code
+	}{
+		{"fresh disabled: through", context.Background(), FreshFor / 2, true, nil, 0, codes.OK},
+		{"old disabled, still disabled", context.Background(), FreshFor, false, nil, 1, codes.OK},
+		{"old disabled, enabled since", context.Background(), FreshFor, true, nil, 1, codes.PermissionDenied},
+		{"old disabled, storage away", context.Background(), FreshFor, false, errors.New("no storage"), 1, codes.Unavailable},
+		{"frontend: never refreshes", withSecret, 10 * FreshFor, true, nil, 0, codes.OK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := NewGuard("s3cret", false)
+				refreshes := 0
+				g.SetRefresh(func(context.Context) error {
+					refreshes++
+					if tt.refreshErr != nil {
+						return tt.refreshErr
+					}
+					g.SetAuthEnabled(tt.storeEnabled)
+					return nil
+				})
+				g.SetAuthEnabled(false)
+				time.Sleep(tt.age)
+				var wg sync.WaitGroup
+				for range 3 { // callers arriving together share one refresh
+					wg.Go(func() {
+						if err := g.Check(tt.ctx); status.Code(err) != tt.wantCode {
+							t.Errorf("Check = %v, want code %v", err, tt.wantCode)
+						}
+					})
+				}
+				wg.Wait()
+				want := tt.wantRefresh
+				if tt.refreshErr != nil {
+					want = 3 // a failed refresh leaves the state old for the next caller
+				}
+				if refreshes != want {
+					t.Fatalf("%d refreshes, want %d", refreshes, want)
+				}
+			})
 		})
 	}
 }

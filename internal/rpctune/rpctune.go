@@ -3,7 +3,10 @@
 // Cairn's hops are loopback or LAN links with sub-millisecond round trips, where gRPC's defaults cost more
 // than they give: a 64 KiB starting window grown by BDP-probing pings, and a new goroutine per stream whose
 // stack is grown (copied) again on every request. The settings here fix both: 1 MiB flow-control windows
-// from the start (no BDP pings), and a pool of stream workers that keep their grown stacks between requests.
+// from the start (no BDP pings), and, on the client port only, a pool of stream workers that keep their grown
+// stacks between requests. The internal servers do without the pool: their hot paths are framed links, their
+// gRPC streams are few or long-lived (Watch, LeaseKeepAlive), and 512 parked workers cost every such server
+// about 5 MiB of stacks at idle (a consensus member has two servers).
 package rpctune
 
 import (
@@ -13,17 +16,23 @@ import (
 // Window is the fixed per-stream and per-connection flow-control window.
 const Window = 1 << 20
 
-// StreamWorkers is how many goroutines a server keeps for running handlers; gRPC starts a fresh goroutine
-// for a stream when all are busy, so this bounds nothing.
+// StreamWorkers is how many goroutines the client-port server keeps for running handlers; gRPC starts a fresh
+// goroutine for a stream when all are busy, so this bounds nothing.
 const StreamWorkers = 512
 
-// ServerOptions are the transport settings of every Cairn gRPC server.
+// ServerOptions are the transport settings of every internal Cairn gRPC server (a goroutine per stream, as
+// gRPC does by default).
 func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InitialWindowSize(Window),
 		grpc.InitialConnWindowSize(Window),
-		grpc.NumStreamWorkers(StreamWorkers),
 	}
+}
+
+// ClientServerOptions are the transport settings of the server on the client port, which takes many short
+// calls from etcd clients: ServerOptions and a pool of StreamWorkers.
+func ClientServerOptions() []grpc.ServerOption {
+	return append(ServerOptions(), grpc.NumStreamWorkers(StreamWorkers))
 }
 
 // DialOptions are the transport settings of every Cairn gRPC client connection to another Cairn service.

@@ -154,7 +154,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.UintVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "Maximum client request size in bytes the server will accept.")
 	fs.UintVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "Maximum number of operations permitted in a transaction.")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Bound on one client request, retries included.")
-	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "How often storage and consensus replicas are health-checked.")
+	fs.DurationVar(&c.ProbeInterval, "probe-interval", c.ProbeInterval, "How often storage and consensus replicas are health-checked (up to 4 times less often while nothing changes).")
 	fs.IntVar(&c.ConnsPerStorage, "conns-per-storage", c.ConnsPerStorage, "gRPC connections kept open to each storage.")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "Log level: debug, info, warn or error.")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "Enable runtime profiling data via HTTP server at the client and metrics URLs + \"/debug/pprof/\".")

@@ -29,7 +29,9 @@
 //   - Watch streams are relayed to one watchhub each (round robin over the --watch-endpoints URLs and over
 //     every address a URL's host resolves to, looked up again every 5 s: a compose service scaled to N hubs is
 //     one URL whose N replicas all get streams, those added later included); a failing hub ends the client stream
-//     with codes.Unavailable so etcd clients resume on another. Lease calls and keep-alive streams go to the
+//     with codes.Unavailable so etcd clients resume on another. A relayed stream takes at most 64 KiB from its
+//     hub ahead of its client, so a relay that falls behind holds its hub back (which then merges each
+//     watcher's waiting revisions) rather than a backlog of its own. Lease calls and keep-alive streams go to the
 //     active leasekeeper: a keeper that is unavailable or answers FailedPrecondition "not the active
 //     leasekeeper" is passed over. With no --watch-endpoints / --lease-endpoints those services answer
 //     codes.Unimplemented.
@@ -38,7 +40,8 @@
 //
 // A pool keeps ConnsPerStorage warm gRPC connections to every storage (from --storage-endpoints and from
 // every member's storage URL in consensus membership) and one to every consensus endpoint, and probes each
-// every ProbeInterval (sooner after a failure) for health, leader, term and membership. Routing reads an
+// every ProbeInterval (sooner after a failure; up to 4 times less often while rounds see no change, so an idle
+// cluster is not asked 36 times a second) for health, leader, term and membership. Routing reads an
 // immutable view of the last probe round without locks. A replica that fails a call is routed around at once.
 // Range and Submit, the hot path, always travel on a pipeline to each storage (storageclient.Pipeline: a call
 // of the internal/link layer, a frame each way on two long-lived connections on the storage's port, no gRPC call

@@ -83,7 +83,8 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 		return nil, err
 	}
 	relay := relayauth.DialOption(relaySecret)
-	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption(), relay))
+	watchhubs, err := dialBackends(cfg.WatchEndpoints, append(tel.DialOptions(), deps.Internal.DialOption(), relay,
+		grpc.WithInitialWindowSize(watchRelayWindow)))
 	if err != nil {
 		f.pool.close()
 		return nil, fmt.Errorf("watch endpoints: %w", err)
@@ -114,7 +115,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 // newGRPCServer builds the gRPC server with etcd's limits and keepalive policy.
 func (f *Frontend) newGRPCServer() *grpc.Server {
 	kv := &kvServer{f: f}
-	opts := append(append(append(f.tel.StagedServerOptions(f.tel.Stages("frontend", f.cfg.Name), requestOp), rpctune.ServerOptions()...), link.PlainServerOptions()...),
+	opts := append(append(append(f.tel.StagedServerOptions(f.tel.Stages("frontend", f.cfg.Name), requestOp), rpctune.ClientServerOptions()...), link.PlainServerOptions()...),
 		grpc.ForceServerCodecV2(wiremsg.NewCodec()),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),

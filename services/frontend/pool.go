@@ -211,18 +211,23 @@ func (p *pool) close() {
 // view returns the current routing snapshot.
 func (p *pool) view() *view { return p.current.Load() }
 
-// run probes every replica each ProbeInterval (sooner when kicked) until ctx ends.
+// run probes every replica each ProbeInterval (sooner when kicked, less often while nothing changes: see
+// probePace) until ctx ends.
 func (p *pool) run(ctx context.Context) {
-	tick := time.NewTicker(p.cfg.ProbeInterval)
-	defer tick.Stop()
+	pace := newProbePace(p.cfg.ProbeInterval)
+	next := time.NewTimer(p.cfg.ProbeInterval)
+	defer next.Stop()
 	for {
+		asked := false
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-next.C:
 		case <-p.kick:
+			asked = true
 		}
 		p.probe(ctx)
+		next.Reset(pace.next(p.marks(), asked))
 	}
 }
 

@@ -19,6 +19,14 @@ var (
 	errNoLeasekeeper = status.Error(codes.Unimplemented, "cairn frontend: Lease is not available: no --lease-endpoints configured")
 )
 
+// watchRelayWindow is the flow-control window of each relayed Watch stream from its hub (HTTP/2's default,
+// fixed). A relay that falls behind its client should stop its hub soon: then the hub's stream backs up and the
+// hub merges each watcher's waiting revisions into one response (the hub's merge.go), so the relay catches up
+// with fewer messages. rpctune's 1 MiB window let a slow relay hold about 15,000 unread one-event responses per
+// stream (seconds of lag at 100 watchers per stream) that could only be relayed one by one, and the lag came and
+// went with the relay's luck (issue 23, finding 3). The connection's window stays rpctune's.
+const watchRelayWindow = 64<<10 - 1
+
 // watchServer forwards each Watch stream to one watchhub, spreading streams across hubs. Frames are relayed
 // as bytes, never decoded. While spans are recorded it asks the hub for the trace carrier of sampled events
 // (obs.RelayTraceHeader) and spans their relay, frontend.relay, from the hub's frame to its send to the client.

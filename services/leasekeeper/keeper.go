@@ -114,6 +114,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 		return nil, fmt.Errorf("leasekeeper: %w", err)
 	}
 	k.pool = pool
+	k.guard.SetRefresh(k.readAuthEnabled)
 	if len(cfg.PeerURLs) > 0 {
 		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions(), k.peerDialer()); err != nil {
 			_ = pool.Close()

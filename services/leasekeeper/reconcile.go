@@ -39,21 +39,27 @@ func (k *Keeper) leaseRecords(ctx context.Context) ([]*storagepb.LeaseRecord, ui
 	return records, applied, err
 }
 
-// runAuthPoll tells the guard, every renew interval, whether the auth store has authentication enabled (read
-// from a storage's status), from the start.
+// runAuthPoll tells the guard whether the auth store has authentication enabled (read from a storage's
+// status), from the start and then every ReconcileInterval: only callers without the relay secret depend on
+// it, and for them the guard reads it again whenever the last read is older than relayauth.FreshFor
+// (SetRefresh in New), so polling it often would only keep an idle stack busy.
 func (k *Keeper) runAuthPoll(ctx context.Context) {
 	poll := func(ctx context.Context) {
-		err := k.storage(ctx, k.cfg.RequestTimeout, func(ctx context.Context, c *storageclient.Client) error {
-			st, err := c.Status(ctx)
-			if err == nil {
-				k.guard.SetAuthEnabled(st.AuthEnabled)
-			}
-			return err
-		})
-		if err != nil && ctx.Err() == nil {
+		if err := k.readAuthEnabled(ctx); err != nil && ctx.Err() == nil {
 			k.logger.Debug("reading whether auth is enabled failed", "err", err)
 		}
 	}
 	poll(ctx)
-	every(ctx, k.cfg.RenewInterval, poll)
+	every(ctx, k.cfg.ReconcileInterval, poll)
+}
+
+// readAuthEnabled reads from a storage whether authentication is enabled, for the guard.
+func (k *Keeper) readAuthEnabled(ctx context.Context) error {
+	return k.storage(ctx, k.cfg.RequestTimeout, func(ctx context.Context, c *storageclient.Client) error {
+		st, err := c.Status(ctx)
+		if err == nil {
+			k.guard.SetAuthEnabled(st.AuthEnabled)
+		}
+		return err
+	})
 }

@@ -89,13 +89,18 @@ func (s *stream) catchUpStep(c *cohort) ([]*watcher, error) {
 	h := s.hub
 	h.mu.RLock()
 	read := h.readWindow(&c.spec, c.nextRev, watchBatchMaxRevs)
+	arrived := h.arrivalOf(c.nextRev)
 	h.mu.RUnlock()
 	switch read.kind {
 	case readCompacted:
 		return nil, s.sendCompacted(c.members, read.compactRev)
 	case readAtHead:
 		return h.join(c.members), nil
-	case readBelow:
+	}
+	if err := s.dropLagging(c, arrived); err != nil || !c.live() {
+		return nil, err
+	}
+	if read.kind == readBelow {
 		return c.members, s.catchUpFromStorage(c, read.first-1)
 	}
 	c.advance(read.next)
@@ -142,7 +147,7 @@ func (s *stream) sendEvents(ws []*watcher, header *pb.ResponseHeader, events []*
 		return err
 	}
 	for _, w := range ws {
-		if err := s.writeShared(w, shared); err != nil {
+		if err := s.writeShared(w, shared, nil); err != nil {
 			return err
 		}
 	}

@@ -30,6 +30,7 @@ const (
 	DefaultStoragePollInterval    = 500 * time.Millisecond
 	DefaultStorageTimeout         = 5 * time.Second
 	DefaultHistoryPageSize        = 1000
+	DefaultMaxWatchLag            = 5 * time.Second
 
 	// MinProgressNotifyInterval is etcd's floor for the progress notify interval.
 	MinProgressNotifyInterval = 100 * time.Millisecond
@@ -67,6 +68,10 @@ type Config struct {
 	// StreamBufferBytes bounds the bytes waiting to be written on one stream; past it, watchers fall behind
 	// (--stream-buffer-bytes).
 	StreamBufferBytes int
+	// MaxWatchLag bounds how far behind the head a watcher may fall: one whose oldest undelivered revision
+	// reached the hub (or, if later, whose watch was created) more than MaxWatchLag ago is canceled with a
+	// reason instead of being served late (lag.go; --max-watch-lag).
+	MaxWatchLag time.Duration
 	// StoragePollInterval is how often the hub asks storage for its revision, to notice a tail the bus did not
 	// deliver (--storage-poll-interval).
 	StoragePollInterval time.Duration
@@ -139,6 +144,7 @@ func (c Config) WithDefaults() Config {
 	config.SetDefault(&c.HistoryPageSize, DefaultHistoryPageSize)
 	config.SetDefault(&c.ProgressNotifyInterval, DefaultProgressNotifyInterval)
 	config.SetDefault(&c.StoragePollInterval, DefaultStoragePollInterval)
+	config.SetDefault(&c.MaxWatchLag, DefaultMaxWatchLag)
 	config.SetDefault(&c.StorageTimeout, DefaultStorageTimeout)
 	if c.ProgressNotifyInterval < MinProgressNotifyInterval {
 		c.ProgressNotifyInterval = MinProgressNotifyInterval // as etcd adjusts it
@@ -159,6 +165,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "etcd's --max-request-bytes; fragmented watch responses are cut at this plus 512 KiB.")
 	fs.IntVar(&c.WatcherBufferResponses, "watcher-buffer-responses", c.WatcherBufferResponses, "Responses one watcher may have unwritten before it falls behind into catch-up.")
 	fs.IntVar(&c.StreamBufferBytes, "stream-buffer-bytes", c.StreamBufferBytes, "Bytes one stream may have unwritten before its watchers fall behind into catch-up.")
+	fs.DurationVar(&c.MaxWatchLag, "max-watch-lag", c.MaxWatchLag, "How far behind the head a watcher may fall (age of its oldest undelivered revision at the hub) before it is canceled with a reason, so that its client re-watches.")
 	fs.DurationVar(&c.StoragePollInterval, "storage-poll-interval", c.StoragePollInterval, "How often storage's revision is checked for records the bus did not deliver.")
 	fs.DurationVar(&c.StorageTimeout, "storage-timeout", c.StorageTimeout, "Timeout of one storage call.")
 	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
@@ -196,7 +203,8 @@ func (c Config) Validate() error {
 		flag  string
 		value time.Duration
 	}{{"--watch-progress-notify-interval", c.ProgressNotifyInterval},
-		{"--storage-poll-interval", c.StoragePollInterval}, {"--storage-timeout", c.StorageTimeout}} {
+		{"--storage-poll-interval", c.StoragePollInterval}, {"--storage-timeout", c.StorageTimeout},
+		{"--max-watch-lag", c.MaxWatchLag}} {
 		if d.value <= 0 {
 			errs = append(errs, config.Invalid(d.flag, "%s %v must be positive", d.flag, d.value))
 		}

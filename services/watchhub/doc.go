@@ -18,7 +18,11 @@
 // Watchers with the same spec (range, filters, prev_kv, fragment) and position share a group: an event is
 // matched once per group (single keys by map, ranges by interval tree) and encoded once per group; each
 // watcher's response is its watch ID followed by the shared bytes (a gRPC codec writes them unchanged).
-// Every stream has one sender goroutine that writes its responses in order. A watcher that starts in the past,
+// Every stream has one sender goroutine that writes its responses in order; when it finds several live
+// responses of one watcher waiting (the stream fell behind), it writes them as one response carrying their
+// revisions in order, as etcd batches revisions for a watcher that is behind (merge.go: the shared bytes are
+// concatenated, nothing is encoded again), so a hub under load sends fewer, larger messages instead of falling
+// further behind. A watcher that starts in the past,
 // or whose stream cannot take more (more than WatcherBufferResponses responses or StreamBufferBytes bytes
 // unwritten), catches up on the sender from the window, then from storage History below the window, in
 // batches of at most 1000 revisions (as etcd's unsynced watchers do), and rejoins its group at the head.
@@ -41,13 +45,15 @@
 //     its last mod_revision+1 (client/v3 does) on this hub or another loses nothing.
 //   - A slow watcher never holds up others and costs bounded memory: its queue is bounded, and past it the
 //     watcher reads from the window and storage on its own stream's sender. One whose next revision has been
-//     compacted is canceled with the compact revision.
+//     compacted is canceled with the compact revision. One more than MaxWatchLag behind the head (the age of
+//     its oldest unsent revision at the hub) is canceled with a reason, so its client re-watches (lag.go).
 //   - A hub follows the store only while it has watch streams: then it tells the storages every second that it
 //     needs the applied records (eventbus.AnnounceInterest); without streams it neither announces nor fills, so
 //     when no hub is watched the storages publish nothing. Its first stream wakes it: the gap is filled from
 //     history before any watch is created, or, when larger than the window, skipped (there is no watcher to
 //     miss it; a watch from the past reads it from storage history).
-//   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval); losing a
+//   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval, up to 4 times
+//     less often while the store stands still); losing a
 //     storage fails over to the next endpoint; stopping the hub ends its streams with Unavailable.
 //   - A sampled write's watch event has a trace of its own (eventTrace): a watchhub.event root linked to the
 //     apply span whose context the NATS headers carried, with the hub's stages under it. On a stream whose

@@ -77,12 +77,14 @@ func encodeShared(header *pb.ResponseHeader, events []*mvccpb.Event, fragmentLim
 }
 
 // encodedResponse is a WatchResponse ready for the wire: the watcher's encoded watch ID field (nil for ID
-// 0, which protobuf omits), then a shared encoded part; a sampled event's trace carrier (nil but on a
-// frontend's stream that asked for it) comes first, and the frontend cuts it off.
+// 0, which protobuf omits), then a shared encoded part, then the single parts of later responses merged into
+// it (see mergeRuns); a sampled event's trace carrier (nil but on a frontend's stream that asked for it) comes
+// first, and the frontend cuts it off.
 type encodedResponse struct {
 	trace   mem.Buffer
 	watchID mem.Buffer
 	part    mem.Buffer
+	more    []*sharedResponse
 }
 
 // watchIDField is the encoded watch_id field of a response, made once per watcher (nil for ID 0).
@@ -107,11 +109,19 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	if !ok {
 		return c.proto.Marshal(v)
 	}
-	if r.trace != nil {
-		if r.watchID == nil {
-			return mem.BufferSlice{r.trace, r.part}, nil
+	if r.trace != nil || len(r.more) > 0 {
+		out := make(mem.BufferSlice, 0, 3+len(r.more))
+		if r.trace != nil {
+			out = append(out, r.trace)
 		}
-		return mem.BufferSlice{r.trace, r.watchID, r.part}, nil
+		if r.watchID != nil {
+			out = append(out, r.watchID)
+		}
+		out = append(out, r.part)
+		for _, m := range r.more {
+			out = append(out, m.boxed[0])
+		}
+		return out, nil
 	}
 	if r.watchID == nil {
 		return mem.BufferSlice{r.part}, nil

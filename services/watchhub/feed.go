@@ -37,7 +37,9 @@ type feed struct {
 	seq     *sequencer
 	wake    chan struct{} // the hub got its first watch stream (see interest.go)
 
-	polledRev  int64     // the highest storage revision at the previous poll
+	polledRev  int64 // the highest storage revision at the previous poll
+	pollWait   time.Duration
+	heard      bool      // a record came over the bus since the previous poll
 	retryAt    time.Time // a fill failed: not again before then
 	lastStatus atomic.Int64
 	lastWarn   time.Time
@@ -60,7 +62,8 @@ func (f *feed) run(ctx context.Context) {
 	if !f.initialize(ctx) {
 		return
 	}
-	poll := time.NewTicker(f.hub.cfg.StoragePollInterval)
+	f.pollWait = f.hub.cfg.StoragePollInterval
+	poll := time.NewTimer(f.pollWait)
 	defer poll.Stop()
 	for {
 		for f.fillDue() && f.fill(ctx) {
@@ -73,9 +76,11 @@ func (f *feed) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case br := <-f.records:
+			f.heard = true
 			f.handle(br)
 		case <-poll.C:
 			f.poll(ctx)
+			poll.Reset(f.pollWait)
 		case <-f.wake:
 			f.catchUp(ctx)
 		case <-retry:
@@ -130,14 +135,27 @@ func (r offerResult) String() string {
 
 // poll asks every storage for its revision. What storage had reached at the previous poll should have come
 // over the bus by now: anything of it still missing is filled from history.
+//
+// While the store stands still (no record heard, the same revision polled) the wait before the next poll
+// doubles, up to idlePollFactor times StoragePollInterval: an idle hub asks its storages every 2 s rather than
+// every 500 ms. A record lost in an idle moment so waits at most that long; any movement brings the wait back.
 func (f *feed) poll(ctx context.Context) {
 	rev, _, ok := f.pollStatus(ctx)
+	if ok && rev == f.polledRev && !f.heard {
+		f.pollWait = min(2*f.pollWait, idlePollFactor*f.hub.cfg.StoragePollInterval)
+	} else {
+		f.pollWait = f.hub.cfg.StoragePollInterval
+	}
+	f.heard = false
 	if !ok {
 		return
 	}
 	f.seq.noteExists(f.polledRev)
 	f.polledRev = rev
 }
+
+// idlePollFactor bounds how far the storage poll stretches while the store stands still.
+const idlePollFactor = 4
 
 // pollStatus returns the highest revision and compact revision the storages report, and notes the cluster
 // header of the most advanced one; it prefers that storage for history.

@@ -150,6 +150,10 @@ func (env *testEnv) startHub(cfg Config) *Hub {
 	if cfg.StoragePollInterval == 0 {
 		cfg.StoragePollInterval = 50 * time.Millisecond
 	}
+	if cfg.MaxWatchLag == 0 {
+		// Tests not about the lag bound run without it, so that a loaded machine never cancels their watchers.
+		cfg.MaxWatchLag = time.Hour
+	}
 	h, err := New(cfg, Deps{Telemetry: env.tel, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

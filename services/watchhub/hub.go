@@ -41,6 +41,7 @@ type Hub struct {
 	pool    *storageclient.Pool
 	feed    *feed
 	fresh   *freshness
+	lag     lagPolicy // what becomes of watchers that cannot keep up (lag.go)
 
 	// mu guards the window, the groups, every watcher's state and group membership, and every stream's
 	// watchers. Lock order: mu before any stream's mu.
@@ -96,8 +97,8 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 		cfg: cfg, deps: deps, tel: tel, stages: tel.Stages("watchhub", cfg.ListenURL), logger: logger,
 		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
-		leaderLostAfter: defaultLeaderLostAfter,
-		guard:           relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
+		leaderLostAfter: defaultLeaderLostAfter, lag: lagPolicy{epoch: time.Now(), bound: cfg.MaxWatchLag},
+		guard: relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
 	}
 	h.metrics = newMetrics(deps.Registry)
 	pool, err := newStoragePool(cfg, tel, deps)
@@ -105,6 +106,7 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 		return nil, err
 	}
 	h.pool = pool
+	h.guard.SetRefresh(h.readAuthEnabled)
 	h.feed = newFeed(h)
 	h.fresh = newFreshness(h)
 	return h, nil
@@ -282,6 +284,20 @@ func (h *Hub) responseHeader(rev int64) *pb.ResponseHeader {
 		RaftTerm: h.header.RaftTerm}
 }
 
+// readAuthEnabled reads from a storage whether authentication is enabled, for the relay guard: the feed's polls
+// tell it too, but while the store stands still they come only every few seconds (relayauth.Guard.SetRefresh).
+func (h *Hub) readAuthEnabled(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.StorageTimeout)
+	defer cancel()
+	return h.pool.Do(ctx, func(ctx context.Context, c *storageclient.Client) error {
+		st, err := c.Status(ctx)
+		if err == nil {
+			h.guard.SetAuthEnabled(st.AuthEnabled)
+		}
+		return err
+	})
+}
+
 // defaultLeaderLostAfter is how long storage must report no leader before streams that require one end (etcd:
 // three election timeouts).
 const defaultLeaderLostAfter = 3 * time.Second
@@ -392,6 +408,8 @@ func (h *Hub) fanOut(r revisionEvents) {
 	_, encode := h.stages.StartAt(traced.context(), "watchhub.encode", matched)
 	encoded := matched
 	queued := 0
+	var q liveQueue
+	defer q.release()
 	for _, g := range touched {
 		limit := 0
 		if g.spec.fragment {
@@ -417,10 +435,11 @@ func (h *Hub) fanOut(r revisionEvents) {
 				continue // started in the future
 			}
 			traced.hold(1)
-			if w.stream.queueLive(w, resp) {
+			if q.offer(w, resp) {
 				queued++
 				continue
 			}
+			q.release() // fallBehind queues on w's stream
 			traced.release()
 			h.fallBehind(w, r.rev)
 		}

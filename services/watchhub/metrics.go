@@ -32,6 +32,7 @@ type metrics struct {
 	fellBehind        prometheus.Counter
 	compactedWatchers prometheus.Counter
 	deliveryLatency   prometheus.Histogram
+	lag               lagMetrics
 }
 
 func newMetrics(registry *prometheus.Registry) *metrics {
@@ -84,6 +85,7 @@ func newMetrics(registry *prometheus.Registry) *metrics {
 		Name: "delivery_latency_seconds", Help: "From a revision's arrival at the hub to a live response written.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18)})
 	m.registry.MustRegister(m.deliveryLatency)
+	m.lag = newLagMetrics(m.registry)
 	return m
 }
 

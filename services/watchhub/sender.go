@@ -58,6 +58,7 @@ func (s *stream) flush() error {
 			s.giveBack(frames)
 			return nil
 		}
+		mergeRuns(frames, s.runs, s.hub.cfg.fragmentBytes())
 		for i := range frames {
 			if err := s.write(&frames[i]); err != nil {
 				return err
@@ -78,8 +79,10 @@ func (s *stream) write(f *frame) error {
 			s.catchUp = append(s.catchUp, f.w)
 		}
 		return nil
+	case f.merged:
+		return nil // written with an earlier frame of its watcher
 	case f.shared != nil:
-		return s.writeShared(f.w, f.shared)
+		return s.writeShared(f.w, f.shared, f.more)
 	default:
 		if f.w != nil && f.w.canceled.Load() {
 			return nil
@@ -92,32 +95,61 @@ func (s *stream) write(f *frame) error {
 	}
 }
 
-// writeShared writes a shared response (all its fragments) to w, unless w is canceled.
-func (s *stream) writeShared(w *watcher, shared *sharedResponse) error {
-	defer shared.traced.release()
+// writeShared writes a shared response (all its fragments) to w, unless w is canceled; the responses in more
+// (single parts, see mergeRuns) go out in the same message, after it.
+func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedResponse) error {
+	defer func() {
+		shared.traced.release()
+		for _, m := range more {
+			m.traced.release()
+		}
+	}()
 	if w.canceled.Load() {
 		return nil
 	}
-	var carrier mem.Buffer
-	if shared.traced != nil {
-		if s.relayTrace {
-			carrier = shared.traced.relay
-		}
-		defer func() {
-			written := time.Now()
-			s.hub.stages.Span(shared.traced.ctx, "watchhub.send", shared.queued, written)
-			shared.traced.ended(written)
-		}()
+	if s.overdue(w, shared) {
+		return s.cancelLagging([]*watcher{w})
 	}
-	for _, part := range shared.boxed {
+	var carrier mem.Buffer
+	if shared.traced != nil && s.relayTrace {
+		carrier = shared.traced.relay
+	}
+	defer s.traceSent(shared, more)
+	for i, part := range shared.boxed {
 		s.enc = encodedResponse{trace: carrier, watchID: w.idField, part: part}
+		if i == len(shared.boxed)-1 {
+			s.enc.more = more
+		}
 		if err := s.srv.SendMsg(&s.enc); err != nil {
 			return sendError{err}
 		}
 	}
+	s.enc = encodedResponse{}
 	w.sentEvents = true
 	s.hub.metrics.sent(len(shared.parts), shared.events, shared.received)
+	for _, m := range more {
+		s.hub.metrics.sent(0, m.events, m.received)
+	}
 	return nil
+}
+
+// traceSent ends the send stage of the sampled responses among those just written.
+func (s *stream) traceSent(shared *sharedResponse, more []*sharedResponse) {
+	var written time.Time
+	for i := -1; i < len(more); i++ {
+		r := shared
+		if i >= 0 {
+			r = more[i]
+		}
+		if r.traced == nil {
+			continue
+		}
+		if written.IsZero() {
+			written = time.Now()
+		}
+		s.hub.stages.Span(r.traced.ctx, "watchhub.send", r.queued, written)
+		r.traced.ended(written)
+	}
 }
 
 // catchUpRound moves every cohort of catching-up watchers that is not waiting for a retry one step forward,

@@ -51,6 +51,7 @@ type watcher struct {
 	startRev       int64 // as requested; 0 means from now
 	minRev         int64 // the first revision it may receive live (above head for a watch from the future)
 	progressNotify bool
+	created        time.Duration // when the watch was created, on the hub's clock (lag.go)
 
 	// Guarded by Hub.mu.
 	state watcherState
@@ -76,6 +77,11 @@ type frame struct {
 	catchUpFrom int64             // > 0: w fell behind here and catches up from it
 	ctrl        bool              // resp holds one of the stream's control slots
 	counted     bool              // counts in w.queued
+	// Set by mergeRuns: later live responses of w written with this one, their bytes with
+	// shared's, and whether this frame's response went out with an earlier one.
+	more        []*sharedResponse
+	mergedBytes int
+	merged      bool
 }
 
 // stream is one Watch RPC: the requests it reads, the watchers it carries and the sender goroutine that
@@ -98,14 +104,15 @@ type stream struct {
 	wake      chan struct{}
 	ctrlSlots chan struct{}
 	closed    chan struct{}
-	catchUp   []*watcher      // sender only
-	enc       encodedResponse // sender only: reused for every shared response (SendMsg encodes before returning)
+	catchUp   []*watcher       // sender only
+	enc       encodedResponse  // sender only: reused for every shared response (SendMsg encodes before returning)
+	runs      map[*watcher]int // sender only: mergeRuns' scratch
 	// relayTrace: the peer is a frontend that records spans and asked for sampled events' trace carriers.
 	relayTrace bool
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
-	return &stream{hub: h, srv: srv, ctx: srv.Context(), watchers: map[int64]*watcher{},
+	return &stream{hub: h, srv: srv, ctx: srv.Context(), watchers: map[int64]*watcher{}, runs: map[*watcher]int{},
 		wake: make(chan struct{}, 1), ctrlSlots: make(chan struct{}, ctrlSlots), closed: make(chan struct{}),
 		relayTrace: h.stages.Recording() && obs.RelayTraceRequested(srv.Context())}
 }
@@ -117,21 +124,47 @@ func (s *stream) signal() {
 	}
 }
 
-// queueLive queues a group's response for w unless w already has its share of the buffers; Hub.mu is held.
-func (s *stream) queueLive(w *watcher, resp *sharedResponse) bool {
-	s.mu.Lock()
-	full := int(w.queued) >= s.hub.cfg.WatcherBufferResponses ||
-		(s.queuedBytes > 0 && s.queuedBytes+resp.bytes > s.hub.cfg.StreamBufferBytes)
-	if !full {
-		s.outbox = append(s.outbox, frame{w: w, shared: resp, counted: true})
-		w.queued++
-		s.queuedBytes += resp.bytes
+// liveQueue queues a revision's group responses for the group's watchers, holding a stream's lock across
+// consecutive watchers of that stream: a group lists its watchers in the order they joined, so the watchers of
+// one stream mostly come together, and a stream is locked and woken once per run rather than once per watcher.
+// Hub.mu is held; release must be called before anything else takes a stream's lock.
+type liveQueue struct {
+	s        *stream // locked
+	wasEmpty bool    // s's outbox was empty when locked: its sender may be waiting for a wake
+	queued   bool    // something was queued on s since
+}
+
+// offer queues resp for w unless w already has its share of the buffers.
+func (q *liveQueue) offer(w *watcher, resp *sharedResponse) bool {
+	if w.stream != q.s {
+		q.release()
+		q.s = w.stream
+		q.s.mu.Lock()
+		q.wasEmpty = len(q.s.outbox) == 0
 	}
-	s.mu.Unlock()
-	if !full {
-		s.signal()
+	s := q.s
+	if int(w.queued) >= s.hub.cfg.WatcherBufferResponses ||
+		(s.queuedBytes > 0 && s.queuedBytes+resp.bytes > s.hub.cfg.StreamBufferBytes) {
+		return false
 	}
-	return !full
+	s.outbox = append(s.outbox, frame{w: w, shared: resp, counted: true})
+	w.queued++
+	s.queuedBytes += resp.bytes
+	q.queued = true
+	return true
+}
+
+// release unlocks the stream and wakes its sender if it may be waiting; a non-empty outbox was signalled when
+// it stopped being empty, and the sender takes all of it.
+func (q *liveQueue) release() {
+	if q.s == nil {
+		return
+	}
+	q.s.mu.Unlock()
+	if q.queued && q.wasEmpty {
+		q.s.signal()
+	}
+	q.s, q.queued = nil, false
 }
 
 // queueCatchUp tells the sender that w catches up from rev once what is queued before is written.
@@ -292,7 +325,7 @@ func (s *stream) create(req *pb.WatchCreateRequest, receivedAt time.Time) error 
 		return nil
 	}
 	w := &watcher{id: id, idField: watchIDField(id), stream: s, spec: spec, startRev: req.StartRevision,
-		progressNotify: req.ProgressNotify}
+		progressNotify: req.ProgressNotify, created: h.clock()}
 	s.watchers[id] = w
 	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(head), WatchId: id, Created: true}, true)
 	if req.StartRevision == 0 || req.StartRevision > head {

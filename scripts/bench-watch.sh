@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Watch fan-out side by side with a 3-member etcd v3.7.3, the shapes of issue 23: every watcher on one key,
+# puts of 32 bytes at a fixed rate from `cairn bench watch` (3 clients on 3 connections), against
+#   etcd          the 3-member etcd, defaults;
+#   1 hub         watchhub-1 of a default `cairn up`, streams opened on it directly;
+#   2 hubs        both watchhubs, directly;
+#   frontends     the frontends of the same `cairn up` (the default path: relayed to the hubs).
+# Shapes (SCALE multiplies the streams; 1 is the issue's size, for a 16-core machine):
+#   100,000 watchers (1,000 streams × 100), 10 puts/s;  20,000 watchers (200 streams × 100), 200 puts/s.
+# Prints events/s, p50/p99 event latency (put issued → event received), events received of expected, and events
+# per CPU-second of the servers that deliver them (the hubs used; etcd's three members), CPU from /proc.
+#
+#   SCALE=0.1 scripts/bench-watch.sh                      # builds bin/cairn; fits a 2-core machine
+#   CAIRN=/path/cairn ETCD=/path/etcd SCALE=1 PUT_SECONDS=20 ROUNDS=2 UP_FLAGS="--child-gomaxprocs 16" scripts/bench-watch.sh
+#
+# On a shared machine the figures move with the load: the 1-minute load average is printed with each row.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SCALE=${SCALE:-1}
+PUT_SECONDS=${PUT_SECONDS:-20}
+ROUNDS=${ROUNDS:-1}
+UP_FLAGS=${UP_FLAGS:-}
+SHAPES=${SHAPES:-"1000x100@10 200x100@200"} # streams x watchers-per-stream @ puts per second
+work=$(mktemp -d)
+# shellcheck source=lib/bench.sh
+source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
+trap 'bench_cleanup; rm -rf "$work"' EXIT
+ticks=$(getconf CLK_TCK)
+
+# cpu_ticks PID...: utime+stime of the pids, in clock ticks (fields 14 and 15 of /proc/PID/stat).
+cpu_ticks() {
+	local pid total=0 stat rest
+	for pid in "$@"; do
+		stat=$(cat /proc/"$pid"/stat 2>/dev/null) || continue
+		rest=${stat##*) }
+		read -r -a f <<<"$rest"
+		total=$((total + f[11] + f[12]))
+	done
+	echo "$total"
+}
+
+# child FIELD NAME: a field of a `cairn up` child from the stack file (pid, or ports.api).
+child() { jq -r ".children[] | select(.name == \"$2\") | .$1" "$work/up/stack.json"; }
+
+line() { printf '%-10s %-26s %11s %9s %9s %19s %13s %6s\n' "$@"; }
+
+# measure TARGET SHAPE ENDPOINTS WATCH-ENDPOINTS PID...: one `cairn bench watch` run, one row.
+measure() {
+	local target=$1 shape=$2 endpoints=$3 watch=$4
+	shift 4
+	local streams=${shape%%x*} rest=${shape#*x}
+	local per=${rest%@*} rate=${shape#*@}
+	streams=$(awk -v s="$streams" -v k="$SCALE" 'BEGIN { n = int(s * k + 0.5); print (n < 1 ? 1 : n) }')
+	local args=(bench --endpoints "$endpoints" --conns 3 --clients 3 --total $((rate * PUT_SECONDS)) --rate "$rate"
+		watch --streams "$streams" --watch-per-stream "$per" --val-size 32)
+	[[ -n $watch ]] && args+=(--watch-endpoints "$watch")
+	local before out
+	before=$(cpu_ticks "$@")
+	out=$("$CAIRN" "${args[@]}" 2>&1) || true
+	local cpu=$(($(cpu_ticks "$@") - before))
+	local eps p50 p99 got want
+	eps=$(awk '/events\/sec/ {for (i = 1; i <= NF; i++) if ($i == "events/sec.") print $(i-1)}' <<<"$out")
+	p50=$(awk '/ 50% in/ {print $3}' <<<"$out")
+	p99=$(awk '/ 99% in/ {print $3}' <<<"$out")
+	read -r got want < <(awk '/Events:/ {print $2, $4}' <<<"$out")
+	local per_cpu
+	per_cpu=$(awk -v e="${got:-0}" -v c="$cpu" -v t="$ticks" 'BEGIN { printf "%.0f", (c > 0 ? e * t / c : 0) }')
+	line "$target" "$((streams * per)) w ($streams×$per) @$rate/s" "${eps:-?}" "${p50:-?}" "${p99:-?}" \
+		"${got:-?}/${want:-?}" "$per_cpu" "$(cut -d' ' -f1 /proc/loadavg)"
+}
+
+echo "SCALE=$SCALE PUT_SECONDS=$PUT_SECONDS; latencies in seconds; events/CPU-s: per CPU-second of the hubs used (etcd: its 3 members)"
+line target shape events/s p50 p99 received/expected events/CPU-s load1
+for round in $(seq "$ROUNDS"); do
+	etcd_start "etcd-$round" http $((20000 + RANDOM % 20000))
+	etcd_pids=("${pids[@]: -3}")
+	for shape in $SHAPES; do measure etcd "$shape" "$endpoints" "" "${etcd_pids[@]}"; done
+	stop_etcd
+
+	# shellcheck disable=SC2086
+	up_start up $UP_FLAGS
+	hub1=$(child ports.api watchhub-1) hub2=$(child ports.api watchhub-2)
+	pid1=$(child pid watchhub-1) pid2=$(child pid watchhub-2)
+	for shape in $SHAPES; do
+		measure "1 hub" "$shape" "$endpoints" "127.0.0.1:$hub1" "$pid1"
+		measure "2 hubs" "$shape" "$endpoints" "127.0.0.1:$hub1,127.0.0.1:$hub2" "$pid1" "$pid2"
+		measure frontends "$shape" "$endpoints" "" "$pid1" "$pid2"
+	done
+	stop_last
+	rm -rf "$work/up"
+done

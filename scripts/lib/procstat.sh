@@ -1,0 +1,53 @@
+# What processes cost, from /proc (Linux): CPU ticks, RSS and PSS of a process tree. Source it; used by idle.sh
+# and mem-under-load.sh.
+#
+# RSS counts every page a process has resident, so the sum over processes counts the pages they share (the
+# cairn binary's text, about 24 MiB per Cairn process) once per process; PSS divides each shared page among the
+# processes that map it, so the sum of PSS is what the processes together hold in memory.
+
+# tree_pids PID...: the pids and all their descendants.
+tree_pids() {
+	local pid
+	for pid in "$@"; do
+		echo "$pid"
+		local kids
+		kids=$(cat /proc/"$pid"/task/*/children 2>/dev/null || true)
+		if [[ -n "$kids" ]]; then
+			# shellcheck disable=SC2086
+			tree_pids $kids
+		fi
+	done
+}
+
+# cpu_ticks PID...: utime+stime of the pids, in clock ticks (fields 14 and 15 of /proc/PID/stat, after the
+# command name, which may hold spaces).
+cpu_ticks() {
+	local pid total=0 stat rest
+	for pid in "$@"; do
+		stat=$(cat /proc/"$pid"/stat 2>/dev/null) || continue
+		rest=${stat##*) }
+		read -r -a f <<<"$rest"
+		total=$((total + f[11] + f[12]))
+	done
+	echo "$total"
+}
+
+# rss_kib PID...: total VmRSS of the pids.
+rss_kib() {
+	local pid total=0 kib
+	for pid in "$@"; do
+		kib=$(awk '/^VmRSS:/ {print $2}' /proc/"$pid"/status 2>/dev/null) || continue
+		total=$((total + ${kib:-0}))
+	done
+	echo "$total"
+}
+
+# pss_kib PID...: total Pss of the pids.
+pss_kib() {
+	local pid total=0 kib
+	for pid in "$@"; do
+		kib=$(awk '/^Pss:/ {print $2}' /proc/"$pid"/smaps_rollup 2>/dev/null) || continue
+		total=$((total + ${kib:-0}))
+	done
+	echo "$total"
+}

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Memory and CPU under the KV benchmark, Cairn against etcd in one run: a 3-member etcd v3.7.3, then a default
+# `cairn up` at each GC_PERCENTS value (GOGC for every child: what --gc-percent costs in memory and buys in
+# CPU). Each stack takes `cairn bench put` from 1000 clients (etcd's benchmark shape: --conns 100, 8-byte keys,
+# 256-byte values, TOTAL requests) and then a linearizable `range` from 1000 clients; a sampler reads the total
+# RSS and PSS of the stack's processes every second. Per stack and benchmark it prints requests/s, CPU
+# microseconds per request (all the stack's processes, from /proc), and the peak RSS and PSS while it ran; then
+# RSS and PSS SETTLE seconds after the load stopped. Compare by PSS: the sum of RSS counts the cairn binary's
+# shared pages once per process (see lib/procstat.sh).
+#
+#   scripts/mem-under-load.sh                             # builds bin/cairn; etcd from the user cache dir
+#   CAIRN=/path/cairn ETCD=/path/etcd TOTAL=100000 SETTLE=10 GC_PERCENTS="400 100" scripts/mem-under-load.sh
+#
+# On a shared machine the rates and CPU move with the load: the 1-minute load average is printed with each row.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TOTAL=${TOTAL:-100000}
+SETTLE=${SETTLE:-10}
+GC_PERCENTS=${GC_PERCENTS:-400 100}
+work=$(mktemp -d)
+# shellcheck source=lib/bench.sh
+source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
+# shellcheck source=lib/procstat.sh
+source scripts/lib/procstat.sh
+sampler=""
+trap '[[ -n "$sampler" ]] && kill "$sampler" 2>/dev/null; bench_cleanup; rm -rf "$work"' EXIT
+ticks=$(getconf CLK_TCK)
+
+# sample FILE PID...: appends "RSS-KiB PSS-KiB" of the pids to FILE every second until killed.
+sample() {
+	local file=$1
+	shift
+	while true; do
+		echo "$(rss_kib "$@") $(pss_kib "$@")" >>"$file"
+		sleep 1
+	done
+}
+
+# load NAME ENDPOINTS PROCS-FILE BENCH-ARGS...: one benchmark on the stack whose pids PROCS-FILE lists; prints a
+# row.
+load() {
+	local name=$1 endpoints=$2 procs
+	mapfile -t procs <"$3"
+	shift 3
+	local samples=$work/samples cpu0 cpu1 rps
+	: >"$samples"
+	sample "$samples" "${procs[@]}" &
+	sampler=$!
+	cpu0=$(cpu_ticks "${procs[@]}")
+	rps=$(rate "$endpoints" "" --conns 100 --clients 1000 --total "$TOTAL" "$@") || true # a failed run prints "failed"
+	cpu1=$(cpu_ticks "${procs[@]}")
+	kill "$sampler"
+	wait "$sampler" 2>/dev/null || true
+	sampler=""
+	printf '%-20s %-8s %10s %12.1f %14d %14d %8s\n' "$name" "$1" "${rps:-failed}" \
+		"$(echo "($cpu1 - $cpu0) / $ticks / $TOTAL * 1000000" | bc -l)" \
+		"$(($(sort -n -k1 "$samples" | tail -1 | cut -d' ' -f1) / 1024))" \
+		"$(($(sort -n -k2 "$samples" | tail -1 | cut -d' ' -f2) / 1024))" "$(cut -d' ' -f1 /proc/loadavg)"
+}
+
+# measure NAME ENDPOINTS PID...: both benchmarks, then the memory after SETTLE seconds.
+measure() {
+	local name=$1 endpoints=$2
+	shift 2
+	tree_pids "$@" >"$work/procs"
+	"$CAIRN" bench --endpoints "$endpoints" --total 100 put >/dev/null 2>&1 || true # warm-up
+	load "$name" "$endpoints" "$work/procs" put --key-size 8 --val-size 256
+	load "$name" "$endpoints" "$work/procs" range foo --consistency l
+	sleep "$SETTLE"
+	local procs
+	mapfile -t procs <"$work/procs"
+	printf '%-20s %-8s %10s %12s %14d %14d %8s\n' "$name" "after" "" "" "$(($(rss_kib "${procs[@]}") / 1024))" \
+		"$(($(pss_kib "${procs[@]}") / 1024))" "$(cut -d' ' -f1 /proc/loadavg)"
+}
+
+echo "1000 clients, $TOTAL requests per benchmark; $(nproc) cores; 'after': ${SETTLE}s after the load"
+printf '%-20s %-8s %10s %12s %14s %14s %8s\n' "stack" "bench" "requests/s" "CPU us/req" "peak RSS MiB" "peak PSS MiB" "load"
+etcd_start etcd-load http $((20000 + RANDOM % 400 * 100)) # a random base: fixed ports collide on a shared machine
+measure "etcd 3 members" "$endpoints" "${pids[@]: -3}"
+stop_etcd
+for gc in $GC_PERCENTS; do
+	GOGC=$gc up_start "up-gc$gc"
+	measure "cairn up GOGC=$gc" "$endpoints" "${pids[-1]}"
+	stop_last
+done
