@@ -63,7 +63,7 @@ type Config struct {
 	// PeerURLs are every leasekeeper's ListenURL (this one's may be among them). With them the claim is held
 	// without log writes: the active keeper confirms it with a linearizable read every RenewInterval, and a
 	// standby asks the peers whether the holder is alive (gRPC health, service name the holder's ID) and
-	// claims after TakeoverTimeout without a live answer. Without them the active keeper renews its claim
+	// claims after TakeoverTimeout without a live answer, or at once when no peer is the holder it saw alive. Without them the active keeper renews its claim
 	// through the log every RenewInterval, and a standby takes over after TakeoverTimeout without a renewal.
 	PeerURLs []string
 	// RenewInterval is how often the active keeper renews (or confirms) its claim and a standby looks at it.
@@ -212,7 +212,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RevokeRate, "revoke-rate", c.RevokeRate, "Maximum revokes of expired leases per second.")
 	fs.Var((*config.URLList)(&c.PeerURLs), "peer-urls", "Comma-separated --listen-url of every leasekeeper: the claim is then held without log writes (the standbys ask these whether the holder is alive); empty: renewed through the log.")
 	fs.DurationVar(&c.RenewInterval, "renew-interval", c.RenewInterval, "Interval of claim renewals (active) and claim checks (standby).")
-	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", c.TakeoverTimeout, "Time without a renewal after which a standby takes over (twice that for a keeper just started).")
+	fs.DurationVar(&c.TakeoverTimeout, "takeover-timeout", c.TakeoverTimeout, "Time without a renewal after which a standby takes over (twice that for a keeper just started; with --peer-urls, a standby claims at once when no peer is the holder it saw alive).")
 	fs.DurationVar(&c.ActiveTimeout, "active-timeout", c.ActiveTimeout, "Age of its last renewal at which the active keeper stops serving.")
 	fs.DurationVar(&c.DeadlineExtension, "deadline-extension", c.DeadlineExtension, "Least time every lease has left after a takeover (etcd: the election timeout).")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "Interval of lease table reconciliation with storage.")

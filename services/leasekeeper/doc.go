@@ -26,9 +26,11 @@
 // cannot revoke anything. With Config.PeerURLs the claim is held without log writes, so an idle cluster writes
 // nothing: the holder confirms it every RenewInterval with a linearizable read instead of renewing it, and a
 // standby asks the peers (grpc health Check for the holder's claimant ID, SERVING while it is active; see
-// liveness.go) and claims after TakeoverTimeout without a live answer. A holder only the standbys lost sight of may
-// serve until ActiveTimeout after the takeover applied, so the new keeper counts it as serving until ActiveTimeout
-// after its claim was answered. A standby answers every client call with keeperclaim.ErrNotActive (FailedPrecondition
+// liveness.go) and claims after TakeoverTimeout without a live answer, or at once when no peer is the holder it
+// saw active (each answers it is another keeper, or refuses the connection: the holder's process is gone). A
+// holder only the standbys lost sight of may serve until ActiveTimeout after the takeover applied, so the new
+// keeper counts it as serving until ActiveTimeout after its claim was answered, however soon it claimed: how long
+// a standby waits is for availability, never for safety. A standby answers every client call with keeperclaim.ErrNotActive (FailedPrecondition
 // "not the active leasekeeper"), and the frontend moves on to the next keeper.
 //
 // Failover without early expiry (etcd's lease checkpointing). The active keeper checkpoints each lease's
@@ -38,8 +40,17 @@
 // starts each lease from it (counted from when it learned of the checkpoint) or, without one, from the full TTL
 // counted from when the old keeper stopped at the latest; and no deadline comes sooner than DeadlineExtension
 // (the election timeout, as etcd's Promote extends by) after the takeover. No lease gets a deadline earlier than
-// the one it had, long leases are not reset to their full TTL, and an abandoned lease is gone within about
-// TTL + 2s of its last keep-alive.
+// the one it had, long leases are not reset to their full TTL.
+//
+// How long an abandoned lease lives after the active keeper crashes, from its last keep-alive L to the crash C
+// and on (defaults; a lease idle for CheckpointInterval before C resumes from its checkpoint, within about TTL +
+// 1s of L, or DeadlineExtension after the takeover). With log renewals the standby saw the last renewal within
+// RenewInterval of C and claims TakeoverTimeout after that; the lease goes at C + RenewInterval + ActiveTimeout +
+// TTL, about TTL + 1.2s + (C - L). With peers and the holder's process gone (kill -9), the standby claims within
+// two RenewIntervals of C and the lease goes at the claim + ActiveTimeout + TTL, about TTL + 1.4s + (C - L);
+// both under TTL + 2.5s, plus ExpiryTick and the revoke. With peers and a holder the standby only lost sight of
+// (a partition), the standby first waits TakeoverTimeout: about TTL + 2.9s + (C - L), and that holder may itself
+// have renewed the lease until ActiveTimeout after the claim.
 //
 // Expiry storms: expired leases are revoked at most RevokeRate per second (etcd's leaseRevokeRate, 1000), one
 // entry per lease from a pool of workers, so other writes keep their share of the log.

@@ -19,6 +19,9 @@ type observation struct {
 	// the holder for a while saw its last renewal earlier than a keeper its supervisor has just restarted, so
 	// without the head start both would claim at about the same moment and the restarted one could win.
 	patience time.Duration
+	// vouched (with peers) is set once a peer answered that this state's holder is active: the holder is
+	// listed among the peers, so when none of them is it any more, it is gone.
+	vouched bool
 }
 
 // runElection renews (with peers: confirms) the claim while this keeper holds it, and otherwise watches it and
@@ -115,14 +118,18 @@ func (k *Keeper) readClaim(ctx context.Context, timeout time.Duration) (*storage
 }
 
 // watchClaim reads the claim and takes over when it is free or its holder has been silent (with peers: not
-// seen alive) for TakeoverTimeout.
+// seen alive) for TakeoverTimeout. With peers, a standby that has seen the holder active claims at once when no
+// peer is the holder any more (each answers it is another keeper, or refuses the connection: the holder's
+// process is gone, as after a kill -9). The wait takes no part in keeping leases safe (the new keeper counts the
+// old as serving until ActiveTimeout after its claim, whatever the standby saw): it only spares a holder the
+// standby merely lost sight of a needless takeover, so a holder known dead is not waited for.
 func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
-	probed := "" // the holder asked about in this look, if any
+	probed, sighted := "", holderUnseen // the holder asked about in this look, if any, and what the peers said
 	if k.peers != nil && seen.state != nil && seen.state.Holder != "" && seen.state.Holder != k.id {
 		// While the holder last read says it is active there is nothing to do: the claim is not read (each
 		// read is a ReadIndex round of the consensus members).
-		probed = seen.state.Holder
-		if k.holderAlive(ctx, seen, probed) {
+		probed, sighted = seen.state.Holder, k.askPeers(ctx, seen, seen.state.Holder)
+		if sighted == holderServing {
 			return
 		}
 	}
@@ -145,10 +152,18 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		k.promote(ctx, state, now, now)
 		return
 	}
-	if state.Holder != "" && state.Holder != probed && k.peers != nil && k.holderAlive(ctx, seen, state.Holder) {
-		return
+	if state.Holder != probed {
+		sighted = holderUnseen
+		if state.Holder != "" && k.peers != nil {
+			if sighted = k.askPeers(ctx, seen, state.Holder); sighted == holderServing {
+				return
+			}
+		}
 	}
-	if state.Holder != "" && now.Sub(seen.seenAt) < seen.patience {
+	// A keeper that never saw this holder active (one just started, or whose peers do not list the holder)
+	// waits its patience even when no peer is the holder, so the standby that was watching wins.
+	gone := sighted == holderGone && seen.vouched
+	if state.Holder != "" && !gone && now.Sub(seen.seenAt) < seen.patience {
 		return
 	}
 	// The previous holder renewed last before seenAt and stopped serving ActiveTimeout after that renewal at
@@ -170,21 +185,21 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		oldStop = maxTime(oldStop, time.Now().Add(k.cfg.ActiveTimeout))
 	}
 	k.logger.Info("took over the leasekeeper claim", "previous", keeperclaim.Describe(state), "epoch", won.Epoch,
-		"silent_for", now.Sub(seen.seenAt))
+		"silent_for", now.Sub(seen.seenAt), "holder_gone", gone)
 	k.promote(ctx, won, oldStop, sent)
 }
 
-// holderAlive asks the peers whether holder is the active keeper; a yes is as good as a renewal, so the
-// holder's silence is counted from now.
-func (k *Keeper) holderAlive(ctx context.Context, seen *observation, holder string) bool {
-	alive, err := k.peers.alive(ctx, holder, k.cfg.RenewInterval)
+// askPeers asks the peers about holder; a live answer is as good as a renewal, so the holder's silence is
+// counted from now.
+func (k *Keeper) askPeers(ctx context.Context, seen *observation, holder string) sighting {
+	sighted, err := k.peers.ask(ctx, holder, k.cfg.RenewInterval)
 	if err != nil {
 		k.logger.Debug("asking the peers about the holder failed", "holder", holder, "err", err)
 	}
-	if alive {
-		seen.seenAt, seen.patience = time.Now(), k.cfg.TakeoverTimeout
+	if sighted == holderServing {
+		seen.seenAt, seen.patience, seen.vouched = time.Now(), k.cfg.TakeoverTimeout, true
 	}
-	return alive
+	return sighted
 }
 
 // claim proposes a claim through storage, bounded by timeout.

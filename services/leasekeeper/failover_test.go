@@ -87,7 +87,7 @@ func (r *router) keepAliveUntil(ctx context.Context, id int64, period time.Durat
 
 // TestFailoverKillActive kills the active keeper (no release) with leases in every state and checks the
 // acceptance bounds: the standby takes over within 3s (on the bubble's fake clock: TakeoverTimeout give or take
-// the renew intervals); a lease kept alive through the failover never expires; no lease expires before its TTL;
+// the renew intervals with log renewals, a renew interval or two with peers); a lease kept alive through the failover never expires; no lease expires before its TTL;
 // none survives more than TTL + 3s after its last keep-alive; a long lease resumes from its checkpoint instead of
 // its full TTL; and the killed keeper's epoch can revoke nothing.
 func TestFailoverKillActive(t *testing.T) {
@@ -142,12 +142,10 @@ func testFailoverKillActive(t *testing.T, mode claimMode) {
 		close(stopAtKill)
 		killed := time.Now()
 		a.Crash()
-		// The standby saw a's last renewal at most one RenewInterval after it was made (a renews every
-		// RenewInterval) and looks at the claim every RenewInterval: it claims between one interval before and
-		// two after TakeoverTimeout from the kill, never earlier.
-		waitActive(t, b, b.cfg.TakeoverTimeout+2*b.cfg.RenewInterval)
-		if took := time.Since(killed); took < b.cfg.TakeoverTimeout-b.cfg.RenewInterval {
-			t.Fatalf("standby active %v after the kill, before the takeover timeout %v less a renew interval", took, b.cfg.TakeoverTimeout)
+		earliest, latest := mode.takeover(b.cfg)
+		waitActive(t, b, latest)
+		if took := time.Since(killed); took < earliest {
+			t.Fatalf("standby active %v after the kill, before %v", took, earliest)
 		}
 		t.Logf("standby active %v after the kill", time.Since(killed))
 
@@ -190,7 +188,7 @@ func testFailoverKillActive(t *testing.T, mode claimMode) {
 					}
 					t.Logf("%s expired %v after its last keep-alive (TTL %v)", key, age, ttls[key])
 					delete(watch, key)
-				} else if age > ttls[key]+3*time.Second+mode.overlap(b.cfg) {
+				} else if age > ttls[key]+3*time.Second {
 					t.Fatalf("%s survives %v after its last keep-alive, TTL %v", key, age, ttls[key])
 				}
 			}
@@ -288,7 +286,7 @@ func testStopHandsOver(t *testing.T, mode claimMode) {
 }
 
 // TestRestartedKeeperLetsTheStandbyWin: when the active keeper crashes and its supervisor starts it again at
-// once, the standby that watched the holder takes over, and a keeper started after the crash waits twice the
+// once (on the same address), the standby that watched the holder takes over (with peers: at once), and a keeper started after the crash waits twice the
 // takeover timeout from its first look at the claim before it claims the role itself.
 func TestRestartedKeeperLetsTheStandbyWin(t *testing.T) {
 	tests := []struct {
@@ -314,7 +312,10 @@ func TestRestartedKeeperLetsTheStandbyWin(t *testing.T) {
 					restarted := env.startKeeper(env.keeperConfig("a"))
 					started := time.Now()
 					if tt.withStandby {
-						waitActive(t, b, b.cfg.TakeoverTimeout+2*b.cfg.RenewInterval)
+						// With peers the standby sees the restarted keeper answer that it is not the holder
+						// it watched, and claims at once.
+						_, latest := mode.takeover(b.cfg)
+						waitActive(t, b, latest)
 						time.Sleep(time.Second)
 						if _, ok := restarted.activeEpoch(time.Now()); ok {
 							t.Fatal("the restarted keeper took the role from the standby")
@@ -352,14 +353,17 @@ func (m claimMode) env(env *testEnv) *testEnv {
 	return env
 }
 
-// overlap is how much longer than with log renewals an abandoned lease may live after a takeover: with peers
-// the new keeper counts the old one as serving until ActiveTimeout after its claim, since a holder that only the
-// standbys lost sight of confirms its claim until its next read shows the takeover.
-func (m claimMode) overlap(cfg Config) time.Duration {
+// takeover is when the standby takes over after the active keeper is killed. With log renewals: it saw the
+// holder's last renewal at most one RenewInterval after it was made (the holder renews every RenewInterval) and
+// looks at the claim every RenewInterval, so it claims between one interval before and two after
+// TakeoverTimeout from the kill, never earlier. With peers: the killed holder's address refuses the standby's
+// next health check (or the one after, if the first found the old connection closing), and the standby claims at
+// once.
+func (m claimMode) takeover(cfg Config) (earliest, latest time.Duration) {
 	if m.peers {
-		return cfg.ActiveTimeout
+		return 0, 3 * cfg.RenewInterval
 	}
-	return 0
+	return cfg.TakeoverTimeout - cfg.RenewInterval, cfg.TakeoverTimeout + 2*cfg.RenewInterval
 }
 
 // TestIdleClaimWritesNothing: with peers, an active keeper and a standby with nothing to do write nothing to

@@ -116,7 +116,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	k.pool = pool
 	k.guard.SetRefresh(k.readAuthEnabled)
 	if len(cfg.PeerURLs) > 0 {
-		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions()); err != nil {
+		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions(), k.peerDialer()); err != nil {
 			_ = pool.Close()
 			return nil, err
 		}

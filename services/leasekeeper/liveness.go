@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,15 +43,68 @@ func (s livenessServer) Check(_ context.Context, r *healthpb.HealthCheckRequest)
 	}
 }
 
+// sighting is what the peers say of the claim's holder.
+type sighting int
+
+const (
+	// holderUnseen: no peer vouched for the holder, and some could not be asked (a timeout, a broken
+	// connection) or answered that it is the holder but not serving (lapsed, it may serve again).
+	holderUnseen sighting = iota
+	// holderServing: a peer answered that the holder is active.
+	holderServing
+	// holderGone: every peer answered that it is not the holder, or refused the connection (nothing listens
+	// there): no listed process is the holder. It has crashed if one of them was it (a process keeps its
+	// claimant ID for life, and a restarted one has a new ID).
+	holderGone
+)
+
+func (s sighting) String() string {
+	switch s {
+	case holderServing:
+		return "serving"
+	case holderGone:
+		return "gone"
+	default:
+		return "unseen"
+	}
+}
+
 // peers are the health clients of every keeper in Config.PeerURLs.
 type peers struct {
 	urls    []string
 	conns   []*grpc.ClientConn
 	clients []healthpb.HealthClient
+	dials   []*dialRecord
 }
 
-// dialPeers makes (lazy) connections to every peer; nothing is dialled until the first check.
-func dialPeers(urls []string, opts []grpc.DialOption) (*peers, error) {
+// dialRecord remembers a peer connection's latest dial: whether it was refused (nothing listened at the
+// address), and when.
+type dialRecord struct {
+	mu      sync.Mutex
+	at      time.Time
+	refused bool
+}
+
+// dialer wraps dial to record each attempt's outcome.
+func (r *dialRecord) dialer(dial func(context.Context, string) (net.Conn, error)) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		conn, err := dial(ctx, addr)
+		r.mu.Lock()
+		r.at, r.refused = time.Now(), errors.Is(err, syscall.ECONNREFUSED)
+		r.mu.Unlock()
+		return conn, err
+	}
+}
+
+// refusedSince reports whether the latest dial, made at or after since, was refused.
+func (r *dialRecord) refusedSince(since time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refused && !r.at.Before(since)
+}
+
+// dialPeers makes (lazy) connections to every peer through dial; nothing is dialled until the first check.
+func dialPeers(urls []string, opts []grpc.DialOption, dial func(context.Context, string) (net.Conn, error)) (*peers, error) {
 	p := &peers{}
 	for _, u := range urls {
 		target, err := config.HostPort(u)
@@ -56,7 +112,8 @@ func dialPeers(urls []string, opts []grpc.DialOption) (*peers, error) {
 			p.close()
 			return nil, fmt.Errorf("leasekeeper peer %s: %w", u, err)
 		}
-		conn, err := grpc.NewClient(target, append(rpctune.DialOptions(), opts...)...)
+		record := &dialRecord{}
+		conn, err := grpc.NewClient(target, append(append(rpctune.DialOptions(), opts...), grpc.WithContextDialer(record.dialer(dial)))...)
 		if err != nil {
 			p.close()
 			return nil, fmt.Errorf("leasekeeper peer %s: %w", u, err)
@@ -64,26 +121,48 @@ func dialPeers(urls []string, opts []grpc.DialOption) (*peers, error) {
 		p.urls = append(p.urls, u)
 		p.conns = append(p.conns, conn)
 		p.clients = append(p.clients, healthpb.NewHealthClient(conn))
+		p.dials = append(p.dials, record)
 	}
 	return p, nil
 }
 
-// alive reports whether some peer answers that holder is the active keeper; each peer gets at most timeout.
-// The peers are asked in turn (there are a handful), stopping at the first that says so.
-func (p *peers) alive(ctx context.Context, holder string, timeout time.Duration) (bool, error) {
+// ask asks the peers in turn (there are a handful) whether holder is the active keeper, each for at most
+// timeout, and stops at the first that says so. A peer counts as refusing only when a dial made during this
+// look or the one before (2 × timeout) was refused: grpc fails calls fast with its last dial error while it
+// backs off, so when no peer vouched for the holder the refusing peers' backoff is reset for the next look to
+// dial them afresh (while the holder answers, a peer that is down is left to grpc's backoff).
+func (p *peers) ask(ctx context.Context, holder string, timeout time.Duration) (sighting, error) {
 	var errs []error
+	var refusing []*grpc.ClientConn
+	since := time.Now().Add(-2 * timeout)
+	gone := true
 	for i, client := range p.clients {
 		callCtx, cancel := context.WithTimeout(ctx, timeout)
 		resp, err := client.Check(callCtx, &healthpb.HealthCheckRequest{Service: holder})
 		cancel()
 		switch {
 		case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:
-			return true, nil
-		case err != nil && status.Code(err) != codes.NotFound:
+			return holderServing, nil
+		case err == nil: // the holder, lapsed
+			gone = false
+		case status.Code(err) == codes.NotFound: // another keeper
+		case p.dials[i].refusedSince(since):
+			refusing = append(refusing, p.conns[i])
+		default:
+			gone = false
 			errs = append(errs, fmt.Errorf("peer %s: %w", p.urls[i], err))
+			if p.dials[i].refusedSince(time.Time{}) { // refused long ago, grpc still backing off
+				refusing = append(refusing, p.conns[i])
+			}
 		}
 	}
-	return false, errors.Join(errs...)
+	for _, conn := range refusing {
+		conn.ResetConnectBackoff()
+	}
+	if gone {
+		return holderGone, nil
+	}
+	return holderUnseen, errors.Join(errs...)
 }
 
 func (p *peers) close() {
@@ -92,12 +171,16 @@ func (p *peers) close() {
 	}
 }
 
-// peerDialOptions reach the other keepers as the frontends do: the internal link's TLS, the relay secret, and
-// the test dialer when there is one.
+// peerDialOptions reach the other keepers as the frontends do: the internal link's TLS and the relay secret.
 func (k *Keeper) peerDialOptions() []grpc.DialOption {
-	opts := []grpc.DialOption{k.deps.Internal.DialOption(), relayauth.DialOption(k.cfg.RelaySecret)}
+	return []grpc.DialOption{k.deps.Internal.DialOption(), relayauth.DialOption(k.cfg.RelaySecret)}
+}
+
+// peerDialer makes the connections to the other keepers: the test dialer when there is one, else TCP.
+func (k *Keeper) peerDialer() func(context.Context, string) (net.Conn, error) {
 	if k.deps.Dialer != nil {
-		opts = append(opts, grpc.WithContextDialer(k.deps.Dialer))
+		return k.deps.Dialer
 	}
-	return opts
+	var d net.Dialer
+	return func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
 }

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"syscall"
 
 	"google.golang.org/grpc/test/bufconn"
 )
@@ -85,7 +86,8 @@ func (n *Network) Route(addr string, connect func(context.Context) (net.Conn, er
 	n.routes[addr] = connect
 }
 
-// Dial connects to the listener or route at addr (host:port); an address nothing serves is refused. A listener
+// Dial connects to the listener or route at addr (host:port); an address nothing serves is refused
+// (syscall.ECONNREFUSED, as TCP's refusal). A listener
 // connection waits for the listener to accept, at most until ctx ends. Its signature is
 // grpc.WithContextDialer's and the services' Deps.Dialer.
 func (n *Network) Dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -93,7 +95,7 @@ func (n *Network) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	connect, ok := n.routes[addr]
 	n.mu.Unlock()
 	if !ok {
-		return nil, &net.OpError{Op: "dial", Net: "memnet", Err: fmt.Errorf("%s: connection refused", addr)}
+		return nil, &net.OpError{Op: "dial", Net: "memnet", Err: fmt.Errorf("%s: %w", addr, syscall.ECONNREFUSED)}
 	}
 	c, err := connect(ctx)
 	if err != nil {
