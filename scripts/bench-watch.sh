@@ -24,20 +24,10 @@ SHAPES=${SHAPES:-"1000x100@10 200x100@200"} # streams x watchers-per-stream @ pu
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
 source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
+# shellcheck source=lib/procstat.sh
+source scripts/lib/procstat.sh # cpu_ticks
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 ticks=$(getconf CLK_TCK)
-
-# cpu_ticks PID...: utime+stime of the pids, in clock ticks (fields 14 and 15 of /proc/PID/stat).
-cpu_ticks() {
-	local pid total=0 stat rest
-	for pid in "$@"; do
-		stat=$(cat /proc/"$pid"/stat 2>/dev/null) || continue
-		rest=${stat##*) }
-		read -r -a f <<<"$rest"
-		total=$((total + f[11] + f[12]))
-	done
-	echo "$total"
-}
 
 # child FIELD NAME: a field of a `cairn up` child from the stack file (pid, or ports.api).
 child() { jq -r ".children[] | select(.name == \"$2\") | .$1" "$work/up/stack.json"; }

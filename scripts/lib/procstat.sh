@@ -1,5 +1,5 @@
 # What processes cost, from /proc (Linux): CPU ticks, RSS and PSS of a process tree. Source it; used by idle.sh
-# and mem-under-load.sh.
+# mem-under-load.sh and bench-watch.sh.
 #
 # RSS counts every page a process has resident, so the sum over processes counts the pages they share (the
 # cairn binary's text, about 24 MiB per Cairn process) once per process; PSS divides each shared page among the
