@@ -1,4 +1,4 @@
-# What processes cost, from /proc (Linux): CPU ticks, RSS and PSS of a process tree. Source it; used by idle.sh
+# What processes cost, from /proc (Linux): CPU ticks, RSS and PSS of a process tree. Source it; used by idle.sh,
 # mem-under-load.sh and bench-watch.sh.
 #
 # RSS counts every page a process has resident, so the sum over processes counts the pages they share (the
