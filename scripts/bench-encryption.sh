@@ -42,7 +42,7 @@ rows() {
 	local mode=$1 round=$2 args=() size total first
 	[ "$mode" != off ] && args=(--encryption-config "$work/$mode.yaml")
 	# a random client port another process took fails the start: try another
-	up_start "up-$mode-$round" "${args[@]}" || up_start "up-$mode-$round-again" "${args[@]}"
+	up_start "up-$mode-$round" "${args[@]}"
 	first=${endpoints%%,*}
 	rate "$endpoints" "" --total 1 put >/dev/null || true # warm-up
 	for size in 1024 102400; do

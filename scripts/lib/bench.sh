@@ -55,21 +55,33 @@ etcd_start() {
 	done
 }
 
-# up_start NAME [cairn up flags]: starts `cairn up`; its client endpoints are left in $endpoints.
+# up_start NAME [cairn up flags]: starts `cairn up`; its client endpoints are left in $endpoints. The client port
+# is drawn below the kernel's ephemeral range (32768 and up on Linux), where the benchmark's own client
+# connections cannot hold it; a stack that still finds its port taken is started once more on another.
 up_start() {
-	local name=$1
+	local name=$1 try
 	shift
-	"$CAIRN" up --data-dir "$work/$name" --client-port "$((40000 + RANDOM % 20000))" "$@" >"$work/$name.out" 2>"$work/$name.log" &
-	pids+=($!)
-	until grep -q "cairn is up" "$work/$name.out" 2>/dev/null; do
-		if ! kill -0 "${pids[-1]}" 2>/dev/null; then
-			echo "cairn up $name exited at start; the end of its log:" >&2
-			tail -n 20 "$work/$name.log" "$work/$name.out" >&2
-			return 1
-		fi
-		sleep 0.2
+	for try in 1 2; do
+		"$CAIRN" up --data-dir "$work/$name" --client-port "$((20000 + RANDOM % 10000))" "$@" \
+			>"$work/$name.out" 2>"$work/$name.log" &
+		pids+=($!)
+		until grep -q "cairn is up" "$work/$name.out" 2>/dev/null; do
+			if ! kill -0 "${pids[-1]}" 2>/dev/null; then
+				wait "${pids[-1]}" 2>/dev/null || true
+				unset 'pids[-1]'
+				if [[ $try == 1 ]] && grep -q "is not free" "$work/$name.log"; then
+					rm -rf "${work:?}/$name"
+					continue 2
+				fi
+				echo "cairn up $name exited at start; the end of its log:" >&2
+				tail -n 20 "$work/$name.log" "$work/$name.out" >&2
+				return 1
+			fi
+			sleep 0.2
+		done
+		endpoints=$(sed -n 's/^cairn is up: etcd client endpoints //p' "$work/$name.out")
+		return 0
 	done
-	endpoints=$(sed -n 's/^cairn is up: etcd client endpoints //p' "$work/$name.out")
 }
 
 # stop_last stops the last process started; stop_etcd the last etcd cluster.
