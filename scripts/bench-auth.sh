@@ -44,10 +44,10 @@ rows() {
 line() { printf '%-16s %12s %15s %12s %14s\n' "$@"; }
 line "requests/s" "put 1 client" "put 1000 clients" "range l" "watch create/s"
 for round in $(seq "${ROUNDS:-1}"); do # ROUNDS=N repeats every row N times, interleaved, to show the noise
-	etcd_start etcd-off$round http 33000
+	etcd_start etcd-off$round http "$(etcd_base)"
 	line "etcd auth off" $(rows "$endpoints")
 	stop_etcd
-	etcd_start etcd-on$round http 34000
+	etcd_start etcd-on$round http "$(etcd_base)"
 	enable_auth "$endpoints"
 	line "etcd auth on" $(rows "$endpoints" "--user root:pw")
 	stop_etcd

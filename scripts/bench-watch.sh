@@ -62,7 +62,7 @@ measure() {
 echo "SCALE=$SCALE PUT_SECONDS=$PUT_SECONDS; latencies in seconds; events/CPU-s: per CPU-second of the hubs used (etcd: its 3 members)"
 line target shape events/s p50 p99 received/expected events/CPU-s load1
 for round in $(seq "$ROUNDS"); do
-	etcd_start "etcd-$round" http $((20000 + RANDOM % 20000))
+	etcd_start "etcd-$round" http "$(etcd_base)"
 	etcd_pids=("${pids[@]: -3}")
 	for shape in $SHAPES; do measure etcd "$shape" "$endpoints" "" "${etcd_pids[@]}"; done
 	stop_etcd

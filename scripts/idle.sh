@@ -69,7 +69,7 @@ process_name() {
 
 echo "idle for ${WINDOW}s after ${SETTLE}s to settle; $(nproc) cores"
 printf '%-24s %6s %14s %14s %10s %10s %8s\n' "stack" "procs" "raft entries" "CPU seconds" "RSS MiB" "PSS MiB" "load"
-etcd_start etcd-idle http $((20000 + RANDOM % 400 * 100)) # a random base: fixed ports collide on a shared machine
+etcd_start etcd-idle http "$(etcd_base)"
 measure "etcd 3 members" "${endpoints%%,*}" "${pids[@]: -3}"
 stop_etcd
 for gc in $GC_PERCENTS; do

@@ -75,7 +75,7 @@ measure() {
 
 echo "1000 clients, $TOTAL requests per benchmark; $(nproc) cores; 'after': ${SETTLE}s after the load"
 printf '%-20s %-8s %10s %12s %14s %14s %8s\n' "stack" "bench" "requests/s" "CPU us/req" "peak RSS MiB" "peak PSS MiB" "load"
-etcd_start etcd-load http $((20000 + RANDOM % 400 * 100)) # a random base: fixed ports collide on a shared machine
+etcd_start etcd-load http "$(etcd_base)"
 measure "etcd 3 members" "$endpoints" "${pids[@]: -3}"
 stop_etcd
 for gc in $GC_PERCENTS; do

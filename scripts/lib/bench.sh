@@ -50,10 +50,24 @@ etcd_start() {
 		pids+=($!)
 		endpoints+="${endpoints:+,}$client"
 	done
+	local member
 	for i in 1 2 3; do
-		until healthy "http://127.0.0.1:$((base + 10 * i + 2))/health"; do sleep 0.2; done
+		until healthy "http://127.0.0.1:$((base + 10 * i + 2))/health"; do
+			for member in "${pids[@]: -3}"; do
+				if ! kill -0 "$member" 2>/dev/null; then
+					echo "etcd $name exited at start; the end of its logs:" >&2
+					tail -n 3 "$work/$name"-[123].log >&2
+					return 1
+				fi
+			done
+			sleep 0.2
+		done
 	done
 }
+
+# etcd_base: a random base port for etcd_start, below the kernel's ephemeral range (32768 and up on Linux),
+# where no client connection can hold it.
+etcd_base() { echo $((20000 + RANDOM % 100 * 100)); }
 
 # up_start NAME [cairn up flags]: starts `cairn up`; its client endpoints are left in $endpoints. The client port
 # is drawn below the kernel's ephemeral range (32768 and up on Linux), where the benchmark's own client
