@@ -7,6 +7,7 @@
 #   scripts/bench-encryption.sh              # full size, one round (about 10 minutes on 2 cores)
 #   ROUNDS=3 scripts/bench-encryption.sh     # 3 rounds; each starts with another mode, so no mode always runs last
 #   SCALE=10 scripts/bench-encryption.sh     # totals divided by 10, for a quick look
+#   UP_FLAGS="--child-gomaxprocs 2" scripts/bench-encryption.sh   # flags for every cairn up
 #   CAIRN=/path/cairn CAIRN_KMS=/path/cairn-kms scripts/bench-encryption.sh   # prebuilt binaries
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,8 +42,8 @@ YAML
 rows() {
 	local mode=$1 round=$2 args=() size total first
 	[ "$mode" != off ] && args=(--encryption-config "$work/$mode.yaml")
-	# a random client port another process took fails the start: try another
-	up_start "up-$mode-$round" "${args[@]}"
+	# shellcheck disable=SC2086 # UP_FLAGS is a list of flags
+	up_start "up-$mode-$round" "${args[@]}" $UP_FLAGS
 	first=${endpoints%%,*}
 	rate "$endpoints" "" --total 1 put >/dev/null || true # warm-up
 	for size in 1024 102400; do
