@@ -64,6 +64,7 @@ func (k *Keeper) renewClaim(ctx context.Context) {
 	switch {
 	case err == nil:
 		k.keepServing(epoch, sent)
+	case ctx.Err() != nil: // stopping: nothing to tell
 	case keeperclaim.IsClaimConflict(err):
 		k.logger.Warn("lost the leasekeeper claim; standing by", "epoch", epoch, "err", err)
 		k.stepDown()
@@ -81,6 +82,7 @@ func (k *Keeper) confirmClaim(ctx context.Context) {
 	sent := time.Now()
 	state, err := k.readClaim(ctx, k.cfg.ActiveTimeout)
 	switch {
+	case err != nil && ctx.Err() != nil: // stopping: nothing to tell
 	case err != nil:
 		k.logger.Warn("claim confirmation failed", "epoch", epoch, "err", err)
 	case state.Holder != k.id || state.Epoch != epoch:
