@@ -288,11 +288,8 @@ func TestAuthClientCertCommonName(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli := c.Client(t)
+	addRootAndUser(ctx, t, cli, "client", "pw", "tls")
 	for _, step := range []func() error{
-		func() error { _, err := cli.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := cli.UserAdd(ctx, "client", "pw"); return err },
-		func() error { _, err := cli.RoleAdd(ctx, "tls"); return err },
 		func() error {
 			_, err := cli.RoleGrantPermission(ctx, "tls", "tls/", clientv3.GetPrefixRangeEnd("tls/"),
 				clientv3.PermissionType(clientv3.PermReadWrite))
@@ -423,5 +420,21 @@ func TestAuthSimpleTokenAcrossFrontends(t *testing.T) {
 	}
 	if _, err := kv1.Range(fresh, &pb.RangeRequest{Key: []byte("k")}); err != nil {
 		t.Fatalf("root's new token on frontend 1: %v", err)
+	}
+}
+
+// addRootAndUser makes what every auth test starts from: root (password rootpw) with the root role, and user
+// (with password) and an empty role, not yet granted to each other.
+func addRootAndUser(ctx context.Context, t testing.TB, cli *clientv3.Client, user, password, role string) {
+	t.Helper()
+	for _, step := range []func() error{
+		func() error { _, err := cli.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := cli.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := cli.UserAdd(ctx, user, password); return err },
+		func() error { _, err := cli.RoleAdd(ctx, role); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -25,11 +25,8 @@ func TestAuthReadAfterRevokeElsewhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	setup := c.Client(t, c.Endpoints()[0])
+	addRootAndUser(ctx, t, setup, "alice", "alicepw", "reader")
 	for _, step := range []func() error{
-		func() error { _, err := setup.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := setup.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := setup.UserAdd(ctx, "alice", "alicepw"); return err },
-		func() error { _, err := setup.RoleAdd(ctx, "reader"); return err },
 		func() error { _, err := setup.UserGrantRole(ctx, "alice", "reader"); return err },
 		func() error { _, err := setup.Put(ctx, "fence/k", "v"); return err },
 		func() error { _, err := setup.AuthEnable(ctx); return err },

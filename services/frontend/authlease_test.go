@@ -29,11 +29,8 @@ func TestAuthLeaseAfterChangeElsewhere(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	setup := c.Client(t, c.Endpoints()[0])
+	addRootAndUser(ctx, t, setup, "alice", "alicepw", "leaser")
 	for _, step := range []func() error{
-		func() error { _, err := setup.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := setup.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := setup.UserAdd(ctx, "alice", "alicepw"); return err },
-		func() error { _, err := setup.RoleAdd(ctx, "leaser"); return err },
 		func() error { _, err := setup.UserGrantRole(ctx, "alice", "leaser"); return err },
 	} {
 		if err := step(); err != nil {
@@ -111,11 +108,8 @@ func TestAuthLeaseKeepAliveNeedsWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	setup := c.Client(t, c.Endpoints()[0])
+	addRootAndUser(ctx, t, setup, "alice", "alicepw", "leaser")
 	for _, step := range []func() error{
-		func() error { _, err := setup.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := setup.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := setup.UserAdd(ctx, "alice", "alicepw"); return err },
-		func() error { _, err := setup.RoleAdd(ctx, "leaser"); return err },
 		func() error {
 			_, err := setup.RoleGrantPermission(ctx, "leaser", "lease/", clientv3.GetPrefixRangeEnd("lease/"),
 				clientv3.PermissionType(clientv3.PermReadWrite))

@@ -59,11 +59,8 @@ func TestAuthDirectHubAndKeeperRefused(t *testing.T) {
 	}
 
 	setup := c.Client(t)
+	addRootAndUser(ctx, t, setup, "alice", "alicepw", "reader")
 	for _, step := range []func() error{
-		func() error { _, err := setup.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := setup.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := setup.UserAdd(ctx, "alice", "alicepw"); return err },
-		func() error { _, err := setup.RoleAdd(ctx, "reader"); return err },
 		func() error {
 			_, err := setup.RoleGrantPermission(ctx, "reader", "w/", clientv3.GetPrefixRangeEnd("w/"),
 				clientv3.PermissionType(clientv3.PermReadWrite))
