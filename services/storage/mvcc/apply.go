@@ -138,7 +138,7 @@ func (s *Store) ApplyNoop(index, term uint64) error {
 }
 
 func (s *Store) afterApplyLocked() error {
-	s.dirty = true
+	s.markDirtyLocked()
 	s.pendingEntries++
 	if s.pendingEntries >= s.cfg.BatchLimit {
 		return s.commitLocked()

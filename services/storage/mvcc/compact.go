@@ -150,7 +150,7 @@ func (c *compactor) compactOnce(cp compaction) bool {
 		_ = c.s.fail(err)
 		return false
 	}
-	c.s.dirty = true
+	c.s.markDirtyLocked()
 	attrs := []any{"compact_revision", rev, "removed_revisions", removed, "took", time.Since(start)}
 	if cp.recordHash {
 		h := hasher.sum()
@@ -171,7 +171,7 @@ func (c *compactor) compactBatch(from, end []byte, hasher *kvHasher) (next []byt
 	}
 	defer func() {
 		if removed > 0 {
-			c.s.dirty = true
+			c.s.markDirtyLocked()
 		}
 	}()
 	cur := c.s.wtx.Bucket(bucketKey).Cursor()

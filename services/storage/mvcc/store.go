@@ -101,10 +101,12 @@ type Store struct {
 	log *slog.Logger
 
 	// batchMu serialises every use of the bbolt write transaction: applies, physical compaction, commits.
-	batchMu        sync.Mutex
-	wtx            *bolt.Tx
-	dirty          bool // wtx holds changes (or an advanced consistent index) not yet committed
-	pendingEntries int  // entries applied into wtx
+	batchMu sync.Mutex
+	wtx     *bolt.Tx
+	dirty   bool // wtx holds changes (or an advanced consistent index) not yet committed
+	// dirtied wakes the committer when dirty becomes true (buffered, 1): an idle store has no timer running.
+	dirtied        chan struct{}
+	pendingEntries int // entries applied into wtx
 	lastCommit     time.Time
 	// committedSize is the bbolt file's size as of the last commit (what etcd's quota check reads).
 	committedSize atomic.Int64
@@ -160,6 +162,7 @@ func Open(cfg Config) (*Store, error) {
 		keeper:        &storagepb.KeeperState{},
 		auth:          authstate.New(),
 		currentRev:    1,
+		dirtied:       make(chan struct{}, 1),
 		stopCommitter: make(chan struct{}),
 		committerDone: make(chan struct{}),
 		lastCommit:    time.Now(),
@@ -356,6 +359,10 @@ func (s *Store) commitLocked() error {
 	s.wtx = wtx
 	s.committedSize.Store(wtx.Size())
 	s.dirty = false
+	select {
+	case <-s.dirtied: // a wake for changes this commit has just made durable
+	default:
+	}
 	entries := s.pendingEntries
 	s.pendingEntries = 0
 	s.lastCommit = time.Now()
@@ -408,19 +415,36 @@ func (s *Store) Err() error {
 
 func (s *Store) runCommitter() {
 	defer close(s.committerDone)
-	t := time.NewTicker(s.cfg.BatchInterval)
-	defer t.Stop()
 	for {
 		select {
 		case <-s.stopCommitter:
 			return
-		case <-t.C:
-			s.batchMu.Lock()
-			if s.dirty && time.Since(s.lastCommit) >= s.cfg.BatchInterval/2 && s.usable() == nil {
-				_ = s.commitLocked()
-			}
-			s.batchMu.Unlock()
+		case <-s.dirtied:
 		}
+		// Changes wait at most BatchInterval for a commit, counted from the first one since the last commit;
+		// nothing wakes the committer while the store is idle.
+		wait := time.NewTimer(s.cfg.BatchInterval)
+		select {
+		case <-s.stopCommitter:
+			wait.Stop()
+			return
+		case <-wait.C:
+		}
+		s.batchMu.Lock()
+		if s.dirty && s.usable() == nil {
+			_ = s.commitLocked()
+		}
+		s.batchMu.Unlock()
+	}
+}
+
+// markDirtyLocked records that wtx holds changes not yet committed and wakes the committer. The caller holds
+// batchMu.
+func (s *Store) markDirtyLocked() {
+	s.dirty = true
+	select {
+	case s.dirtied <- struct{}{}:
+	default: // already woken
 	}
 }
 

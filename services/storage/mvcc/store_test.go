@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 func TestApplyEvents(t *testing.T) {
@@ -358,5 +360,28 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	got, _ := restored.Hash(0)
 	if got.Hash != want.Hash || restored.Position().AppliedIndex != 20 {
 		t.Fatalf("restored hash %d index %d, want %d index 20", got.Hash, restored.Position().AppliedIndex, want.Hash)
+	}
+}
+
+// TestCommitterWakesForEachChange checks that the committer, which sleeps while the store is idle, makes every
+// applied entry durable within BatchInterval on its own, for a change after idle spells too.
+func TestCommitterWakesForEachChange(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		entries int // applied in a row before waiting
+	}{
+		{"one entry", 1},
+		{"a burst", 50},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := openTestStore(t, Config{BatchInterval: 20 * time.Millisecond, BatchLimit: 1 << 20})
+			for round := range 3 {
+				for i := range tc.entries {
+					ts.apply(put(fmt.Sprintf("k%d-%d", round, i), "v"))
+				}
+				waittest.Until(t, 10*time.Second, 5*time.Millisecond, fmt.Sprintf("round %d durable at index %d", round, ts.index),
+					func() bool { return ts.Position().DurableIndex == ts.index })
+			}
+		})
 	}
 }
