@@ -21,7 +21,7 @@ const checkpointTick = 500 * time.Millisecond
 // keeper then starts each lease from its checkpoint instead of its full TTL.
 func (k *Keeper) runCheckpoints(ctx context.Context) {
 	perTick := max(1, k.cfg.CheckpointRate*int(checkpointTick/time.Millisecond)/1000)
-	every(ctx, checkpointTick, func(ctx context.Context) {
+	k.whileClocked(ctx, checkpointTick, func(ctx context.Context) {
 		for range perTick {
 			if !k.checkpointBatch(ctx) {
 				return

@@ -30,8 +30,13 @@
 // saw active (each answers it is another keeper, or refuses the connection: the holder's process is gone). A
 // holder only the standbys lost sight of may serve until ActiveTimeout after the takeover applied, so the new
 // keeper counts it as serving until ActiveTimeout after its claim was answered, however soon it claimed: how long
-// a standby waits is for availability, never for safety. A standby answers every client call with keeperclaim.ErrNotActive (FailedPrecondition
-// "not the active leasekeeper"), and the frontend moves on to the next keeper.
+// a standby waits is for availability, never for safety.
+// A holder with peers that knows no lease and has had no Lease API call for 5 s dozes: it stops confirming
+// (an idle stack then sends no ReadIndex for the claim), still answers SERVING to the standbys and counts as
+// Active, and serves the next call after one confirmation. Only the expiry and checkpoint loops' timers run
+// while a lease is on the active keeper's clock. A standby answers every client call with
+// keeperclaim.ErrNotActive (FailedPrecondition "not the active leasekeeper"), and the frontend moves on to the
+// next keeper.
 //
 // Failover without early expiry (etcd's lease checkpointing). The active keeper checkpoints each lease's
 // remaining TTL through the log every CheckpointInterval (in batches of CheckpointBatch, at most CheckpointRate

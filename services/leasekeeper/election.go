@@ -36,7 +36,9 @@ func (k *Keeper) runElection(ctx context.Context) {
 		switch {
 		case k.pauseElection.Load():
 		case holder && k.peers != nil:
-			k.confirmClaim(ctx)
+			if !k.doze(time.Now()) {
+				k.confirmClaim(ctx)
+			}
 		case holder:
 			k.renewClaim(ctx)
 		default:
@@ -48,6 +50,54 @@ func (k *Keeper) runElection(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// dozeAfter is how long a holder with peers and no lease goes without a Lease API call before it dozes.
+const dozeAfter = 5 * time.Second
+
+// doze reports whether the holder (with peers) may skip confirming its claim at now, and records that it
+// dozes: while it knows no lease and has had no call for dozeAfter, nothing needs it to serve, and confirming
+// would cost a ReadIndex round of every consensus member each RenewInterval. It dozes only from serving (its
+// last confirmation succeeded); a lease or a call ends the doze. Fencing is untouched: a dormant holder serves
+// only after a new confirmation (servingEpoch), and its liveness answer (SERVING) keeps the standbys waiting as
+// for any live holder.
+func (k *Keeper) doze(now time.Time) bool {
+	idle := k.table.count() == 0 && now.Sub(time.Unix(0, k.lastCall.Load())) >= dozeAfter
+	k.role.mu.Lock()
+	defer k.role.mu.Unlock()
+	switch {
+	case !idle:
+		k.role.dormant = false
+	case !k.role.dormant && k.role.holder && now.Before(k.role.activeUntil):
+		k.role.dormant = true
+		k.logger.Debug("no lease and no call: dozing until the next call", "epoch", k.role.epoch)
+	}
+	return k.role.dormant
+}
+
+// servingEpoch is activeEpoch for a client's call: the call keeps the holder from dozing, and a dormant holder
+// first confirms its claim (one linearizable read) and then serves.
+func (k *Keeper) servingEpoch(ctx context.Context) (uint64, bool) {
+	k.lastCall.Store(time.Now().UnixNano())
+	if epoch, ok := k.activeEpoch(time.Now()); ok || !k.dormant() {
+		return epoch, ok
+	}
+	k.wakeMu.Lock()
+	defer k.wakeMu.Unlock()
+	if epoch, ok := k.activeEpoch(time.Now()); ok || !k.dormant() { // another call woke it
+		return epoch, ok
+	}
+	k.confirmClaim(ctx)
+	k.role.mu.Lock()
+	k.role.dormant = false // serving or not, the election loop confirms again from now on
+	k.role.mu.Unlock()
+	return k.activeEpoch(time.Now())
+}
+
+func (k *Keeper) dormant() bool {
+	k.role.mu.Lock()
+	defer k.role.mu.Unlock()
+	return k.role.dormant
 }
 
 func (k *Keeper) holder() (uint64, bool) {
@@ -80,6 +130,7 @@ func (k *Keeper) renewClaim(ctx context.Context) {
 func (k *Keeper) confirmClaim(ctx context.Context) {
 	epoch, _ := k.holder()
 	sent := time.Now()
+	k.metrics.confirmations.Inc()
 	state, err := k.readClaim(ctx, k.cfg.ActiveTimeout)
 	switch {
 	case err != nil && ctx.Err() != nil: // stopping: nothing to tell
@@ -98,11 +149,12 @@ func (k *Keeper) confirmClaim(ctx context.Context) {
 func (k *Keeper) keepServing(epoch uint64, sent time.Time) {
 	k.role.mu.Lock()
 	lapsed := k.role.holder && k.role.epoch == epoch && !sent.Before(k.role.activeUntil)
+	dozed := k.role.dormant // nobody was turned away: calls wake a dormant holder
 	if k.role.holder && k.role.epoch == epoch {
 		k.role.activeUntil = maxTime(k.role.activeUntil, sent.Add(k.cfg.ActiveTimeout))
 	}
 	k.role.mu.Unlock()
-	if lapsed {
+	if lapsed && !dozed {
 		// Clients could not reach us while the claim lapsed: give their leases the extension again.
 		k.table.extendAll(time.Now().Add(k.cfg.DeadlineExtension))
 		k.logger.Warn("claim renewed after lapsing; serving again", "epoch", epoch)

@@ -17,7 +17,9 @@ import (
 // runExpiry finds expired leases every ExpiryTick, while active, and hands them to the revoke workers no faster
 // than RevokeRate per second (etcd's leaseRevokeRate): an expiry storm is revoked in paced batches, and other
 // writes keep their share of the log.
-func (k *Keeper) runExpiry(ctx context.Context) { every(ctx, k.cfg.ExpiryTick, k.dispatchExpired) }
+func (k *Keeper) runExpiry(ctx context.Context) {
+	k.whileClocked(ctx, k.cfg.ExpiryTick, k.dispatchExpired)
+}
 
 func (k *Keeper) dispatchExpired(ctx context.Context) {
 	now := time.Now()
@@ -35,6 +37,31 @@ func (k *Keeper) dispatchExpired(ctx context.Context) {
 		case k.revokeC <- id:
 		case <-ctx.Done():
 			return
+		}
+	}
+}
+
+// whileClocked calls f every interval while a lease is on the clock (this keeper is active and knows a lease),
+// until ctx ends; otherwise it sleeps until a lease's clock starts, so a standby, or an active keeper with no
+// lease, runs no timer for it. f runs no later than interval after a clock starts, as with a plain ticker.
+func (k *Keeper) whileClocked(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		if started, clocked := k.table.clocks(); !clocked {
+			tick.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-started:
+			}
+			tick.Reset(interval)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			f(ctx)
 		}
 	}
 }

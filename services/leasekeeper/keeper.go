@@ -51,6 +51,10 @@ type Keeper struct {
 	// pauseElection stops renewing and watching the claim (tests: a keeper cut off from storage's claim).
 	pauseElection atomic.Bool
 	lastRevision  atomic.Int64 // the newest store revision seen, for response headers
+	// lastCall is when the last Lease API call came (unix nanoseconds): a holder dozes only after dozeAfter
+	// without one. wakeMu lets one call at a time wake a dormant holder.
+	lastCall atomic.Int64
+	wakeMu   sync.Mutex
 
 	revokeC     chan int64
 	resetC      chan *resetRequest
@@ -77,6 +81,9 @@ type roleState struct {
 	holder      bool
 	epoch       uint64
 	activeUntil time.Time
+	// dormant (with peers) is set while the holder has no lease and no call to serve and so stops confirming
+	// its claim: it serves again after one confirmation, which the next call sends (see servingEpoch).
+	dormant bool
 }
 
 // New prepares a keeper; nothing runs until Start.
@@ -124,10 +131,12 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	return k, nil
 }
 
-// Active reports whether this keeper is the active one now (it holds the claim and may serve).
+// Active reports whether this keeper is the active one now: it holds the claim and may serve, or (dormant)
+// serves after one confirmation of its claim.
 func (k *Keeper) Active() bool {
-	_, ok := k.activeEpoch(time.Now())
-	return ok
+	k.role.mu.Lock()
+	defer k.role.mu.Unlock()
+	return k.role.holder && (k.role.dormant || time.Now().Before(k.role.activeUntil))
 }
 
 // ID is this keeper's claimant ID (its name plus a random suffix).
@@ -303,7 +312,7 @@ func (k *Keeper) activeEpoch(now time.Time) (uint64, bool) {
 func (k *Keeper) stepDown() (uint64, bool) {
 	k.role.mu.Lock()
 	epoch, holder := k.role.epoch, k.role.holder
-	k.role.holder, k.role.epoch, k.role.activeUntil = false, 0, time.Time{}
+	k.role.holder, k.role.epoch, k.role.activeUntil, k.role.dormant = false, 0, time.Time{}, false
 	k.role.mu.Unlock()
 	if holder {
 		k.table.demote()

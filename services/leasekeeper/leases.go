@@ -20,7 +20,7 @@ import (
 // Grant grants a lease through the log (storage chooses the ID when r.ID is 0 and raises a TTL below the
 // minimum to it) and starts its clock.
 func (k *Keeper) Grant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	epoch, ok := k.activeEpoch(time.Now())
+	epoch, ok := k.servingEpoch(ctx)
 	if !ok {
 		return nil, keeperclaim.ErrNotActive
 	}
@@ -38,7 +38,7 @@ func (k *Keeper) Grant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseG
 
 // Revoke revokes a lease through the log: its keys are deleted in one revision.
 func (k *Keeper) Revoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	epoch, ok := k.activeEpoch(time.Now())
+	epoch, ok := k.servingEpoch(ctx)
 	if !ok {
 		return nil, keeperclaim.ErrNotActive
 	}
@@ -84,7 +84,7 @@ func (k *Keeper) submit(ctx context.Context, req *pb.InternalRaftRequest, epoch 
 // renewal is answered (as etcd's Renew does), so a new keeper never starts the lease from a stale checkpoint.
 func (k *Keeper) Renew(ctx context.Context, id int64) (int64, error) {
 	for {
-		if _, ok := k.activeEpoch(time.Now()); !ok {
+		if _, ok := k.servingEpoch(ctx); !ok {
 			return 0, keeperclaim.ErrNotActive
 		}
 		k.table.mu.Lock()
@@ -191,7 +191,7 @@ func (k *Keeper) learnLease(ctx context.Context, id int64) (known bool, err erro
 // TimeToLive reports a lease's remaining TTL on the active keeper's clock (truncated to seconds, as etcd), its
 // granted TTL and, if asked, its keys; TTL -1 when the lease does not exist.
 func (k *Keeper) TimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	if _, ok := k.activeEpoch(time.Now()); !ok {
+	if _, ok := k.servingEpoch(ctx); !ok {
 		return nil, keeperclaim.ErrNotActive
 	}
 	var resp *pb.LeaseTimeToLiveResponse
@@ -212,7 +212,7 @@ func (k *Keeper) TimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (
 
 // Leases lists every lease, soonest to expire first (as etcd).
 func (k *Keeper) Leases(ctx context.Context) (*pb.LeaseLeasesResponse, error) {
-	if _, ok := k.activeEpoch(time.Now()); !ok {
+	if _, ok := k.servingEpoch(ctx); !ok {
 		return nil, keeperclaim.ErrNotActive
 	}
 	var resp *pb.LeaseLeasesResponse

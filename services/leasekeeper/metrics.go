@@ -18,6 +18,8 @@ type metrics struct {
 	revokeErrors prometheus.Counter
 	checkpoints  prometheus.Counter
 	reconciles   prometheus.Counter
+	// confirmations counts claim confirmations: none while a dormant holder dozes.
+	confirmations prometheus.Counter
 }
 
 // newMetrics registers the series on the keeper's own registry (served on AdminAddr) and, when set, on
@@ -37,11 +39,13 @@ func newMetrics(k *Keeper) *metrics {
 		revokeErrors: prometheus.NewCounter(prometheus.CounterOpts(opts("revoke_errors_total", "Revokes of expired leases that failed (and are retried)."))),
 		checkpoints:  prometheus.NewCounter(prometheus.CounterOpts(opts("checkpoints_total", "Lease remaining-TTL checkpoints written."))),
 		reconciles:   prometheus.NewCounter(prometheus.CounterOpts(opts("reconciliations_total", "Lease table reconciliations with storage."))),
+		confirmations: prometheus.NewCounter(prometheus.CounterOpts(opts("claim_confirmations_total",
+			"Linearizable reads of the claim this keeper sent to confirm it holds it (with peers)."))),
 	}
 	leases := prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("leases", "Leases this keeper knows.")),
 		func() float64 { return float64(k.table.count()) })
 	all := []prometheus.Collector{m.active, m.epoch, m.takeovers, m.keepAlives, m.expired, m.revokeErrors,
-		m.checkpoints, m.reconciles, leases}
+		m.checkpoints, m.reconciles, m.confirmations, leases}
 	m.registry.MustRegister(all...)
 	if k.deps.Registry != nil {
 		for _, c := range all {

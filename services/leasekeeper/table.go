@@ -62,10 +62,25 @@ type table struct {
 	reconciledIndex uint64
 	// checkpointInterval spaces the checkpoints of one lease.
 	checkpointInterval time.Duration
+	// clocksStarted is closed, and replaced, when a lease's clock starts while none was running: the expiry and
+	// checkpoint loops sleep on it while no lease is on the clock (see clocks).
+	clocksStarted chan struct{}
 }
 
 func newTable(checkpointInterval time.Duration) *table {
-	return &table{leases: map[int64]*lease{}, tombstones: map[int64]uint64{}, checkpointInterval: checkpointInterval}
+	return &table{leases: map[int64]*lease{}, tombstones: map[int64]uint64{}, checkpointInterval: checkpointInterval,
+		clocksStarted: make(chan struct{})}
+}
+
+// clocks reports whether any lease is on the clock (the active keeper's expiry heap is not empty) and, when
+// none is, a channel closed when one starts.
+func (t *table) clocks() (<-chan struct{}, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.expiry.Len() > 0 {
+		return nil, true
+	}
+	return t.clocksStarted, false
 }
 
 // add records a new lease (granted at or before now) unless it is known or was revoked after index. It returns
@@ -91,6 +106,10 @@ func (t *table) startClock(l *lease, now, deadline time.Time) {
 	l.nextCheckpoint = now.Add(t.checkpointInterval)
 	l.expiryKey = deadline
 	if l.heapIndex < 0 {
+		if t.expiry.Len() == 0 {
+			close(t.clocksStarted)
+			t.clocksStarted = make(chan struct{})
+		}
 		heap.Push(&t.expiry, l)
 	} else {
 		heap.Fix(&t.expiry, l.heapIndex)
