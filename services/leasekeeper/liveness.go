@@ -75,6 +75,9 @@ type peers struct {
 	conns   []*grpc.ClientConn
 	clients []healthpb.HealthClient
 	dials   []*dialRecord
+	// vouched is the peer that last answered SERVING: the next look asks it first, so while the holder lives a
+	// look is one call (to the holder itself), not one per peer. Used by the election loop alone.
+	vouched int
 }
 
 // dialRecord remembers a peer connection's latest dial: whether it was refused (nothing listened at the
@@ -126,8 +129,8 @@ func dialPeers(urls []string, opts []grpc.DialOption, dial func(context.Context,
 	return p, nil
 }
 
-// ask asks the peers in turn (there are a handful) whether holder is the active keeper, each for at most
-// timeout, and stops at the first that says so. A peer counts as refusing only when a dial made during this
+// ask asks the peers in turn (there are a handful; the one that vouched last first) whether holder is the
+// active keeper, each for at most timeout, and stops at the first that says so. A peer counts as refusing only when a dial made during this
 // look or the one before (2 × timeout) was refused: grpc fails calls fast with its last dial error while it
 // backs off, so when no peer vouched for the holder the refusing peers' backoff is reset for the next look to
 // dial them afresh (while the holder answers, a peer that is down is left to grpc's backoff).
@@ -136,12 +139,14 @@ func (p *peers) ask(ctx context.Context, holder string, timeout time.Duration) (
 	var refusing []*grpc.ClientConn
 	since := time.Now().Add(-2 * timeout)
 	gone := true
-	for i, client := range p.clients {
+	for n := range p.clients {
+		i := (p.vouched + n) % len(p.clients)
 		callCtx, cancel := context.WithTimeout(ctx, timeout)
-		resp, err := client.Check(callCtx, &healthpb.HealthCheckRequest{Service: holder})
+		resp, err := p.clients[i].Check(callCtx, &healthpb.HealthCheckRequest{Service: holder})
 		cancel()
 		switch {
 		case err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING:
+			p.vouched = i
 			return holderServing, nil
 		case err == nil: // the holder, lapsed
 			gone = false

@@ -50,8 +50,13 @@ func TestPeersAsk(t *testing.T) {
 			defer p.close()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if got, err := p.ask(ctx, holder, 300*time.Millisecond); got != tt.want {
-				t.Fatalf("ask: %v (%v), want %v", got, err, tt.want)
+			for look := range 2 { // the second look starts with the peer that vouched in the first
+				if got, err := p.ask(ctx, holder, 300*time.Millisecond); got != tt.want {
+					t.Fatalf("look %d: ask: %v (%v), want %v", look, got, err, tt.want)
+				}
+				if tt.want == holderServing && tt.peers[p.vouched] != "serving" {
+					t.Fatalf("look %d: the next look starts at a %s peer, want the one that vouched", look, tt.peers[p.vouched])
+				}
 			}
 		})
 	}
