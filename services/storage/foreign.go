@@ -6,11 +6,15 @@ import (
 	"time"
 )
 
-// foreignCheckInterval is how often storage compares its applied index with its log, and how many checks in a
-// row must find it ahead before it says so.
+// foreignCheckInterval is how often storage compares its applied index with its log while it cannot tell or
+// finds the database ahead, and foreignCheckRounds how many checks in a row must find it ahead before it says so.
+// Each check that finds the database within its led log doubles the wait to the next, up to
+// foreignCheckIdleInterval: entries only ever come from that log, so a database that was not ahead once stays
+// so, and the check is a Status call to consensus that an idle stack need not make every second.
 const (
-	foreignCheckInterval = time.Second
-	foreignCheckRounds   = 3
+	foreignCheckInterval     = time.Second
+	foreignCheckIdleInterval = 30 * time.Second
+	foreignCheckRounds       = 3
 )
 
 // watchForForeignDatabase reports a database that is ahead of its own log: its applied index is above what a
@@ -18,19 +22,22 @@ const (
 // member's data dir). Such a storage would wait forever for entries its log will not have for a long time; it
 // says so in the log and on /health instead, pointing at `cairn snapshot restore`. It returns when ctx ends.
 func (s *Storage) watchForForeignDatabase(ctx context.Context) {
-	tick := time.NewTicker(foreignCheckInterval)
-	defer tick.Stop()
+	wait := foreignCheckInterval
+	next := time.NewTimer(wait)
+	defer next.Stop()
 	ahead, reason := 0, ""
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-next.C:
 		}
 		applied := s.currentStore().Position().AppliedIndex
 		sctx, cancel := context.WithTimeout(ctx, foreignCheckInterval)
 		st, err := s.log.Status(sctx)
 		cancel()
+		wait = nextForeignCheck(wait, err == nil && st.Leader != 0 && st.CommitIndex >= applied)
+		next.Reset(wait)
 		if err != nil || st.Leader == 0 || st.CommitIndex >= applied {
 			if reason != "" && s.unhealthyReason() == reason {
 				s.setUnhealthy("")
@@ -49,4 +56,14 @@ func (s *Storage) watchForForeignDatabase(ctx context.Context) {
 			s.setUnhealthy(reason)
 		}
 	}
+}
+
+// nextForeignCheck is the wait after a check that waited wait before it: doubled, up to
+// foreignCheckIdleInterval, when the check found the database within its led log (passed), else
+// foreignCheckInterval.
+func nextForeignCheck(wait time.Duration, passed bool) time.Duration {
+	if !passed {
+		return foreignCheckInterval
+	}
+	return min(2*wait, foreignCheckIdleInterval)
 }

@@ -34,3 +34,27 @@ func TestDatabaseAheadOfItsLogSaysWhy(t *testing.T) {
 			strings.Contains(err.Error(), "cairn snapshot restore")
 	})
 }
+
+// TestForeignCheckStretchesWhileInLog: checks that find the database within its led log come ever less often
+// (a Status call to consensus each), up to foreignCheckIdleInterval; any other check brings back the 1 s pace.
+func TestForeignCheckStretchesWhileInLog(t *testing.T) {
+	tests := []struct {
+		name   string
+		wait   time.Duration
+		passed bool
+		want   time.Duration
+	}{
+		{"first pass", foreignCheckInterval, true, 2 * foreignCheckInterval},
+		{"passes keep doubling", 8 * time.Second, true, 16 * time.Second},
+		{"capped", 16 * time.Second, true, foreignCheckIdleInterval},
+		{"stays capped", foreignCheckIdleInterval, true, foreignCheckIdleInterval},
+		{"ahead, no leader or no answer", foreignCheckIdleInterval, false, foreignCheckInterval},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nextForeignCheck(tt.wait, tt.passed); got != tt.want {
+				t.Fatalf("nextForeignCheck(%v, %v) = %v, want %v", tt.wait, tt.passed, got, tt.want)
+			}
+		})
+	}
+}
