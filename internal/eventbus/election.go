@@ -15,8 +15,8 @@ const (
 )
 
 // turns decides, for one publisher that takes turns with the other members' (PublisherConfig.TakeTurns),
-// whether it sends now. Every such publisher sends a heartbeat each HeartbeatInterval with the last index it was
-// given, whether in its turn or not; it is a publisher's turn unless, within TakeoverAfter, it heard a lower
+// whether it sends now. Every such publisher sends a heartbeat each HeartbeatInterval (less often while idle:
+// see heartbeatPace) with the last index it was given, whether in its turn or not; it is a publisher's turn unless, within TakeoverAfter, it heard a lower
 // member ID's heartbeat that was not behind: whose index had reached what this publisher had been given
 // TakeoverAfter earlier. So the lowest live member sends, and one whose storage stopped applying (cut off from
 // its consensus, say) loses its turn once the others are TakeoverAfter ahead of it.

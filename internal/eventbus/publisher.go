@@ -26,7 +26,8 @@ type PublisherConfig struct {
 	QueueLength int
 	// TakeTurns makes the members' publishers (which all get the same records) take turns instead of all sending:
 	// a publisher sends while no publisher of a lower member ID has sent a heartbeat (every HeartbeatInterval,
-	// default 200ms) within TakeoverAfter (default 1s). One not in its turn keeps the newest StandbyRecords
+	// default 200ms; every 2/5 of TakeoverAfter while it has been given nothing for TakeoverAfter) within
+	// TakeoverAfter (default 1s). One not in its turn keeps the newest StandbyRecords
 	// (default 8192) records and sends them first when its turn comes, so a takeover leaves no gap a consumer
 	// would have to fill from storage unless it took longer than those records.
 	TakeTurns         bool
@@ -212,20 +213,64 @@ func (p *Publisher) run() {
 		defer p.turns.stop()
 		tick := time.NewTicker(p.cfg.HeartbeatInterval)
 		defer tick.Stop()
-		p.runTurns(tick.C)
+		p.runTurns(&heartbeatPace{cfg: p.cfg, tick: tick})
 		return
 	}
 	p.runTurns(nil)
 }
 
-// runTurns is run's loop; heartbeat ticks (nil when not taking turns) send this publisher's heartbeat in its
-// turn and notice a change of turn.
-func (p *Publisher) runTurns(heartbeat <-chan time.Time) {
+// heartbeatPace spaces a publisher's heartbeats: every HeartbeatInterval, and every idleHeartbeatInterval once
+// it has been given nothing for TakeoverAfter (an idle cluster), back to HeartbeatInterval with the next record.
+type heartbeatPace struct {
+	cfg       PublisherConfig
+	tick      *time.Ticker
+	given     uint64    // the index given at the last heartbeat
+	changedAt time.Time // when a heartbeat last found given changed
+	idle      bool
+}
+
+// idleHeartbeatInterval is 2/5 of TakeoverAfter (400 ms by default): well within it, so a live publisher's turn
+// is not taken while the cluster idles, at half the heartbeats.
+func (c PublisherConfig) idleHeartbeatInterval() time.Duration {
+	return max(c.HeartbeatInterval, c.TakeoverAfter*2/5)
+}
+
+// beat is told of each heartbeat at now, when the publisher had been given up to given.
+func (h *heartbeatPace) beat(now time.Time, given uint64) {
+	switch {
+	case given != h.given || h.changedAt.IsZero():
+		h.given, h.changedAt = given, now
+		h.busy()
+	case !h.idle && now.Sub(h.changedAt) >= h.cfg.TakeoverAfter:
+		h.idle = true
+		h.tick.Reset(h.cfg.idleHeartbeatInterval())
+	}
+}
+
+// busy brings back the full pace (the publisher was given a record).
+func (h *heartbeatPace) busy() {
+	if h.idle {
+		h.idle = false
+		h.tick.Reset(h.cfg.HeartbeatInterval)
+	}
+}
+
+// runTurns is run's loop; heartbeat ticks (pace is nil when not taking turns) send this publisher's heartbeat in
+// its turn and notice a change of turn.
+func (p *Publisher) runTurns(pace *heartbeatPace) {
+	var heartbeat <-chan time.Time
+	if pace != nil {
+		heartbeat = pace.tick.C
+	}
 	for {
 		select {
 		case q := <-p.queue:
+			if pace != nil {
+				pace.busy()
+			}
 			p.handle(p.fill(append(p.batch[:0], q)))
 		case now := <-heartbeat:
+			pace.beat(now, p.turns.given.Load())
 			p.turns.tick(now)
 			p.myTurn(now)
 			p.sendHeartbeat()

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -233,6 +234,70 @@ func TestPublisherSendsOnlyWhenWanted(t *testing.T) {
 		publishUntilLease(10)
 		if got := applied.count(0x1a) - before; got != 0 {
 			t.Fatalf("%d records sent after the interest went stale", got)
+		}
+	})
+}
+
+// TestHeartbeatsSlowWhileIdle: a publisher given nothing for TakeoverAfter sends its heartbeats every
+// idleHeartbeatInterval instead of every HeartbeatInterval; the next record brings back the full pace; and a
+// higher member never takes the turn of an idle but live lower one.
+func TestHeartbeatsSlowWhileIdle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bus := eventbustest.Start(t)
+		cfg := PublisherConfig{SubjectPrefix: "test", TakeTurns: true, HeartbeatInterval: 50 * time.Millisecond,
+			TakeoverAfter: 500 * time.Millisecond}
+		var mu sync.Mutex
+		beats := 0 // member 1's heartbeats
+		sub, err := bus.Connect(t, "sub").Subscribe(HeartbeatSubject("test"), func(msg *nats.Msg) {
+			if msg.Header.Get(HeaderMember) == "1" {
+				mu.Lock()
+				beats++
+				mu.Unlock()
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		var all collector
+		subscribeCollectors(t, bus.Connect(t, "records"), map[*collector]bool{&all: false})
+		var pubs []*Publisher
+		for _, member := range []uint64{0x1, 0x2} {
+			c := cfg
+			c.MemberID = member
+			pub := NewPublisher(bus.Connect(t, "pub"), c, nil, quietLogger())
+			pub.Start()
+			t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+			pubs = append(pubs, pub)
+		}
+		count := func(window time.Duration) int {
+			mu.Lock()
+			before := beats
+			mu.Unlock()
+			time.Sleep(window)
+			mu.Lock()
+			defer mu.Unlock()
+			return beats - before
+		}
+		const window = 2 * time.Second
+		time.Sleep(cfg.TakeoverAfter + cfg.idleHeartbeatInterval()) // idle since the start
+		if got, want := count(window), int(window/cfg.idleHeartbeatInterval()); got < want-1 || got > want+1 {
+			t.Fatalf("%d heartbeats in %v idle, want about %d (every %v)", got, window, want, cfg.idleHeartbeatInterval())
+		}
+		for i := range uint64(5) {
+			for _, p := range pubs {
+				p.Publish(record(i+1), nil)
+			}
+		}
+		if got, want := count(cfg.TakeoverAfter/2), int(cfg.TakeoverAfter/2/cfg.HeartbeatInterval); got < want-1 {
+			t.Fatalf("%d heartbeats in %v after records, want about %d (every %v)", got, cfg.TakeoverAfter/2, want, cfg.HeartbeatInterval)
+		}
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "records 1-5 from member 1", func() bool {
+			return all.count(0x1) == 5
+		})
+		if n := all.count(0x2); n != 0 || testutil.ToFloat64(pubs[1].active) != 0 {
+			t.Fatalf("member 2 sent %d records after the idle spell (active %v), want none: member 1 is live",
+				n, testutil.ToFloat64(pubs[1].active))
 		}
 	})
 }

@@ -53,8 +53,9 @@ func Assemble(ctx context.Context, cfg Config, deps Deps, bus Bus) (*Member, err
 	}
 	m := &Member{}
 	if bus.NATSURL != "" {
+		// NoEcho: the publisher hears the other members' heartbeats, never needs its own (5 a second back).
 		nc, err := eventbus.Connect(bus.NATSURL, fmt.Sprintf("cairn-storage-%x", cfg.MemberID), deps.Logger, deps.Internal,
-			eventbus.NkeySeedFile(bus.NkeySeedFile))
+			eventbus.NkeySeedFile(bus.NkeySeedFile), nats.NoEcho())
 		if err != nil {
 			return nil, fmt.Errorf("storage of member %x: %w", cfg.MemberID, err)
 		}
