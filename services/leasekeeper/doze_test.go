@@ -37,6 +37,22 @@ func TestIdleHolderDozesAndWakes(t *testing.T) {
 				t.Fatal("the standby took over from a holder that woke")
 			}
 		}},
+		{"a call that grants nothing wakes it", func(t *testing.T, env *testEnv, a, b *Keeper) {
+			if _, err := env.leaseClient(t, a).LeaseLeases(ctxT(t, 30*time.Second), &pb.LeaseLeasesRequest{}); err != nil {
+				t.Fatalf("leases on the dozing holder: %v", err)
+			}
+			woke := confirmations(a)
+			time.Sleep(time.Second)
+			if n := confirmations(a) - woke; n < 3 {
+				t.Fatalf("%v confirmations in 1s after a call, want one every %v until it dozes again", n, a.cfg.RenewInterval)
+			}
+			time.Sleep(dozeAfter + time.Second)
+			dozing := confirmations(a)
+			time.Sleep(time.Second)
+			if n := confirmations(a) - dozing; n != 0 {
+				t.Fatalf("%v confirmations in 1s, %v after the call, want none", n, dozeAfter+time.Second)
+			}
+		}},
 		{"a kill -9 hands over at once", func(t *testing.T, env *testEnv, a, b *Keeper) {
 			killed := time.Now()
 			a.Crash()

@@ -38,6 +38,18 @@ func (k *Keeper) runElection(ctx context.Context) {
 		case holder && k.peers != nil:
 			if !k.doze(time.Now()) {
 				k.confirmClaim(ctx)
+				break
+			}
+			// Dozing: no timer runs until a call or a lease's clock ends the doze.
+			if started, clocked := k.table.clocks(); !clocked {
+				tick.Stop()
+				select {
+				case <-ctx.Done():
+					return
+				case <-k.woken:
+				case <-started:
+				}
+				tick.Reset(k.cfg.RenewInterval)
 			}
 		case holder:
 			k.renewClaim(ctx)
@@ -91,6 +103,10 @@ func (k *Keeper) servingEpoch(ctx context.Context) (uint64, bool) {
 	k.role.mu.Lock()
 	k.role.dormant = false // serving or not, the election loop confirms again from now on
 	k.role.mu.Unlock()
+	select {
+	case k.woken <- struct{}{}:
+	default: // already told
+	}
 	return k.activeEpoch(time.Now())
 }
 

@@ -55,6 +55,7 @@ type Keeper struct {
 	// without one. wakeMu lets one call at a time wake a dormant holder.
 	lastCall atomic.Int64
 	wakeMu   sync.Mutex
+	woken    chan struct{} // a call woke the dormant holder: its election loop confirms again
 
 	revokeC     chan int64
 	resetC      chan *resetRequest
@@ -107,6 +108,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 		// The bucket holds two expiry ticks of revokes, so a late tick loses none of the rate.
 		revokeLimit: rate.NewLimiter(rate.Limit(cfg.RevokeRate), max(1, int(2*float64(cfg.RevokeRate)*cfg.ExpiryTick.Seconds()))),
 		stopping:    make(chan struct{}),
+		woken:       make(chan struct{}, 1),
 		guard:       relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
 	}
 	k.metrics = newMetrics(k)
