@@ -36,26 +36,48 @@ func RelayBatchRequested(ctx context.Context) bool {
 // RelayBatchPromised reports whether a backend's response header says its messages are batches.
 func RelayBatchPromised(header metadata.MD) bool { return len(header.Get(RelayBatchHeader)) > 0 }
 
-// Batch collects the parts of the messages to send as one batch (a backend's side). The zero Batch is empty
-// and ready.
+// batchCopyLimit: a message smaller than this is copied into the batch's own buffer, so that a batch of many
+// small messages is a few buffers (each buffer costs gRPC's writer a pass, and each part added an allocation);
+// a larger one is kept as its parts, uncopied.
+const batchCopyLimit = 4 << 10
+
+// batchBufferBytes is the capacity of a batch's buffer for small messages.
+const batchBufferBytes = 20 << 10
+
+// Batch collects the messages to send as one batch (a backend's side). The zero Batch is empty and ready.
 type Batch struct {
-	parts    mem.BufferSlice
+	parts    mem.BufferSlice // the batch up to buf
+	buf      []byte          // small messages (with their entry prefixes) after parts
 	bytes    int
 	messages int
 }
 
-// Add appends one message, given as the concatenation of parts; the batch keeps the parts (not copied) until
-// Take.
+// Add appends one message, given as the concatenation of parts. A small message is copied; a large one's
+// parts are kept (each with a reference of the batch's own) until Take.
 func (b *Batch) Add(parts ...mem.Buffer) {
 	n := 0
 	for _, p := range parts {
 		n += p.Len()
 	}
-	prefix := protowire.AppendVarint(protowire.AppendTag(make([]byte, 0, 12), batchEntryField, protowire.BytesType),
-		uint64(n))
-	b.parts = append(append(b.parts, mem.SliceBuffer(prefix)), parts...)
-	b.bytes += len(prefix) + n
+	before := len(b.buf)
+	if b.buf == nil {
+		b.buf = make([]byte, 0, batchBufferBytes)
+	}
+	b.buf = protowire.AppendVarint(protowire.AppendTag(b.buf, batchEntryField, protowire.BytesType), uint64(n))
+	b.bytes += len(b.buf) - before + n
 	b.messages++
+	if n < batchCopyLimit {
+		for _, p := range parts {
+			b.buf = append(b.buf, p.ReadOnlyData()...)
+		}
+		return
+	}
+	b.parts = append(b.parts, mem.SliceBuffer(b.buf))
+	b.buf = nil
+	for _, p := range parts {
+		p.Ref()
+		b.parts = append(b.parts, p)
+	}
 }
 
 // Bytes is the encoded size of the batch so far.
@@ -69,9 +91,12 @@ func (b *Batch) Take() *Encoded {
 	if b.messages == 0 {
 		return nil
 	}
-	msg := &Encoded{Parts: b.parts}
+	parts := b.parts
+	if len(b.buf) > 0 {
+		parts = append(parts, mem.SliceBuffer(b.buf))
+	}
 	*b = Batch{}
-	return msg
+	return &Encoded{Parts: parts}
 }
 
 // SplitBatch calls each with every message of a received batch, in order, each a subslice of data; it stops

@@ -67,7 +67,8 @@ func TestPool(t *testing.T) {
 // nothing after the flaw comes out.
 func TestBatch(t *testing.T) {
 	t.Parallel()
-	msgs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 300), []byte("last")}
+	msgs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 300), bytes.Repeat([]byte{8}, batchCopyLimit+1),
+		[]byte("after a large one"), bytes.Repeat([]byte{9}, 3*batchCopyLimit), []byte("last")}
 	var b Batch
 	if b.Take() != nil {
 		t.Fatal("an empty batch is a message")
