@@ -8,7 +8,8 @@
 # Shapes (SCALE multiplies the streams; 1 is the issue's size, for a 16-core machine):
 #   100,000 watchers (1,000 streams × 100), 10 puts/s;  20,000 watchers (200 streams × 100), 200 puts/s.
 # Prints events/s, p50/p99 event latency (put issued → event received), events received of expected, and events
-# per CPU-second of the servers that deliver them (the hubs used; etcd's three members), CPU from /proc.
+# per CPU-second of the servers that deliver them (the hubs used, plus the frontends that relay; etcd's three
+# members), CPU from /proc; for the frontends row also per CPU-second of the hubs alone, and the frontends' share.
 #
 #   SCALE=0.1 scripts/bench-watch.sh                      # builds bin/cairn; fits a 2-core machine
 #   CAIRN=/path/cairn ETCD=/path/etcd SCALE=1 PUT_SECONDS=20 ROUNDS=2 UP_FLAGS="--child-gomaxprocs 16" scripts/bench-watch.sh
@@ -32,49 +33,59 @@ ticks=$(getconf CLK_TCK)
 # child FIELD NAME: a field of a `cairn up` child from the stack file (pid, or ports.api).
 child() { jq -r ".children[] | select(.name == \"$2\") | .$1" "$work/up/stack.json"; }
 
-line() { printf '%-10s %-26s %11s %9s %9s %19s %13s %6s\n' "$@"; }
+line() { printf '%-10s %-26s %11s %9s %9s %19s %13s %13s %7s %6s\n' "$@"; }
 
-# measure TARGET SHAPE ENDPOINTS WATCH-ENDPOINTS PID...: one `cairn bench watch` run, one row.
+# measure TARGET SHAPE ENDPOINTS WATCH-ENDPOINTS RELAY-PIDS PID...: one `cairn bench watch` run, one row. PID...
+# are the servers that deliver the events; RELAY-PIDS (space-separated, may be empty) the frontends relaying them,
+# whose CPU is counted too (events/CPU-s), and apart (hubs ev/CPU-s: the PIDs alone; relay%: their share).
 measure() {
 	local target=$1 shape=$2 endpoints=$3 watch=$4
-	shift 4
+	local -a relay
+	read -r -a relay <<<"$5"
+	shift 5
 	local streams=${shape%%x*} rest=${shape#*x}
 	local per=${rest%@*} rate=${shape#*@}
 	streams=$(awk -v s="$streams" -v k="$SCALE" 'BEGIN { n = int(s * k + 0.5); print (n < 1 ? 1 : n) }')
 	local args=(bench --endpoints "$endpoints" --conns 3 --clients 3 --total $((rate * PUT_SECONDS)) --rate "$rate"
 		watch --streams "$streams" --watch-per-stream "$per" --val-size 32)
 	[[ -n $watch ]] && args+=(--watch-endpoints "$watch")
-	local before out
-	before=$(cpu_ticks "$@")
+	local before relay_before out
+	before=$(cpu_ticks "$@") relay_before=$(cpu_ticks "${relay[@]}")
 	out=$("$CAIRN" "${args[@]}" 2>&1) || true
-	local cpu=$(($(cpu_ticks "$@") - before))
+	local cpu=$(($(cpu_ticks "$@") - before)) relay_cpu=$(($(cpu_ticks "${relay[@]}") - relay_before))
 	local eps p50 p99 got want
 	eps=$(awk '/events\/sec/ {for (i = 1; i <= NF; i++) if ($i == "events/sec.") print $(i-1)}' <<<"$out")
 	p50=$(awk '/ 50% in/ {print $3}' <<<"$out")
 	p99=$(awk '/ 99% in/ {print $3}' <<<"$out")
 	read -r got want < <(awk '/Events:/ {print $2, $4}' <<<"$out")
-	local per_cpu
-	per_cpu=$(awk -v e="${got:-0}" -v c="$cpu" -v t="$ticks" 'BEGIN { printf "%.0f", (c > 0 ? e * t / c : 0) }')
+	local per_cpu hub_cpu=- share=-
+	per_cpu=$(awk -v e="${got:-0}" -v c="$((cpu + relay_cpu))" -v t="$ticks" 'BEGIN { printf "%.0f", (c > 0 ? e * t / c : 0) }')
+	if ((${#relay[@]} > 0)); then
+		hub_cpu=$(awk -v e="${got:-0}" -v c="$cpu" -v t="$ticks" 'BEGIN { printf "%.0f", (c > 0 ? e * t / c : 0) }')
+		share=$(awk -v r="$relay_cpu" -v c="$((cpu + relay_cpu))" 'BEGIN { printf "%.0f%%", (c > 0 ? 100 * r / c : 0) }')
+	fi
 	line "$target" "$((streams * per)) w ($streams×$per) @$rate/s" "${eps:-?}" "${p50:-?}" "${p99:-?}" \
-		"${got:-?}/${want:-?}" "$per_cpu" "$(cut -d' ' -f1 /proc/loadavg)"
+		"${got:-?}/${want:-?}" "$per_cpu" "$hub_cpu" "$share" "$(cut -d' ' -f1 /proc/loadavg)"
 }
 
-echo "SCALE=$SCALE PUT_SECONDS=$PUT_SECONDS; latencies in seconds; events/CPU-s: per CPU-second of the hubs used (etcd: its 3 members)"
-line target shape events/s p50 p99 received/expected events/CPU-s load1
+echo "SCALE=$SCALE PUT_SECONDS=$PUT_SECONDS; latencies in seconds; events/CPU-s: per CPU-second of the hubs used" \
+	"and the frontends relaying (etcd: its 3 members); hubs ev/CPU-s, relay%: the hubs alone, the frontends' share"
+line target shape events/s p50 p99 received/expected events/CPU-s "hubs ev/CPU-s" relay% load1
 for round in $(seq "$ROUNDS"); do
 	etcd_start "etcd-$round" http "$(etcd_base)"
 	etcd_pids=("${pids[@]: -3}")
-	for shape in $SHAPES; do measure etcd "$shape" "$endpoints" "" "${etcd_pids[@]}"; done
+	for shape in $SHAPES; do measure etcd "$shape" "$endpoints" "" "" "${etcd_pids[@]}"; done
 	stop_etcd
 
 	# shellcheck disable=SC2086
 	up_start up $UP_FLAGS
 	hub1=$(child ports.api watchhub-1) hub2=$(child ports.api watchhub-2)
 	pid1=$(child pid watchhub-1) pid2=$(child pid watchhub-2)
+	frontend_pids=$(jq -r '[.children[] | select(.name | startswith("frontend-")) | .pid] | join(" ")' "$work/up/stack.json")
 	for shape in $SHAPES; do
-		measure "1 hub" "$shape" "$endpoints" "127.0.0.1:$hub1" "$pid1"
-		measure "2 hubs" "$shape" "$endpoints" "127.0.0.1:$hub1,127.0.0.1:$hub2" "$pid1" "$pid2"
-		measure frontends "$shape" "$endpoints" "" "$pid1" "$pid2"
+		measure "1 hub" "$shape" "$endpoints" "127.0.0.1:$hub1" "" "$pid1"
+		measure "2 hubs" "$shape" "$endpoints" "127.0.0.1:$hub1,127.0.0.1:$hub2" "" "$pid1" "$pid2"
+		measure frontends "$shape" "$endpoints" "" "$frontend_pids" "$pid1" "$pid2"
 	done
 	stop_last
 	rm -rf "$work/up"

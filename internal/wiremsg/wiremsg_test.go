@@ -62,3 +62,56 @@ func TestPool(t *testing.T) {
 		t.Fatalf("Get(9) returned capacity %d", cap(*got))
 	}
 }
+
+// TestBatch: a batch carries its messages in order, whole, whatever their parts; a flawed batch is an error and
+// nothing after the flaw comes out.
+func TestBatch(t *testing.T) {
+	t.Parallel()
+	msgs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 300), bytes.Repeat([]byte{8}, batchCopyLimit+1),
+		[]byte("after a large one"), bytes.Repeat([]byte{9}, 3*batchCopyLimit), []byte("last")}
+	var b Batch
+	if b.Take() != nil {
+		t.Fatal("an empty batch is a message")
+	}
+	for _, m := range msgs {
+		half := len(m) / 2
+		b.Add(mem.SliceBuffer(m[:half]), mem.SliceBuffer(m[half:]))
+	}
+	if b.Messages() != len(msgs) {
+		t.Fatalf("%d messages, want %d", b.Messages(), len(msgs))
+	}
+	size := b.Bytes()
+	wire, err := NewCodec().Marshal(b.Take())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := wire.Materialize()
+	if len(data) != size || b.Messages() != 0 || b.Bytes() != 0 {
+		t.Fatalf("batch of %d bytes, Bytes said %d; after Take %d messages, %d bytes", len(data), size, b.Messages(), b.Bytes())
+	}
+	var got [][]byte
+	if err := SplitBatch(data, func(m []byte) error { got = append(got, m); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(msgs) {
+		t.Fatalf("split into %d messages, want %d", len(got), len(msgs))
+	}
+	for i := range msgs {
+		if !bytes.Equal(got[i], msgs[i]) {
+			t.Errorf("message %d is %q, want %q", i, got[i], msgs[i])
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		flawed []byte
+		whole  int // messages passed on before the flaw
+	}{
+		{"truncated entry", data[:len(data)-1], len(msgs) - 1},
+		{"wrong field", append(append([]byte{}, data[:7]...), 0x12, 1, 'x'), 1},
+	} {
+		n := 0
+		if err := SplitBatch(tc.flawed, func([]byte) error { n++; return nil }); err == nil || n != tc.whole {
+			t.Errorf("%s: %d messages passed on, error %v; want %d and an error", tc.name, n, err, tc.whole)
+		}
+	}
+}

@@ -31,7 +31,11 @@
 //     one URL whose N replicas all get streams, those added later included); a failing hub ends the client stream
 //     with codes.Unavailable so etcd clients resume on another. A relayed stream takes at most 64 KiB from its
 //     hub ahead of its client, so a relay that falls behind holds its hub back (which then merges each
-//     watcher's waiting revisions) rather than a backlog of its own. Lease calls and keep-alive streams go to the
+//     watcher's waiting revisions) rather than a backlog of its own. Frames are relayed as bytes, never
+//     decoded; the frontend asks the hub for relay batches (wiremsg.RelayBatchHeader), and a hub that promises
+//     them sends several responses per frame, each relayed to the client as its own message, so the client
+//     sees the messages the hub would have sent it directly, at a gRPC message's cost per batch between hub
+//     and frontend rather than per response. Lease calls and keep-alive streams go to the
 //     active leasekeeper: a keeper that is unavailable or answers FailedPrecondition "not the active
 //     leasekeeper" is passed over. With no --watch-endpoints / --lease-endpoints those services answer
 //     codes.Unimplemented.

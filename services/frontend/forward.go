@@ -106,13 +106,14 @@ func errBackendLost(what string, err error) error {
 // proxyStream relays one client stream to one backend stream until either ends. newReq and newResp make
 // the messages read from each side (wiremsg.Raw messages relay frames without decoding them). The client's
 // half-close is passed on and responses keep flowing until the backend ends; a backend failure ends the
-// client stream with codes.Unavailable, a backend's own status error is passed on unchanged. each, when not
-// nil, sees every response before it is relayed, and returns what to call once it is (nil: nothing). screen,
+// client stream with codes.Unavailable, a backend's own status error is passed on unchanged. relay, when not
+// nil, relays each response: it calls send with what to send the client (the response, changed or not, or
+// each message a batch of them carries) and returns send's error; nil sends every response as it is. screen,
 // when not nil, sees every request first: an error ends the stream with it once the backend has answered the
 // requests relayed before (etcd answers a stream's requests in order); a reply is sent to the client instead
 // of relaying the request.
 func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStream, newReq, newResp func() any,
-	each func(any) (relayed func()), screen func(any) (any, error)) error {
+	relay func(resp any, send func(any) error) error, screen func(any) (any, error)) error {
 	upErr := make(chan error, 2)
 	// refused is screen's error, sent before the backend is half-closed, so before the backend's io.EOF.
 	refused := make(chan error, 1)
@@ -157,16 +158,14 @@ func proxyStream(what string, client grpc.ServerStream, upstream grpc.ClientStre
 				upErr <- err
 				return
 			}
-			var relayed func()
-			if each != nil {
-				relayed = each(resp)
-			}
 			sendMu.Lock()
-			err := client.SendMsg(resp)
-			sendMu.Unlock()
-			if relayed != nil {
-				relayed()
+			var err error
+			if relay != nil {
+				err = relay(resp, client.SendMsg)
+			} else {
+				err = client.SendMsg(resp)
 			}
+			sendMu.Unlock()
 			if err != nil {
 				upErr <- err
 				return

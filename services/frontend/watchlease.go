@@ -51,17 +51,19 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		case <-ctx.Done():
 		}
 	}()
-	var relay func(any) func()
-	if s.stages.Recording() {
-		ctx = metadata.AppendToOutgoingContext(ctx, obs.RelayTraceHeader, "1")
-		relay = s.relay
+	// upCtx, not ctx: the goroutine above reads ctx.
+	upCtx := metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, "1")
+	tracing := s.stages.Recording()
+	if tracing {
+		upCtx = metadata.AppendToOutgoingContext(upCtx, obs.RelayTraceHeader, "1")
 	}
 	var err error
 	for _, hub := range s.hubs.order() {
 		var upstream grpc.ClientStream
-		if upstream, err = hub.conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
+		if upstream, err = hub.conn.NewStream(upCtx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
 			grpc.ForceCodecV2(wiremsg.NewCodec())); err == nil {
-			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, relay,
+			r := &watchRelay{server: s, upstream: upstream, tracing: tracing}
+			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, r.relay,
 				s.auth.screenWatch(stream.Context()))
 		}
 		if stream.Context().Err() != nil {
@@ -71,21 +73,64 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	return errBackendLost("watch", err)
 }
 
-// relay cuts the trace carrier off a hub's frame of a sampled event, so the client gets the frame the hub would
-// have sent without it, and spans the relay until the frame is sent (nil for a frame without a carrier).
-func (s *watchServer) relay(msg any) func() {
-	raw := msg.(*wiremsg.Raw)
-	sc, rest, ok := obs.CutRelayTrace(raw.Data)
-	if !ok {
-		return nil
+// watchRelay relays one hub stream's frames to the client. A hub that promised relay batches
+// (wiremsg.RelayBatchHeader in its response header) sends several responses per frame; each goes to the client
+// as its own message, as the hub would have sent it unbatched, so the client sees the same messages either way.
+type watchRelay struct {
+	server   *watchServer
+	upstream grpc.ClientStream
+	tracing  bool
+	batched  bool
+	checked  bool // batched is known: the hub's header came with its first frame
+	msg      wiremsg.Raw
+}
+
+// relay sends the client the response or responses a hub's frame carries.
+func (r *watchRelay) relay(frame any, send func(any) error) error {
+	if !r.checked {
+		header, _ := r.upstream.Header() // at hand: it came before this frame
+		r.batched, r.checked = wiremsg.RelayBatchPromised(header), true
 	}
-	raw.Data = rest
+	raw := frame.(*wiremsg.Raw)
+	if !r.batched {
+		return r.relayOne(raw.Data, send)
+	}
+	if err := wiremsg.SplitBatch(raw.Data, func(msg []byte) error { return r.relayOne(msg, send) }); err != nil {
+		return status.Errorf(codes.Internal, "cairn frontend: watch relay: %v", err)
+	}
+	return nil
+}
+
+// relayOne sends one response. gRPC encodes a message before SendMsg returns (the codec hands it the bytes
+// without copying), so one Raw serves every response.
+func (r *watchRelay) relayOne(msg []byte, send func(any) error) error {
+	var relayed func()
+	if r.tracing {
+		msg, relayed = r.server.traceRelay(msg)
+	}
+	r.msg.Data = msg
+	err := send(&r.msg)
+	r.msg.Data = nil
+	if relayed != nil {
+		relayed()
+	}
+	return err
+}
+
+// traceRelay cuts the trace carrier off a hub's response of a sampled event, so the client gets the response
+// the hub would have sent without it, and spans the relay until it is sent (relayed nil for a response
+// without a carrier).
+func (s *watchServer) traceRelay(msg []byte) (rest []byte, relayed func()) {
+	sc, rest, ok := obs.CutRelayTrace(msg)
+	if !ok {
+		return msg, nil
+	}
 	span := s.stages.StartRelay("frontend.relay", sc)
 	if !span.IsRecording() {
-		return nil
+		return rest, nil
 	}
 	span.SetAttributes(obs.AttrBytes.Int(len(rest)))
-	return func() { span.End() }
+	return rest, func() { span.End() }
 }
 
 // leaseServer forwards Lease calls to the active leasekeeper: the last one that answered, else each in turn.
@@ -172,7 +217,10 @@ func (s *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 	}
 	err = proxyStream("lease keep-alive", stream, upstream,
 		func() any { return new(pb.LeaseKeepAliveRequest) }, func() any { return new(pb.LeaseKeepAliveResponse) },
-		func(r any) func() { s.completeHeader(r.(*pb.LeaseKeepAliveResponse).GetHeader()); return nil },
+		func(r any, send func(any) error) error {
+			s.completeHeader(r.(*pb.LeaseKeepAliveResponse).GetHeader())
+			return send(r)
+		},
 		s.auth.screenKeepAlive(stream.Context()))
 	if err != nil && nextKeeper(err) {
 		s.active.Store((s.active.Load() + 1) % int32(len(s.keepers.backends)))

@@ -191,9 +191,9 @@ func (s *stream) sendCompacted(ws []*watcher, compactRev int64) error {
 	h.mu.Unlock()
 	for _, w := range told {
 		h.metrics.compactedWatchers.Inc()
-		if err := s.srv.Send(&pb.WatchResponse{Header: header, WatchId: w.id, Canceled: true,
+		if err := s.sendResponse(&pb.WatchResponse{Header: header, WatchId: w.id, Canceled: true,
 			CompactRevision: compactRev}); err != nil {
-			return sendError{err}
+			return err
 		}
 	}
 	return nil

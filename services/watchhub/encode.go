@@ -9,6 +9,8 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 // splitFragments cuts resp as etcd's sendFragments does: a response of at least limit bytes with two or more
@@ -103,30 +105,33 @@ type codec struct {
 
 func newCodec() codec { return codec{proto: encoding.GetCodecV2("proto")} }
 
-// Marshal returns the wire form of v; an encodedResponse costs only the slice that lists its two buffers.
+// Marshal returns the wire form of v; an encodedResponse costs only the slice that lists its buffers, a relay
+// batch (wiremsg.Encoded) nothing.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	r, ok := v.(*encodedResponse)
-	if !ok {
-		return c.proto.Marshal(v)
-	}
-	if r.trace != nil || len(r.more) > 0 {
-		out := make(mem.BufferSlice, 0, 3+len(r.more))
-		if r.trace != nil {
-			out = append(out, r.trace)
-		}
-		if r.watchID != nil {
-			out = append(out, r.watchID)
-		}
-		out = append(out, r.part)
-		for _, m := range r.more {
-			out = append(out, m.boxed[0])
-		}
+	switch m := v.(type) {
+	case *encodedResponse:
+		return m.appendBuffers(make(mem.BufferSlice, 0, 3+len(m.more))), nil
+	case *wiremsg.Encoded:
+		out := m.Parts
+		m.Parts = nil // gRPC owns (and frees) the references now
 		return out, nil
 	}
-	if r.watchID == nil {
-		return mem.BufferSlice{r.part}, nil
+	return c.proto.Marshal(v)
+}
+
+// appendBuffers appends r's buffers to out in wire order.
+func (r *encodedResponse) appendBuffers(out mem.BufferSlice) mem.BufferSlice {
+	if r.trace != nil {
+		out = append(out, r.trace)
 	}
-	return mem.BufferSlice{r.watchID, r.part}, nil
+	if r.watchID != nil {
+		out = append(out, r.watchID)
+	}
+	out = append(out, r.part)
+	for _, m := range r.more {
+		out = append(out, m.boxed[0])
+	}
+	return out
 }
 
 // Unmarshal decodes requests with the protobuf codec.

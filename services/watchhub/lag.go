@@ -120,9 +120,9 @@ func (s *stream) cancelLagging(ws []*watcher) error {
 	}
 	reason := lagCancelReason(h.lag.bound)
 	for _, w := range told {
-		if err := s.srv.Send(&pb.WatchResponse{Header: header, WatchId: w.id, Canceled: true,
+		if err := s.sendResponse(&pb.WatchResponse{Header: header, WatchId: w.id, Canceled: true,
 			CancelReason: reason}); err != nil {
-			return sendError{err}
+			return err
 		}
 	}
 	return nil

@@ -37,6 +37,10 @@ func (s *stream) sendLoop() {
 		if worked {
 			continue
 		}
+		if err := s.sendBatch(); err != nil { // written since the last flush (a catch-up round's cancels)
+			s.hub.logger.Debug("watch stream send failed", "err", err)
+			return
+		}
 		select {
 		case <-s.wake:
 		case <-progress.C:
@@ -50,13 +54,13 @@ func (s *stream) sendLoop() {
 	}
 }
 
-// flush writes everything queued.
+// flush writes everything queued, and sends the relay batch they went into.
 func (s *stream) flush() error {
 	for {
 		frames := s.take()
 		if len(frames) == 0 {
 			s.giveBack(frames)
-			return nil
+			return s.sendBatch()
 		}
 		mergeRuns(frames, s.runs, s.hub.cfg.fragmentBytes())
 		for i := range frames {
@@ -87,8 +91,8 @@ func (s *stream) write(f *frame) error {
 		if f.w != nil && f.w.canceled.Load() {
 			return nil
 		}
-		if err := s.srv.Send(f.resp); err != nil {
-			return sendError{err}
+		if err := s.sendResponse(f.resp); err != nil {
+			return err
 		}
 		s.hub.metrics.sent(1, 0, time.Time{})
 		return nil
@@ -120,8 +124,8 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 		if i == len(shared.boxed)-1 {
 			s.enc.more = more
 		}
-		if err := s.srv.SendMsg(&s.enc); err != nil {
-			return sendError{err}
+		if err := s.sendEncoded(&s.enc); err != nil {
+			return err
 		}
 	}
 	s.enc = encodedResponse{}

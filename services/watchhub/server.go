@@ -32,6 +32,7 @@ func (ws *watchServer) Watch(srv pb.Watch_WatchServer) error {
 		leaderLost = h.leaderLost()
 	}
 	s := newStream(h, srv)
+	s.useRelayBatches()
 	if !h.addStream(s) {
 		return errHubStopping
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/mem"
 
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 // etcd's watch IDs: 0 in a create request asks the server to choose; -1 answers for the whole stream.
@@ -109,6 +110,10 @@ type stream struct {
 	runs      map[*watcher]int // sender only: mergeRuns' scratch
 	// relayTrace: the peer is a frontend that records spans and asked for sampled events' trace carriers.
 	relayTrace bool
+	// batch collects the responses written for a frontend that asked for relay batches (relaybatch.go); nil
+	// on other streams. Sender only.
+	batch   *wiremsg.Batch
+	scratch mem.BufferSlice // sender only: one response's buffers on their way into batch
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {

@@ -1,0 +1,120 @@
+package wiremsg
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// Relay batches. Between a backend (a watchhub) and a frontend that relays its stream, one gRPC message may
+// carry several of the messages the frontend sends to its client: every gRPC message costs both ends a message
+// of their own (the backend's send and its transport's writer, the frontend's transport reader, a hand-off to
+// the relay goroutine and a receive), whatever its size, so a stream that carries a hundred small responses per
+// revision costs a hundred of each. A batch costs one, and the frontend still sends its client each message as
+// it would have come unbatched.
+//
+// A batch is itself a protobuf message: a repeated bytes field (number 1), one entry per relayed message, in
+// order. A frontend asks for batches with RelayBatchHeader in the stream's request metadata; a backend that
+// will send them says so with RelayBatchHeader in its response header metadata, so each side keeps working
+// with a peer of another version (an old backend sends single messages, an old frontend never asks).
+
+// RelayBatchHeader is the metadata key of the ask (request) and of the promise (response header).
+const RelayBatchHeader = "cairn-relay-batch"
+
+// batchEntryField is the field number of a batch's entries.
+const batchEntryField protowire.Number = 1
+
+// RelayBatchRequested reports whether a relayed stream's peer asked for batches (RelayBatchHeader in ctx's
+// incoming metadata).
+func RelayBatchRequested(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, RelayBatchHeader)) > 0
+}
+
+// RelayBatchPromised reports whether a backend's response header says its messages are batches.
+func RelayBatchPromised(header metadata.MD) bool { return len(header.Get(RelayBatchHeader)) > 0 }
+
+// batchCopyLimit: a message smaller than this is copied into the batch's own buffer, so that a batch of many
+// small messages is a few buffers (each buffer costs gRPC's writer a pass, and each part added an allocation);
+// a larger one is kept as its parts, uncopied.
+const batchCopyLimit = 4 << 10
+
+// batchBufferBytes is the capacity of a batch's buffer for small messages.
+const batchBufferBytes = 20 << 10
+
+// Batch collects the messages to send as one batch (a backend's side). The zero Batch is empty and ready.
+type Batch struct {
+	parts    mem.BufferSlice // the batch up to buf
+	buf      []byte          // small messages (with their entry prefixes) after parts
+	bytes    int
+	messages int
+}
+
+// Add appends one message, given as the concatenation of parts. A small message is copied; a large one's
+// parts are kept (each with a reference of the batch's own) until Take.
+func (b *Batch) Add(parts ...mem.Buffer) {
+	n := 0
+	for _, p := range parts {
+		n += p.Len()
+	}
+	before := len(b.buf)
+	if b.buf == nil {
+		b.buf = make([]byte, 0, batchBufferBytes)
+	}
+	b.buf = protowire.AppendVarint(protowire.AppendTag(b.buf, batchEntryField, protowire.BytesType), uint64(n))
+	b.bytes += len(b.buf) - before + n
+	b.messages++
+	if n < batchCopyLimit {
+		for _, p := range parts {
+			b.buf = append(b.buf, p.ReadOnlyData()...)
+		}
+		return
+	}
+	b.parts = append(b.parts, mem.SliceBuffer(b.buf))
+	b.buf = nil
+	for _, p := range parts {
+		p.Ref()
+		b.parts = append(b.parts, p)
+	}
+}
+
+// Bytes is the encoded size of the batch so far.
+func (b *Batch) Bytes() int { return b.bytes }
+
+// Messages is the number of messages added since the last Take.
+func (b *Batch) Messages() int { return b.messages }
+
+// Take returns the batch as a message to send (nil when empty) and leaves b empty.
+func (b *Batch) Take() *Encoded {
+	if b.messages == 0 {
+		return nil
+	}
+	parts := b.parts
+	if len(b.buf) > 0 {
+		parts = append(parts, mem.SliceBuffer(b.buf))
+	}
+	*b = Batch{}
+	return &Encoded{Parts: parts}
+}
+
+// SplitBatch calls each with every message of a received batch, in order, each a subslice of data; it stops
+// at the first error each returns. A malformed batch is an error, and nothing after the flaw is passed on.
+func SplitBatch(data []byte, each func(msg []byte) error) error {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 || num != batchEntryField || typ != protowire.BytesType {
+			return fmt.Errorf("relay batch: bad entry tag at %d bytes from the end", len(data))
+		}
+		msg, m := protowire.ConsumeBytes(data[n:])
+		if m < 0 {
+			return fmt.Errorf("relay batch: entry of bad length at %d bytes from the end", len(data))
+		}
+		if err := each(msg); err != nil {
+			return err
+		}
+		data = data[n+m:]
+	}
+	return nil
+}
