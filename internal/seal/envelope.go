@@ -102,17 +102,37 @@ func (k *dataKey) seal(key, value []byte) []byte {
 	return k.aead.Seal(out, nonce, value, additionalData(out[:len(k.header)], key))
 }
 
-// open authenticates and decrypts the ciphertext that follows a headerLen-byte header.
-func (k *dataKey) open(key, sealed []byte, headerLen int) ([]byte, error) {
+// appendOpen authenticates and decrypts the ciphertext that follows a headerLen-byte header, appending the plain
+// value to dst (no allocation when dst has room for it).
+func (k *dataKey) appendOpen(dst, key, sealed []byte, headerLen int) ([]byte, error) {
 	if len(sealed) < headerLen+nonceSize+k.aead.Overhead() {
 		return nil, ErrMalformed
 	}
 	nonce := sealed[headerLen : headerLen+nonceSize]
-	plain, err := k.aead.Open(nil, nonce, sealed[headerLen+nonceSize:], additionalData(sealed[:headerLen], key))
+	plain, err := k.aead.Open(dst, nonce, sealed[headerLen+nonceSize:], additionalData(sealed[:headerLen], key))
 	if err != nil {
 		return nil, ErrAuthFailed
 	}
 	return plain, nil
+}
+
+// tagSize is AES-GCM's authentication tag, the ciphertext's overhead over the plain value.
+const tagSize = 16
+
+// OpenedLen is the length of the plain value Open returns for stored: stored's own length when it is not sealed.
+// It lets a caller make room for the plain value before opening it into that room (Keyring.AppendOpen).
+func OpenedLen(stored []byte) (int, error) {
+	if !IsSealed(stored) {
+		return len(stored), nil
+	}
+	_, headerLen, err := ParseHeader(stored)
+	if err != nil {
+		return 0, err
+	}
+	if len(stored) < headerLen+nonceSize+tagSize {
+		return 0, ErrMalformed
+	}
+	return len(stored) - headerLen - nonceSize - tagSize, nil
 }
 
 // additionalData is what a value's ciphertext authenticates besides itself: its header and its etcd key.

@@ -325,14 +325,21 @@ func (k *Keyring) writerKey(ctx context.Context, p Provider) (*dataKey, error) {
 // Open returns the plain value of stored, which belongs to key: opened when sealed, as it is when plain and the
 // key's resource lists identity (or the key is in no resource).
 func (k *Keyring) Open(ctx context.Context, key, stored []byte) ([]byte, error) {
+	return k.AppendOpen(ctx, nil, key, stored)
+}
+
+// AppendOpen is Open appending the plain value to dst: the bytes of OpenedLen(stored), decrypted straight into
+// dst's spare capacity when it has room, so a reader that sized its answer with OpenedLen copies a large value
+// once. With dst nil, a plain value is returned as it is (stored itself, as Open does).
+func (k *Keyring) AppendOpen(ctx context.Context, dst, key, stored []byte) ([]byte, error) {
 	if k == nil {
-		return stored, nil
+		return appendPlain(dst, stored), nil
 	}
 	if !IsSealed(stored) {
 		if r, ok := k.resourceOf(key); ok && !r.identity {
 			return nil, fmt.Errorf("open value of key %q: %w", key, ErrNotSealed)
 		}
-		return stored, nil
+		return appendPlain(dst, stored), nil
 	}
 	h, headerLen, err := ParseHeader(stored)
 	if err != nil {
@@ -342,11 +349,19 @@ func (k *Keyring) Open(ctx context.Context, key, stored []byte) ([]byte, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, h.Provider, h.KeyID, err)
 	}
-	plain, err := dk.open(key, stored, headerLen)
+	plain, err := dk.appendOpen(dst, key, stored, headerLen)
 	if err != nil {
 		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, h.Provider, h.KeyID, err)
 	}
 	return plain, nil
+}
+
+// appendPlain appends a plain value to dst; with dst nil it is the value itself.
+func appendPlain(dst, plain []byte) []byte {
+	if dst == nil {
+		return plain
+	}
+	return append(dst, plain...)
 }
 
 // readerKey returns the data key of h, from the cache or unwrapped by its provider (one call for concurrent
