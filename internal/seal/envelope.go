@@ -42,25 +42,33 @@ func IsSealed(value []byte) bool { return bytes.HasPrefix(value, []byte(Magic)) 
 
 // ParseHeader reads a sealed value's header and returns it with the length of the header in bytes.
 func ParseHeader(value []byte) (Header, int, error) {
+	provider, keyID, wrapped, headerLen, err := splitHeader(value)
+	if err != nil {
+		return Header{}, 0, err
+	}
+	return Header{Provider: string(provider), KeyID: string(keyID), Wrapped: wrapped}, headerLen, nil
+}
+
+// splitHeader is ParseHeader without allocating: the header's fields are slices of value.
+func splitHeader(value []byte) (provider, keyID, wrapped []byte, headerLen int, err error) {
 	if !IsSealed(value) {
-		return Header{}, 0, ErrNotSealed
+		return nil, nil, nil, 0, ErrNotSealed
 	}
 	rest := value[len(Magic):]
 	provider, rest, ok := bytes.Cut(rest, []byte(":"))
 	if !ok {
-		return Header{}, 0, ErrMalformed
+		return nil, nil, nil, 0, ErrMalformed
 	}
-	keyID, rest, ok := bytes.Cut(rest, []byte(":"))
+	keyID, rest, ok = bytes.Cut(rest, []byte(":"))
 	if !ok {
-		return Header{}, 0, ErrMalformed
+		return nil, nil, nil, 0, ErrMalformed
 	}
 	wrappedLen, n := binary.Uvarint(rest)
 	if n <= 0 || wrappedLen > uint64(len(rest)-n) {
-		return Header{}, 0, ErrMalformed
+		return nil, nil, nil, 0, ErrMalformed
 	}
 	rest = rest[n:]
-	h := Header{Provider: string(provider), KeyID: string(keyID), Wrapped: rest[:wrappedLen]}
-	return h, len(value) - len(rest) + int(wrappedLen), nil
+	return provider, keyID, rest[:wrappedLen], len(value) - len(rest) + int(wrappedLen), nil
 }
 
 // appendHeader appends h's encoding to out.
@@ -125,7 +133,7 @@ func OpenedLen(stored []byte) (int, error) {
 	if !IsSealed(stored) {
 		return len(stored), nil
 	}
-	_, headerLen, err := ParseHeader(stored)
+	_, _, _, headerLen, err := splitHeader(stored)
 	if err != nil {
 		return 0, err
 	}

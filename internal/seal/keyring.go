@@ -317,7 +317,7 @@ func (k *Keyring) writerKey(ctx context.Context, p Provider) (*dataKey, error) {
 		return nil, err
 	}
 	k.writers[p.Name()] = &writerKey{key: dk, header: h, uses: 1, created: time.Now(), checked: time.Now()}
-	k.cache.Add(cacheKey(h), dk)
+	k.cache.Add(string(dk.header), dk)
 	k.opts.Logger.Info("new data key", "provider", p.Name(), "key", keyID)
 	return dk, nil
 }
@@ -341,17 +341,17 @@ func (k *Keyring) AppendOpen(ctx context.Context, dst, key, stored []byte) ([]by
 		}
 		return appendPlain(dst, stored), nil
 	}
-	h, headerLen, err := ParseHeader(stored)
+	provider, keyID, _, headerLen, err := splitHeader(stored)
 	if err != nil {
 		return nil, fmt.Errorf("open value of key %q: %w", key, err)
 	}
-	dk, err := k.readerKey(ctx, h)
+	dk, err := k.readerKey(ctx, stored[:headerLen])
 	if err != nil {
-		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, h.Provider, h.KeyID, err)
+		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, provider, keyID, err)
 	}
 	plain, err := dk.appendOpen(dst, key, stored, headerLen)
 	if err != nil {
-		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, h.Provider, h.KeyID, err)
+		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, provider, keyID, err)
 	}
 	return plain, nil
 }
@@ -364,12 +364,16 @@ func appendPlain(dst, plain []byte) []byte {
 	return append(dst, plain...)
 }
 
-// readerKey returns the data key of h, from the cache or unwrapped by its provider (one call for concurrent
-// misses of the same key).
-func (k *Keyring) readerKey(ctx context.Context, h Header) (*dataKey, error) {
-	id := cacheKey(h)
+// readerKey returns the data key of a sealed value's encoded header, from the cache (keyed by the header: one
+// allocation per value, no parsing) or unwrapped by its provider (one call for concurrent misses of the same key).
+func (k *Keyring) readerKey(ctx context.Context, header []byte) (*dataKey, error) {
+	id := string(header)
 	if dk, ok := k.cache.Get(id); ok {
 		return dk, nil
+	}
+	h, _, err := ParseHeader(header)
+	if err != nil {
+		return nil, err
 	}
 	p, ok := k.providers[h.Provider]
 	if !ok || p == nil {
@@ -392,8 +396,6 @@ func (k *Keyring) readerKey(ctx context.Context, h Header) (*dataKey, error) {
 	}
 	return v.(*dataKey), nil
 }
-
-func cacheKey(h Header) string { return h.Provider + ":" + h.KeyID + ":" + string(h.Wrapped) }
 
 // Describe names the provider and key that sealed stored ("identity" and "" for a plain value); used to count
 // values per key.
