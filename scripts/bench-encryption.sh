@@ -2,7 +2,9 @@
 # Encryption at rest, benchmarked in one run: a fresh 3-member `cairn up` with encryption off, with aesgcm, and
 # with the reference KMS plugin (cmd/cairn-kms), each under the same rows: put from 1000 clients and linearizable
 # and serializable range, with 1 KiB and 100 KiB values. Prints Requests/sec per row and mode, then, per row, the
-# median over the rounds and the ratios aesgcm/off (goal ≥ 0.85) and kms/aesgcm (goal ≥ 0.95).
+# median over the rounds and the ratios aesgcm/off (goal ≥ 0.85) and kms/aesgcm (goal ≥ 0.95). Each range row
+# starts once the stack has settled after the row before (settle), so it measures reads, not the put phase's
+# aftermath (~330 MB of 100 KiB values at full size).
 #
 #   scripts/bench-encryption.sh              # full size, one round (about 10 minutes on 2 cores)
 #   ROUNDS=3 scripts/bench-encryption.sh     # 3 rounds; each starts with another mode, so no mode always runs last
@@ -38,12 +40,30 @@ resources:
   - kms: {name: local-kms, command: $CAIRN_KMS, args: [--key-file, $work/kms.json]}
 YAML
 
+# settle NAME: waits until the stack NAME has digested what the last phase wrote (bbolt commits, raft snapshots,
+# the GC of the written values): the CPU its processes use, summed, stays under 0.3 core for two seconds in a row
+# (an idle stack uses about 0.1), at most 120 s. So the next row measures its own requests, not the last one's
+# aftermath. Prints nothing on stdout; how long it waited goes to stderr.
+settle() {
+	local stack=$work/$1/stack.json pids quiet=0 waited=0 before after
+	pids=$(python3 -c 'import json, sys; print(" ".join(str(c["pid"]) for c in json.load(open(sys.argv[1]))["children"]))' "$stack")
+	cputicks() { for pid in $pids; do cat "/proc/$pid/stat" 2>/dev/null; done | awk '{t += $14 + $15} END {print t + 0}'; }
+	after=$(cputicks)
+	while ((quiet < 2 && waited < 120)); do
+		sleep 1
+		before=$after after=$(cputicks) waited=$((waited + 1))
+		# clock ticks are 1/100 s: under 30 a second is under 0.3 core
+		if ((after - before < 30)); then quiet=$((quiet + 1)); else quiet=0; fi
+	done
+	echo "settled $1 in ${waited}s" >&2
+}
+
 # rows MODE ROUND: starts a stack in MODE and prints one line per value size: mode size put/s range-l/s range-s/s.
 rows() {
 	local mode=$1 round=$2 args=() size total first
 	[ "$mode" != off ] && args=(--encryption-config "$work/$mode.yaml")
 	# shellcheck disable=SC2086 # UP_FLAGS is a list of flags
-	up_start "up-$mode-$round" "${args[@]}" $UP_FLAGS
+	up_start "up-$mode-$round" "${args[@]}" ${UP_FLAGS:-}
 	first=${endpoints%%,*}
 	rate "$endpoints" "" --total 1 put >/dev/null || true # warm-up
 	for size in 1024 102400; do
@@ -53,9 +73,14 @@ rows() {
 		put=$(rate "$endpoints" "" --conns=100 --clients=1000 put --key-size=8 --sequential-keys --total="$total" --val-size="$size") || put=-
 		# the key the ranges read, holding one value of this size (through the JSON gateway)
 		printf '{"key":"%s","value":"%s"}' "$(printf rangekey | base64)" "$(head -c "$size" /dev/zero | tr '\0' v | base64 -w0)" >"$work/put.json"
-		curl -sf "$first/v3/kv/put" -d @"$work/put.json" >/dev/null
-		rl=$(rate "$endpoints" "" --conns=100 --clients=1000 range rangekey --consistency=l --total="$total") || rl=-
-		rs=$(rate "$endpoints" "" --conns=100 --clients=1000 range rangekey --consistency=s --total="$total") || rs=-
+		# (retried: under load the gateway's put may time out; a key never written reads as "-")
+		rl=- rs=-
+		if curl -sf --retry 5 --retry-all-errors --retry-delay 1 "$first/v3/kv/put" -d @"$work/put.json" >/dev/null; then
+			settle "up-$mode-$round"
+			rl=$(rate "$endpoints" "" --conns=100 --clients=1000 range rangekey --consistency=l --total="$total") || rl=-
+			settle "up-$mode-$round"
+			rs=$(rate "$endpoints" "" --conns=100 --clients=1000 range rangekey --consistency=s --total="$total") || rs=-
+		fi
 		printf '%-8s %-7s %12s %12s %12s\n' "$mode" "$((size / 1024))KiB" "$put" "$rl" "$rs"
 	done
 	stop_last

@@ -42,25 +42,33 @@ func IsSealed(value []byte) bool { return bytes.HasPrefix(value, []byte(Magic)) 
 
 // ParseHeader reads a sealed value's header and returns it with the length of the header in bytes.
 func ParseHeader(value []byte) (Header, int, error) {
+	provider, keyID, wrapped, headerLen, err := splitHeader(value)
+	if err != nil {
+		return Header{}, 0, err
+	}
+	return Header{Provider: string(provider), KeyID: string(keyID), Wrapped: wrapped}, headerLen, nil
+}
+
+// splitHeader is ParseHeader without allocating: the header's fields are slices of value.
+func splitHeader(value []byte) (provider, keyID, wrapped []byte, headerLen int, err error) {
 	if !IsSealed(value) {
-		return Header{}, 0, ErrNotSealed
+		return nil, nil, nil, 0, ErrNotSealed
 	}
 	rest := value[len(Magic):]
 	provider, rest, ok := bytes.Cut(rest, []byte(":"))
 	if !ok {
-		return Header{}, 0, ErrMalformed
+		return nil, nil, nil, 0, ErrMalformed
 	}
-	keyID, rest, ok := bytes.Cut(rest, []byte(":"))
+	keyID, rest, ok = bytes.Cut(rest, []byte(":"))
 	if !ok {
-		return Header{}, 0, ErrMalformed
+		return nil, nil, nil, 0, ErrMalformed
 	}
 	wrappedLen, n := binary.Uvarint(rest)
 	if n <= 0 || wrappedLen > uint64(len(rest)-n) {
-		return Header{}, 0, ErrMalformed
+		return nil, nil, nil, 0, ErrMalformed
 	}
 	rest = rest[n:]
-	h := Header{Provider: string(provider), KeyID: string(keyID), Wrapped: rest[:wrappedLen]}
-	return h, len(value) - len(rest) + int(wrappedLen), nil
+	return provider, keyID, rest[:wrappedLen], len(value) - len(rest) + int(wrappedLen), nil
 }
 
 // appendHeader appends h's encoding to out.
@@ -102,17 +110,37 @@ func (k *dataKey) seal(key, value []byte) []byte {
 	return k.aead.Seal(out, nonce, value, additionalData(out[:len(k.header)], key))
 }
 
-// open authenticates and decrypts the ciphertext that follows a headerLen-byte header.
-func (k *dataKey) open(key, sealed []byte, headerLen int) ([]byte, error) {
+// appendOpen authenticates and decrypts the ciphertext that follows a headerLen-byte header, appending the plain
+// value to dst (no allocation when dst has room for it).
+func (k *dataKey) appendOpen(dst, key, sealed []byte, headerLen int) ([]byte, error) {
 	if len(sealed) < headerLen+nonceSize+k.aead.Overhead() {
 		return nil, ErrMalformed
 	}
 	nonce := sealed[headerLen : headerLen+nonceSize]
-	plain, err := k.aead.Open(nil, nonce, sealed[headerLen+nonceSize:], additionalData(sealed[:headerLen], key))
+	plain, err := k.aead.Open(dst, nonce, sealed[headerLen+nonceSize:], additionalData(sealed[:headerLen], key))
 	if err != nil {
 		return nil, ErrAuthFailed
 	}
 	return plain, nil
+}
+
+// tagSize is AES-GCM's authentication tag, the ciphertext's overhead over the plain value.
+const tagSize = 16
+
+// OpenedLen is the length of the plain value Open returns for stored: stored's own length when it is not sealed.
+// It lets a caller make room for the plain value before opening it into that room (Keyring.AppendOpen).
+func OpenedLen(stored []byte) (int, error) {
+	if !IsSealed(stored) {
+		return len(stored), nil
+	}
+	_, _, _, headerLen, err := splitHeader(stored)
+	if err != nil {
+		return 0, err
+	}
+	if len(stored) < headerLen+nonceSize+tagSize {
+		return 0, ErrMalformed
+	}
+	return len(stored) - headerLen - nonceSize - tagSize, nil
 }
 
 // additionalData is what a value's ciphertext authenticates besides itself: its header and its etcd key.

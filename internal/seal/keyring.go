@@ -317,7 +317,7 @@ func (k *Keyring) writerKey(ctx context.Context, p Provider) (*dataKey, error) {
 		return nil, err
 	}
 	k.writers[p.Name()] = &writerKey{key: dk, header: h, uses: 1, created: time.Now(), checked: time.Now()}
-	k.cache.Add(cacheKey(h), dk)
+	k.cache.Add(string(dk.header), dk)
 	k.opts.Logger.Info("new data key", "provider", p.Name(), "key", keyID)
 	return dk, nil
 }
@@ -325,36 +325,55 @@ func (k *Keyring) writerKey(ctx context.Context, p Provider) (*dataKey, error) {
 // Open returns the plain value of stored, which belongs to key: opened when sealed, as it is when plain and the
 // key's resource lists identity (or the key is in no resource).
 func (k *Keyring) Open(ctx context.Context, key, stored []byte) ([]byte, error) {
+	return k.AppendOpen(ctx, nil, key, stored)
+}
+
+// AppendOpen is Open appending the plain value to dst: the bytes of OpenedLen(stored), decrypted straight into
+// dst's spare capacity when it has room, so a reader that sized its answer with OpenedLen copies a large value
+// once. With dst nil, a plain value is returned as it is (stored itself, as Open does).
+func (k *Keyring) AppendOpen(ctx context.Context, dst, key, stored []byte) ([]byte, error) {
 	if k == nil {
-		return stored, nil
+		return appendPlain(dst, stored), nil
 	}
 	if !IsSealed(stored) {
 		if r, ok := k.resourceOf(key); ok && !r.identity {
 			return nil, fmt.Errorf("open value of key %q: %w", key, ErrNotSealed)
 		}
-		return stored, nil
+		return appendPlain(dst, stored), nil
 	}
-	h, headerLen, err := ParseHeader(stored)
+	provider, keyID, _, headerLen, err := splitHeader(stored)
 	if err != nil {
 		return nil, fmt.Errorf("open value of key %q: %w", key, err)
 	}
-	dk, err := k.readerKey(ctx, h)
+	dk, err := k.readerKey(ctx, stored[:headerLen])
 	if err != nil {
-		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, h.Provider, h.KeyID, err)
+		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, provider, keyID, err)
 	}
-	plain, err := dk.open(key, stored, headerLen)
+	plain, err := dk.appendOpen(dst, key, stored, headerLen)
 	if err != nil {
-		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, h.Provider, h.KeyID, err)
+		return nil, fmt.Errorf("open value of key %q (%s key %q): %w", key, provider, keyID, err)
 	}
 	return plain, nil
 }
 
-// readerKey returns the data key of h, from the cache or unwrapped by its provider (one call for concurrent
-// misses of the same key).
-func (k *Keyring) readerKey(ctx context.Context, h Header) (*dataKey, error) {
-	id := cacheKey(h)
+// appendPlain appends a plain value to dst; with dst nil it is the value itself.
+func appendPlain(dst, plain []byte) []byte {
+	if dst == nil {
+		return plain
+	}
+	return append(dst, plain...)
+}
+
+// readerKey returns the data key of a sealed value's encoded header, from the cache (keyed by the header: one
+// allocation per value, no parsing) or unwrapped by its provider (one call for concurrent misses of the same key).
+func (k *Keyring) readerKey(ctx context.Context, header []byte) (*dataKey, error) {
+	id := string(header)
 	if dk, ok := k.cache.Get(id); ok {
 		return dk, nil
+	}
+	h, _, err := ParseHeader(header)
+	if err != nil {
+		return nil, err
 	}
 	p, ok := k.providers[h.Provider]
 	if !ok || p == nil {
@@ -377,8 +396,6 @@ func (k *Keyring) readerKey(ctx context.Context, h Header) (*dataKey, error) {
 	}
 	return v.(*dataKey), nil
 }
-
-func cacheKey(h Header) string { return h.Provider + ":" + h.KeyID + ":" + string(h.Wrapped) }
 
 // Describe names the provider and key that sealed stored ("identity" and "" for a plain value); used to count
 // values per key.

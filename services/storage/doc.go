@@ -17,7 +17,7 @@
 // connection's reading goroutine itself, anything else on a worker; answers share writes while calls keep
 // coming. A plain range is answered in its wire encoding written straight from the stored KeyValues
 // (mvcc.Store.RangeEncoded) into a pooled buffer that is written out as it is, so a LIST is copied once and never
-// decoded or re-encoded. When storage stops, each pipeline answers the calls it started, then ends with the link's
+// decoded or re-encoded (with encryption at rest, each value is decrypted into that buffer instead of copied). When storage stops, each pipeline answers the calls it started, then ends with the link's
 // end frame (Unavailable "cairn storage unavailable: stopping") so the frontend knows the rest were not started.
 // Every refusal before a call starts (unhealthy, stopping) is marked link.NotSent, on the pipeline and on gRPC.
 //

@@ -20,7 +20,7 @@ import (
 // Sealed values (Deps.Keyring): a write's values are sealed here, before the entry is proposed, so the log, its
 // snapshots, bbolt, storage snapshots and the bus records hold only ciphertext, and every member stores the same
 // bytes (hashes agree). A value is opened where it leaves storage: by mvcc for ranges and value compares (see
-// mvcc.Config.OpenValue), here for the prev_kvs a write returns and the events History serves. The bus records
+// mvcc.Config.Opener), here for the prev_kvs a write returns and the events History serves. The bus records
 // stay sealed; the watchhubs hold the keyring and open them.
 
 // sealRequest returns req with its values sealed: a put's value, a txn's put values and value compares (a
@@ -153,13 +153,24 @@ func (s *Storage) openEvents(ctx context.Context, events []*mvccpb.Event) error 
 	return nil
 }
 
-// openValue is mvcc.Config.OpenValue: the store's ranges and compares open values with the keyring.
-func (s *Storage) openValue(key, stored []byte) ([]byte, error) {
-	plain, err := s.keyring.Open(context.Background(), key, stored)
+// valueOpener is mvcc.Config.Opener: the store's ranges and compares open values with the keyring.
+type valueOpener struct{ s *Storage }
+
+func (o valueOpener) AppendOpen(dst, key, stored []byte) ([]byte, error) {
+	plain, err := o.s.keyring.AppendOpen(context.Background(), dst, key, stored)
 	if err != nil {
-		s.sealFailed(err)
+		o.s.sealFailed(err)
 	}
 	return plain, err
+}
+
+func (o valueOpener) OpenedLen(key, stored []byte) (int, error) {
+	n, err := seal.OpenedLen(stored)
+	if err != nil {
+		err = fmt.Errorf("open value of key %q: %w", key, err)
+		o.s.sealFailed(err)
+	}
+	return n, err
 }
 
 // sealFailed counts a value that did not open and logs what an operator must act on: a value that fails

@@ -125,13 +125,13 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 func (s *Storage) dbPath() string { return filepath.Join(s.cfg.DataDir, dbFileName) }
 
 func (s *Storage) openStore() (*mvcc.Store, error) {
-	var openValue func(key, stored []byte) ([]byte, error)
+	var opener mvcc.ValueOpener
 	if s.keyring != nil {
-		openValue = s.openValue
+		opener = valueOpener{s}
 	}
 	return mvcc.Open(mvcc.Config{
-		OpenValue: openValue,
-		Path:      s.dbPath(), BatchInterval: s.cfg.BatchInterval, BatchLimit: s.cfg.BatchLimit,
+		Opener: opener,
+		Path:   s.dbPath(), BatchInterval: s.cfg.BatchInterval, BatchLimit: s.cfg.BatchLimit,
 		CompactionBatchLimit: s.cfg.CompactionBatchLimit, CompactionSleepInterval: s.cfg.CompactionSleepInterval,
 		MinLeaseTTL: s.cfg.MinLeaseTTL, Logger: s.logger,
 		OnCommit: func(durable uint64, entries int, start, end time.Time) {

@@ -25,9 +25,9 @@
 // in-memory buffer (ordered by revision) that reads overlay on a bbolt read transaction opened after that commit.
 // A reader never sees part of an entry: Apply holds the store's write lock for one whole entry.
 //
-// Sealed values (Config.OpenValue, see internal/seal): the store keeps values as they were proposed, sealed, and
-// opens them only where a value is read for a client: ranges (which then always decode and re-encode, also in
-// RangeEncoded) and VALUE compares, which compare the opened stored value with the opened compare value. Applied
+// Sealed values (Config.Opener, see internal/seal): the store keeps values as they were proposed, sealed, and
+// opens them only where a value is read for a client: ranges (RangeEncoded opens each value straight into its
+// answer; Range decodes and opens) and VALUE compares, which compare the opened stored value with the opened compare value. Applied
 // events, History, Hash and snapshots keep the stored bytes, so every member hashes the same ciphertext. A value
 // that does not open fails the read, or the apply (the store then fails and is replayed), never compares wrong.
 //

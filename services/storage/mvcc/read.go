@@ -171,12 +171,12 @@ func (s *Store) rangeLocked(r *pb.RangeRequest, curRev int64, values valueReader
 }
 
 // openKV replaces the stored value of kv, freshly decoded and owned by the caller, by its plain value (see
-// Config.OpenValue).
+// Config.Opener).
 func (s *Store) openKV(kv *mvccpb.KeyValue) error {
-	if s.cfg.OpenValue == nil || kv == nil {
+	if s.cfg.Opener == nil || kv == nil {
 		return nil
 	}
-	plain, err := s.cfg.OpenValue(kv.Key, kv.Value)
+	plain, err := s.cfg.Opener.AppendOpen(nil, kv.Key, kv.Value)
 	if err != nil {
 		return fmt.Errorf("revision %d: %w", kv.ModRevision, err)
 	}

@@ -61,11 +61,21 @@ type Config struct {
 	OnCommit func(durableIndex uint64, entries int, start, end time.Time)
 	// OnFailure, when set, is called once when the store fails (a bbolt commit or write failed). It must not block.
 	OnFailure func(err error)
-	// OpenValue, when set, turns a stored value of key into its plain value: values are stored sealed (see
+	// Opener, when set, turns a stored value of key into its plain value: values are stored sealed (see
 	// internal/seal). Ranges return opened values and value compares compare opened values (the stored value and
 	// the compare's own, sealed by the proposer too); everything else (applied events, History, hashes,
 	// snapshots) keeps the stored bytes. nil: values are stored plain.
-	OpenValue func(key, stored []byte) ([]byte, error)
+	Opener ValueOpener
+}
+
+// ValueOpener opens the values of a store whose values are stored sealed (Config.Opener).
+type ValueOpener interface {
+	// AppendOpen appends the plain value of stored, the stored value of key, to dst (with dst nil it may return
+	// stored itself when that is plain); exactly OpenedLen(stored) bytes.
+	AppendOpen(dst, key, stored []byte) ([]byte, error)
+	// OpenedLen is the length of the plain value of stored (key's), known before opening it: RangeEncoded
+	// sizes its answer with it and opens each value straight into that answer.
+	OpenedLen(key, stored []byte) (int, error)
 }
 
 func (c Config) withDefaults() Config {

@@ -51,7 +51,7 @@ func (w *writeTxn) applyTxn(r *pb.TxnRequest) (*pb.TxnResponse, error, error) {
 
 // compareToPath evaluates the compares of the txn and of every nested txn on the chosen branches, all against
 // the state before the txn, and returns the branch taken by each (depth first), as etcd does. It fails only when
-// a sealed value cannot be opened (see Config.OpenValue).
+// a sealed value cannot be opened (see Config.Opener).
 func (w *writeTxn) compareToPath(r *pb.TxnRequest) ([]bool, error) {
 	ok, err := w.applyCompares(r.Compare)
 	if err != nil {
@@ -87,8 +87,8 @@ func (w *writeTxn) applyCompares(cmps []*pb.Compare) (bool, error) {
 // fails and the others compare against a zero KeyValue. A VALUE compare of a store with sealed values compares
 // plain values: the stored ones and the compare's (sealed by the proposer for its key) are opened.
 func (w *writeTxn) applyCompare(c *pb.Compare) (bool, error) {
-	if c.Target == pb.Compare_VALUE && w.s.cfg.OpenValue != nil {
-		plain, err := w.s.cfg.OpenValue(c.Key, c.GetValue())
+	if c.Target == pb.Compare_VALUE && w.s.cfg.Opener != nil {
+		plain, err := w.s.cfg.Opener.AppendOpen(nil, c.Key, c.GetValue())
 		if err != nil {
 			return false, fmt.Errorf("compare value of key %q: %w", c.Key, err)
 		}
