@@ -13,6 +13,7 @@
 #
 #   SCALE=0.1 scripts/bench-watch.sh                      # builds bin/cairn; fits a 2-core machine
 #   CAIRN=/path/cairn ETCD=/path/etcd SCALE=1 PUT_SECONDS=20 ROUNDS=2 UP_FLAGS="--child-gomaxprocs 16" scripts/bench-watch.sh
+#   TARGETS="1hub" scripts/bench-watch.sh                 # only some rows: etcd 1hub 2hubs frontends
 #
 # On a shared machine the figures move with the load: the 1-minute load average is printed with each row.
 set -euo pipefail
@@ -22,6 +23,7 @@ PUT_SECONDS=${PUT_SECONDS:-20}
 ROUNDS=${ROUNDS:-1}
 UP_FLAGS=${UP_FLAGS:-}
 SHAPES=${SHAPES:-"1000x100@10 200x100@200"} # streams x watchers-per-stream @ puts per second
+TARGETS=" ${TARGETS:-etcd 1hub 2hubs frontends} "
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
 source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
@@ -72,10 +74,12 @@ echo "SCALE=$SCALE PUT_SECONDS=$PUT_SECONDS; latencies in seconds; events/CPU-s:
 	"and the frontends relaying (etcd: its 3 members); hubs ev/CPU-s, relay%: the hubs alone, the frontends' share"
 line target shape events/s p50 p99 received/expected events/CPU-s "hubs ev/CPU-s" relay% load1
 for round in $(seq "$ROUNDS"); do
-	etcd_start "etcd-$round" http "$(etcd_base)"
-	etcd_pids=("${pids[@]: -3}")
-	for shape in $SHAPES; do measure etcd "$shape" "$endpoints" "" "" "${etcd_pids[@]}"; done
-	stop_etcd
+	if [[ $TARGETS == *" etcd "* ]]; then
+		etcd_start "etcd-$round" http "$(etcd_base)"
+		etcd_pids=("${pids[@]: -3}")
+		for shape in $SHAPES; do measure etcd "$shape" "$endpoints" "" "" "${etcd_pids[@]}"; done
+		stop_etcd
+	fi
 
 	# shellcheck disable=SC2086
 	up_start up $UP_FLAGS
@@ -83,9 +87,9 @@ for round in $(seq "$ROUNDS"); do
 	pid1=$(child pid watchhub-1) pid2=$(child pid watchhub-2)
 	frontend_pids=$(jq -r '[.children[] | select(.name | startswith("frontend-")) | .pid] | join(" ")' "$work/up/stack.json")
 	for shape in $SHAPES; do
-		measure "1 hub" "$shape" "$endpoints" "127.0.0.1:$hub1" "" "$pid1"
-		measure "2 hubs" "$shape" "$endpoints" "127.0.0.1:$hub1,127.0.0.1:$hub2" "" "$pid1" "$pid2"
-		measure frontends "$shape" "$endpoints" "" "$frontend_pids" "$pid1" "$pid2"
+		[[ $TARGETS != *" 1hub "* ]] || measure "1 hub" "$shape" "$endpoints" "127.0.0.1:$hub1" "" "$pid1"
+		[[ $TARGETS != *" 2hubs "* ]] || measure "2 hubs" "$shape" "$endpoints" "127.0.0.1:$hub1,127.0.0.1:$hub2" "" "$pid1" "$pid2"
+		[[ $TARGETS != *" frontends "* ]] || measure frontends "$shape" "$endpoints" "" "$frontend_pids" "$pid1" "$pid2"
 	done
 	stop_last
 	rm -rf "$work/up"

@@ -200,7 +200,7 @@ func TestSpecFromRequest(t *testing.T) {
 				}
 			}
 			// The index must agree with contains for every key.
-			x := newGroupIndex()
+			x := newGroupIndex(1)
 			w := &watcher{spec: s}
 			x.join(w)
 			for _, k := range append(append([]string{}, tc.in...), tc.out...) {
@@ -262,7 +262,7 @@ func TestFiltersAndProjection(t *testing.T) {
 
 func TestGroupIndexSharesGroupsBySpec(t *testing.T) {
 	t.Parallel()
-	x := newGroupIndex()
+	x := newGroupIndex(2)
 	spec := func(req *pb.WatchCreateRequest) watchSpec { s, _ := specFromRequest(req); return s }
 	a1 := &watcher{spec: spec(&pb.WatchCreateRequest{Key: []byte("a")})}
 	a2 := &watcher{spec: spec(&pb.WatchCreateRequest{Key: []byte("a")})}
@@ -290,7 +290,7 @@ func TestGroupIndexSharesGroupsBySpec(t *testing.T) {
 	for _, w := range []*watcher{a1, r1, rNoPut, a2} {
 		x.leave(w)
 	}
-	if x.len() != 2 || count("a") != 2 || count("b") != 1 || a2.group != nil || r2.group == nil || r2.group.watchers[r2.slot] != r2 {
+	if x.len() != 2 || count("a") != 2 || count("b") != 1 || a2.group != nil || r2.group == nil || r2.group.shards[0][r2.slot] != r2 {
 		t.Fatalf("after leaving: %d groups, a=%d b=%d", x.len(), count("a"), count("b"))
 	}
 }

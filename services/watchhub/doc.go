@@ -16,8 +16,12 @@
 // to a bounded window of recent revisions and are fanned out to the synced watchers.
 //
 // Watchers with the same spec (range, filters, prev_kv, fragment) and position share a group: an event is
-// matched once per group (single keys by map, ranges by interval tree) and encoded once per group; each
-// watcher's response is its watch ID followed by the shared bytes (a gRPC codec writes them unchanged).
+// matched once per group (single keys by map, ranges by interval tree) and encoded once per group, or once
+// for all the groups that receive the same bytes at a revision; each watcher's response is its watch ID
+// followed by the shared bytes (a gRPC codec writes them unchanged). The streams are split into GOMAXPROCS
+// shards: the feed's goroutine matches and encodes a run of revisions, and one goroutine per shard queues it
+// on the shard's streams, revision by revision, so the fan-out uses the hub's cores while every stream gets
+// its responses in revision order (fanout.go).
 // Every stream has one sender goroutine that writes its responses in order; when it finds several live
 // responses of one watcher waiting (the stream fell behind), it writes them as one response carrying their
 // revisions in order, as etcd batches revisions for a watcher that is behind (merge.go: the shared bytes are

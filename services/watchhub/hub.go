@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -48,6 +48,7 @@ type Hub struct {
 	mu         sync.RWMutex
 	win        *window
 	groups     *groupIndex
+	fan        fanOutShards // how deliver splits its work (fanout.go)
 	compactRev int64
 	header     pb.ResponseHeader // cluster, member and term of the storage last heard from; Revision unused
 	streams    map[*stream]struct{}
@@ -61,6 +62,7 @@ type Hub struct {
 	// (under headMu) whenever it grows.
 	headRev      atomic.Int64
 	streamCount  atomic.Int64  // len(streams), for readers without mu (see interest.go)
+	streamSeq    atomic.Int64  // streams opened, to give each its fan-out shard
 	firstStream  chan struct{} // signalled when the first stream opens
 	headMu       sync.Mutex
 	headAdvanced chan struct{}
@@ -95,7 +97,8 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 	tel, logger := deps.Telemetry, deps.Logger
 	h := &Hub{
 		cfg: cfg, deps: deps, tel: tel, stages: tel.Stages("watchhub", cfg.ListenURL), logger: logger,
-		groups: newGroupIndex(), streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
+		groups: newGroupIndex(runtime.GOMAXPROCS(0)), fan: newFanOutShards(runtime.GOMAXPROCS(0)),
+		streams: map[*stream]struct{}{}, ready: make(chan struct{}), firstStream: make(chan struct{}, 1),
 		stopping: make(chan struct{}), headAdvanced: make(chan struct{}), leaderless: make(chan struct{}),
 		leaderLostAfter: defaultLeaderLostAfter, lag: lagPolicy{epoch: time.Now(), bound: cfg.MaxWatchLag},
 		guard: relayauth.NewGuard(relaySecret, deps.Internal.Enabled()),
@@ -353,104 +356,6 @@ func (h *Hub) noteCompacted(rev int64) {
 	h.compactRev = max(h.compactRev, rev)
 }
 
-// deliver appends a contiguous run of revisions to the window and fans each out to the synced watchers.
-func (h *Hub) deliver(run []revisionEvents) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, r := range run {
-		if err := h.win.append(r); err != nil {
-			h.logger.Error("revision out of order; dropped", "revision", r.rev, "err", err)
-			continue
-		}
-		h.fanOut(r)
-		h.headRev.Store(r.rev)
-	}
-	h.metrics.head.Set(float64(h.win.head))
-	h.metrics.windowRevisions.Set(float64(h.win.count))
-	h.metrics.windowBytes.Set(float64(h.win.bytes))
-	h.notifyHead()
-}
-
-// fanOut matches r's events against the groups, encodes one response per matched group and queues it for
-// each of the group's watchers; a watcher whose stream cannot take it falls behind into catch-up. mu is held.
-func (h *Hub) fanOut(r revisionEvents) {
-	if len(r.events) == 0 {
-		return
-	}
-	traced := r.traced
-	start := time.Time{}
-	if traced != nil {
-		// The stages' times are taken once and shared by the stages that meet, so they tile the root.
-		start = time.Now()
-		h.stages.Span(traced.ctx, "watchhub.sequence", traced.offered, start)
-		traced.ended(start)
-		defer traced.release()
-	}
-	_, match := h.stages.StartAt(traced.context(), "watchhub.match", start)
-	var touched []*group
-	for _, ev := range r.events {
-		h.groups.matching(ev.Kv.Key, func(g *group) {
-			if !g.spec.keeps(ev) {
-				return
-			}
-			if len(g.batch) == 0 {
-				touched = append(touched, g)
-			}
-			g.batch = append(g.batch, g.spec.project(ev, h.compactRev))
-		})
-	}
-	var matched time.Time
-	if match.IsRecording() {
-		matched = time.Now()
-		match.SetAttributes(obs.AttrCount.Int(len(touched)))
-		match.End(trace.WithTimestamp(matched))
-	}
-	_, encode := h.stages.StartAt(traced.context(), "watchhub.encode", matched)
-	encoded := matched
-	queued := 0
-	var q liveQueue
-	defer q.release()
-	for _, g := range touched {
-		limit := 0
-		if g.spec.fragment {
-			limit = h.cfg.fragmentBytes()
-		}
-		resp, err := encodeShared(h.responseHeader(r.rev), g.batch, limit)
-		clear(g.batch)
-		g.batch = g.batch[:0]
-		if err != nil {
-			h.logger.Error("watch response not encodable", "revision", r.rev, "err", err)
-			continue
-		}
-		h.metrics.encodedResponses.Inc()
-		resp.received = r.received
-		if traced != nil {
-			encoded = time.Now()
-			resp.traced, resp.queued = traced, encoded
-		}
-		// Backwards, because a watcher that falls behind leaves the group by swapping the last one into its slot.
-		for i := len(g.watchers) - 1; i >= 0; i-- {
-			w := g.watchers[i]
-			if r.rev < w.minRev {
-				continue // started in the future
-			}
-			traced.hold(1)
-			if q.offer(w, resp) {
-				queued++
-				continue
-			}
-			q.release() // fallBehind queues on w's stream
-			traced.release()
-			h.fallBehind(w, r.rev)
-		}
-	}
-	if encode.IsRecording() {
-		encode.SetAttributes(obs.AttrCount.Int(queued))
-		encode.End(trace.WithTimestamp(encoded))
-		traced.ended(encoded)
-	}
-}
-
 // fallBehind moves a synced watcher to catch-up from rev; mu is held.
 func (h *Hub) fallBehind(w *watcher, rev int64) {
 	h.groups.leave(w)
@@ -474,8 +379,10 @@ func (h *Hub) skipCompacted(compactRev int64) {
 	defer h.mu.Unlock()
 	h.compactRev = max(h.compactRev, compactRev)
 	for _, g := range h.groups.byKey {
-		for i := len(g.watchers) - 1; i >= 0; i-- {
-			h.fallBehind(g.watchers[i], h.win.head+1) // catch-up finds it compacted and cancels it
+		for _, ws := range g.shards {
+			for i := len(ws) - 1; i >= 0; i-- {
+				h.fallBehind(ws[i], h.win.head+1) // catch-up finds it compacted and cancels it
+			}
 		}
 	}
 	h.win.reset(compactRev - 1)

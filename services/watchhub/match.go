@@ -138,13 +138,17 @@ func (s *watchSpec) interval() adt.Interval {
 }
 
 // group is the set of synced watchers with one spec: the hub matches an event against the group once,
-// encodes the group's response once, and hands the same bytes to every member.
+// encodes the group's response once, and hands the same bytes to every member. Its watchers are split into
+// the index's shards by their stream's shard (fanout.go), each shard in the order its watchers joined.
 type group struct {
-	spec     watchSpec
-	key      string
-	watchers []*watcher
-	// batch collects the current revision's events for the group while the hub fans it out.
+	spec   watchSpec
+	key    string
+	shards [][]*watcher
+	size   int // watchers in all shards
+	// batch collects the current revision's events for the group while the hub fans it out; shape says which
+	// of the revision's events they are and which lost their prev_kv (see responseShape).
 	batch []*mvccpb.Event
+	shape responseShape
 }
 
 // groupIndex finds the groups whose range contains a key: single-key groups by map, ranges by interval tree.
@@ -152,10 +156,12 @@ type groupIndex struct {
 	byKey  map[string]*group
 	single map[string][]*group
 	ranges adt.IntervalTree
+	shards int // the fan-out's shards: every group splits its watchers in as many lists
 }
 
-func newGroupIndex() *groupIndex {
-	return &groupIndex{byKey: map[string]*group{}, single: map[string][]*group{}, ranges: adt.NewIntervalTree()}
+func newGroupIndex(shards int) *groupIndex {
+	return &groupIndex{byKey: map[string]*group{}, single: map[string][]*group{}, ranges: adt.NewIntervalTree(),
+		shards: max(1, shards)}
 }
 
 // join adds w to the group of its spec, creating the group when it is the first.
@@ -163,12 +169,14 @@ func (x *groupIndex) join(w *watcher) {
 	key := w.spec.groupKey()
 	g := x.byKey[key]
 	if g == nil {
-		g = &group{spec: w.spec, key: key}
+		g = &group{spec: w.spec, key: key, shards: make([][]*watcher, x.shards)}
 		x.byKey[key] = g
 		x.addGroup(g)
 	}
-	w.group, w.slot = g, len(g.watchers)
-	g.watchers = append(g.watchers, w)
+	shard := w.shard(x.shards)
+	w.group, w.slot = g, len(g.shards[shard])
+	g.shards[shard] = append(g.shards[shard], w)
+	g.size++
 }
 
 // leave removes w from its group, dropping the group when it was the last.
@@ -177,13 +185,15 @@ func (x *groupIndex) leave(w *watcher) {
 	if g == nil {
 		return
 	}
-	last := len(g.watchers) - 1
-	g.watchers[w.slot] = g.watchers[last]
-	g.watchers[w.slot].slot = w.slot
-	g.watchers[last] = nil
-	g.watchers = g.watchers[:last]
+	ws := g.shards[w.shard(x.shards)]
+	last := len(ws) - 1
+	ws[w.slot] = ws[last]
+	ws[w.slot].slot = w.slot
+	ws[last] = nil
+	g.shards[w.shard(x.shards)] = ws[:last]
+	g.size--
 	w.group = nil
-	if len(g.watchers) == 0 {
+	if g.size == 0 {
 		delete(x.byKey, g.key)
 		x.removeGroup(g)
 	}

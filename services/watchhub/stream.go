@@ -59,6 +59,10 @@ type watcher struct {
 	group *group
 	slot  int
 
+	// Set by the fan-out's shard goroutine when w's stream could not take a response of the run it is
+	// dispatching (the revision), cleared once w moved to catch-up (fanout.go); Hub.mu is held throughout.
+	behindFrom int64
+
 	// Guarded by stream.mu: responses queued and not yet taken by the sender.
 	queued int32
 
@@ -88,9 +92,10 @@ type frame struct {
 // stream is one Watch RPC: the requests it reads, the watchers it carries and the sender goroutine that
 // writes their responses in order.
 type stream struct {
-	hub *Hub
-	srv pb.Watch_WatchServer
-	ctx context.Context
+	hub   *Hub
+	srv   pb.Watch_WatchServer
+	ctx   context.Context
+	shard int // the fan-out shard that queues its live responses (fanout.go)
 
 	// Guarded by Hub.mu.
 	watchers map[int64]*watcher
@@ -117,7 +122,7 @@ type stream struct {
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
-	return &stream{hub: h, srv: srv, ctx: srv.Context(), watchers: map[int64]*watcher{}, runs: map[*watcher]int{},
+	return &stream{hub: h, srv: srv, ctx: srv.Context(), shard: int(h.streamSeq.Add(1) - 1), watchers: map[int64]*watcher{}, runs: map[*watcher]int{},
 		wake: make(chan struct{}, 1), ctrlSlots: make(chan struct{}, ctrlSlots), closed: make(chan struct{}),
 		relayTrace: h.stages.Recording() && obs.RelayTraceRequested(srv.Context())}
 }
@@ -132,7 +137,8 @@ func (s *stream) signal() {
 // liveQueue queues a revision's group responses for the group's watchers, holding a stream's lock across
 // consecutive watchers of that stream: a group lists its watchers in the order they joined, so the watchers of
 // one stream mostly come together, and a stream is locked and woken once per run rather than once per watcher.
-// Hub.mu is held; release must be called before anything else takes a stream's lock.
+// Hub.mu is held; release must be called before anything else takes a stream's lock. Each fan-out shard has its
+// own, and a stream belongs to one shard.
 type liveQueue struct {
 	s        *stream // locked
 	wasEmpty bool    // s's outbox was empty when locked: its sender may be waiting for a wake
