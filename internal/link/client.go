@@ -100,25 +100,29 @@ func (c *Client) Call(ctx context.Context, method uint64, body []byte) ([]byte, 
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	if c.tracer != nil && trace.SpanContextFromContext(ctx).IsSampled() {
+	// One look for the trace context: a call that is not sampled carries none and starts no span.
+	sampled := trace.SpanContextFromContext(ctx).IsSampled()
+	if c.tracer != nil && sampled {
 		var span trace.Span
 		ctx, span = c.tracer.Start(ctx, c.spanName(method), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(attribute.String("net.peer.name", c.cfg.Addr)))
 		defer span.End()
-		answer, err := c.call(ctx, method, body)
+		answer, err := c.call(ctx, method, body, true)
 		if err != nil {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		return answer, err
 	}
-	return c.call(ctx, method, body)
+	return c.call(ctx, method, body, sampled)
 }
 
 func (c *Client) spanName(method uint64) string {
 	return spanName(c.cfg.Name, c.cfg.MethodNames, method)
 }
 
-func (c *Client) call(ctx context.Context, method uint64, body []byte) ([]byte, error) {
+// call sends the call; sampled says whether ctx carries a sampled trace context, which the frame header then
+// carries.
+func (c *Client) call(ctx context.Context, method uint64, body []byte, sampled bool) ([]byte, error) {
 	h := header{method: method}
 	var deadline int64
 	if d, ok := ctx.Deadline(); ok || c.cfg.Bound > 0 {
@@ -133,7 +137,7 @@ func (c *Client) call(ctx context.Context, method uint64, body []byte) ([]byte, 
 			go c.sweep()
 		})
 	}
-	if c.cfg.Telemetry != nil {
+	if sampled && c.cfg.Telemetry != nil {
 		h.trace = c.cfg.Telemetry.Inject(ctx)
 	}
 	h.id = c.next.Add(1)

@@ -264,7 +264,7 @@ func (c *Call) Context() context.Context {
 	if tel := ss.server.cfg.Telemetry; tel != nil {
 		ctx = tel.Extract(ctx, c.trace)
 	}
-	if ss.server.tracer != nil && trace.SpanContextFromContext(ctx).IsSampled() {
+	if ss.server.tracer != nil && len(c.trace) > 0 && trace.SpanContextFromContext(ctx).IsSampled() {
 		ctx, c.span = ss.server.tracer.Start(ctx, spanName(ss.server.cfg.Name, ss.server.cfg.MethodNames, c.Method),
 			trace.WithSpanKind(trace.SpanKindServer))
 	}

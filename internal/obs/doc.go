@@ -8,10 +8,11 @@
 // span with cairn.op (StagedServerOptions); a batch (a group commit, a WAL fsync, a shared ReadIndex round, a bbolt
 // commit) is one root span linking every sampled request it carried (Batch, StageTracer.StartBatch), sampled
 // because of them (NewSampler). Stages are recorded only under a sampled span, and cost an unsampled request one
-// context lookup each, no allocation. At a parent-based ratio below 1, the client-facing server
-// (StagedServerOptions) draws the ratio for an RPC that arrives without a traceparent before otelgrpc sees it
-// (rootGate): one not drawn skips otelgrpc, so the unsampled requests cost what they cost untraced, without
-// an allocation. A stream relayed raw through the frontend (Watch) carries a sampled message's trace context
+// context lookup each, no allocation. At a parent-based ratio below 1, every gRPC server and client
+// (ServerOptions, DialOptions, StagedServerOptions) draws the ratio for an RPC that starts a trace (a server's
+// without a traceparent, a client's without span context) before otelgrpc sees it (rootGate, gatedHandler):
+// one not drawn, and a client's under an unsampled span, skips otelgrpc, so the unsampled requests and the
+// services' background calls cost what they cost untraced, without an allocation. A stream relayed raw through the frontend (Watch) carries a sampled message's trace context
 // in the message, in a field the frontend asks for and cuts off before relaying (relay.go), so the relay hop
 // (frontend.relay) is in the message's trace and the client's bytes are unchanged. A ReadIndex round
 // (consensus.read_index) has cairn.read_index.round and, on the leader, cairn.read_index.answered (the

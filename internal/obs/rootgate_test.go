@@ -40,13 +40,20 @@ func TestNewRootGate(t *testing.T) {
 }
 
 // countingHandler is a stats.Handler that counts the RPCs it sees; like otelgrpc's, its TagRPC puts a span
-// in the context.
-type countingHandler struct{ tagged, handled int }
+// in the context, sampled when sampled is set.
+type countingHandler struct {
+	tagged, handled int
+	sampled         bool
+}
 
 func (h *countingHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context {
 	h.tagged++
+	var flags trace.TraceFlags
+	if h.sampled {
+		flags = trace.FlagsSampled
+	}
 	return trace.ContextWithSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}}))
+		TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}, TraceFlags: flags}))
 }
 func (h *countingHandler) HandleRPC(context.Context, stats.RPCStats) { h.handled++ }
 func (h *countingHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
@@ -70,7 +77,7 @@ func TestRootGateSkipsOtelgrpc(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			inner := &countingHandler{}
-			h := rpcStagesHandler{inner: inner, gate: &rootGate{ratio: tt.ratio}}
+			h := gatedHandler{inner: inner, gate: &rootGate{ratio: tt.ratio}, staged: true}
 			ctx := context.Background()
 			if tt.traceparent != "" {
 				ctx = metadata.NewIncomingContext(ctx, metadata.Pairs(traceparentHeader, tt.traceparent))

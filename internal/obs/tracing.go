@@ -116,8 +116,8 @@ func (t *Telemetry) Recording() bool {
 	return !noop
 }
 
-// ServerOptions instruments a gRPC server: otelgrpc when spans are recorded, trace-context propagation only
-// otherwise.
+// ServerOptions instruments a gRPC server: otelgrpc when spans are recorded (for the RPCs a sampled trace
+// reaches, or the ratio draws as roots, see gatedHandler), trace-context propagation only otherwise.
 func (t *Telemetry) ServerOptions() []grpc.ServerOption {
 	if !t.Recording() {
 		return []grpc.ServerOption{
@@ -125,7 +125,7 @@ func (t *Telemetry) ServerOptions() []grpc.ServerOption {
 			grpc.ChainStreamInterceptor(t.streamServerPropagation),
 		}
 	}
-	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(t.otelgrpcOptions()...))}
+	return []grpc.ServerOption{grpc.StatsHandler(gatedHandler{inner: otelgrpc.NewServerHandler(t.otelgrpcOptions()...), gate: t.gate})}
 }
 
 // DialOptions instruments a gRPC client connection, as ServerOptions does a server.
@@ -136,7 +136,8 @@ func (t *Telemetry) DialOptions() []grpc.DialOption {
 			grpc.WithChainStreamInterceptor(t.streamClientPropagation),
 		}
 	}
-	return []grpc.DialOption{grpc.WithStatsHandler(otelgrpc.NewClientHandler(t.otelgrpcOptions()...))}
+	return []grpc.DialOption{grpc.WithStatsHandler(gatedHandler{inner: otelgrpc.NewClientHandler(t.otelgrpcOptions()...), gate: t.gate,
+		client: true})}
 }
 
 func (t *Telemetry) otelgrpcOptions() []otelgrpc.Option {

@@ -49,7 +49,7 @@ func BenchmarkClientRPC(b *testing.B) {
 	})
 	b.Run("unsampled", func(b *testing.B) {
 		tel := unsampledTelemetry(b)
-		h := rpcStagesHandler{inner: otelgrpc.NewServerHandler(tel.otelgrpcOptions()...), gate: tel.gate}
+		h := gatedHandler{inner: otelgrpc.NewServerHandler(tel.otelgrpcOptions()...), gate: tel.gate, staged: true}
 		stages := tel.Stages("frontend", "m1")
 		b.ReportAllocs()
 		for b.Loop() {
