@@ -98,6 +98,7 @@ func TestEveryStageIsTraced(t *testing.T) {
 	defer cancel()
 	watch := client.Watch(ctx, "traced", clientv3.WithCreatedNotify())
 	<-watch
+	readsOnTheLeader(t, ctx, client, recorder)
 
 	since := time.Now()
 	put, err := client.Put(ctx, "traced", "v")
@@ -353,4 +354,22 @@ func TestTracingKeepsTheTransport(t *testing.T) {
 	if served["traced"] != served["untraced"] {
 		t.Errorf("pipeline calls traced %d, untraced %d: tracing changed the transport", served["traced"], served["untraced"])
 	}
+}
+
+// readsOnTheLeader waits until the frontend sends a linearizable read to the raft leader's storage: only
+// there does the consensus.read_index span see the members answering. Until the frontend's first probe
+// round after the election has told it which member leads (later on a loaded machine), a read may go to a
+// follower's storage, whose round the leader confirms out of its sight.
+func readsOnTheLeader(t *testing.T, ctx context.Context, client *clientv3.Client, recorder *tracetest.SpanRecorder) {
+	t.Helper()
+	waittest.Until(t, 10*time.Second, 50*time.Millisecond, "a linearizable read served on the leader", func() bool {
+		since := time.Now()
+		if _, err := client.Get(ctx, "warm-up"); err != nil {
+			return false
+		}
+		return slices.ContainsFunc(recorder.Ended(), func(s sdktrace.ReadOnlySpan) bool {
+			return s.Name() == "consensus.read_index" && s.StartTime().After(since) &&
+				intAttribute(s, "cairn.read_index.answered") > 0
+		})
+	})
 }
