@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"runtime/debug"
 
@@ -48,7 +47,6 @@ func (g *gcFlags) apply() error {
 	}
 	tuner.Start()
 	g.tuner = tuner
-	slog.Debug("memory limit tuned", "limit_mib", g.limitMiB, "min_gc_percent", gctune.DefaultMinGCPercent)
 	return nil
 }
 

@@ -16,4 +16,8 @@
 // A Tuner needs only the Go runtime: its work runs once after each collection, on the runtime's cleanup
 // goroutine (runtime.AddCleanup on a sentinel it re-arms), so an idle process wakes it no more than it
 // collects. The process's GOGC is left as it is.
+//
+// Lifecycle: New(cfg) → Start (sets the limit, arms the first sentinel) → Stop (restores the limit the runtime
+// had; safe twice). The runtime's limit is the process's, so a process runs one Tuner: cmd/cairn starts it
+// for --memory-limit-mib.
 package gctune
