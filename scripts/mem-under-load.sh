@@ -84,7 +84,9 @@ printf '%-20s %-8s %10s %12s %14s %14s %8s\n' "stack" "bench" "requests/s" "CPU 
 etcd_start etcd-load http "$(etcd_base)"
 measure "etcd 3 members" "$endpoints" "${pids[@]: -3}"
 stop_etcd
+run=0
 for setting in $GC_SETTINGS; do
+	run=$((run + 1)) # a setting given twice gets a fresh data dir each time
 	gc="" limit="" flags=() name="cairn up"
 	if [[ $setting != default ]]; then
 		gc=${setting%%/*} name="cairn GOGC=$gc"
@@ -97,7 +99,7 @@ for setting in $GC_SETTINGS; do
 		fi
 	fi
 	# An empty GOGC leaves the children to --gc-percent, an empty GOMEMLIMIT to --child-memory-limit-mib.
-	GOGC=$gc GOMEMLIMIT=$limit up_start "up-${setting//\//-}" "${flags[@]}"
+	GOGC=$gc GOMEMLIMIT=$limit up_start "up$run-${setting//\//-}" "${flags[@]}"
 	measure "$name" "$endpoints" "${pids[-1]}"
 	stop_last
 done
