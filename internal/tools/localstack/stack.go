@@ -67,9 +67,9 @@ type Config struct {
 	// Go runtime per process running (and spinning for work) on every core costs more than it gives — on 2
 	// cores, 1 per child gave 10-15% more puts per second than Go's default.
 	ChildGOMAXPROCS int
-	// ChildMemoryLimitMiB is every child's --memory-limit-mib (0: none given): a soft limit on each process's
-	// memory that the child raises while its live heap needs more (internal/gctune). A GOMEMLIMIT environment
-	// variable, which the children inherit, overrides it.
+	// ChildMemoryLimitMiB is every child's --memory-limit-mib but the watchhubs' and the trace child's (0: none
+	// given): a soft limit on each process's memory that the child raises while its live heap needs more
+	// (internal/gctune). A GOMEMLIMIT environment variable, which the children inherit, overrides it.
 	ChildMemoryLimitMiB int
 	// ReadyTimeout bounds each child's wait to become healthy during Start. Default 60s.
 	ReadyTimeout time.Duration
@@ -309,7 +309,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		if s.cfg.TraceSampleRatio != "" {
 			argv = append(argv, "--trace-sample-ratio", s.cfg.TraceSampleRatio)
 		}
-		if s.cfg.ChildMemoryLimitMiB > 0 {
+		if s.cfg.ChildMemoryLimitMiB > 0 && !svc.ownMemory {
 			argv = append(argv, "--memory-limit-mib", strconv.Itoa(s.cfg.ChildMemoryLimitMiB))
 		}
 		argv = append(argv, s.cfg.ExtraArgs[svc.name]...)
