@@ -8,15 +8,21 @@
 # RSS and PSS SETTLE seconds after the load stopped. Compare by PSS: the sum of RSS counts the cairn binary's
 # shared pages once per process (see lib/procstat.sh).
 #
+# GC_SETTINGS lists the Cairn stacks to run, one word each: "default" (cairn up's defaults: --gc-percent 400 and
+# --child-memory-limit-mib), GOGC ("100", with the default limit), or GOGC/LIMIT: a number is cairn up's
+# --child-memory-limit-mib ("400/48", tuned by internal/gctune), a GOMEMLIMIT value ("400/24MiB", the runtime's
+# fixed limit) or "off" ("400/off": no limit, as before the limit existed) goes into every child's environment.
+# GC_PERCENTS is the older form, GOGC values only.
+#
 #   scripts/mem-under-load.sh                             # builds bin/cairn; etcd from the user cache dir
-#   CAIRN=/path/cairn ETCD=/path/etcd TOTAL=100000 SETTLE=10 GC_PERCENTS="400 100" scripts/mem-under-load.sh
+#   CAIRN=/path/cairn ETCD=/path/etcd TOTAL=100000 SETTLE=10 GC_SETTINGS="default 400/off 100/off" scripts/mem-under-load.sh
 #
 # On a shared machine the rates and CPU move with the load: the 1-minute load average is printed with each row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TOTAL=${TOTAL:-100000}
 SETTLE=${SETTLE:-10}
-GC_PERCENTS=${GC_PERCENTS:-400 100}
+GC_SETTINGS=${GC_SETTINGS:-${GC_PERCENTS:-default 400/off 100/off}}
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
 source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
@@ -78,8 +84,22 @@ printf '%-20s %-8s %10s %12s %14s %14s %8s\n' "stack" "bench" "requests/s" "CPU 
 etcd_start etcd-load http "$(etcd_base)"
 measure "etcd 3 members" "$endpoints" "${pids[@]: -3}"
 stop_etcd
-for gc in $GC_PERCENTS; do
-	GOGC=$gc up_start "up-gc$gc"
-	measure "cairn up GOGC=$gc" "$endpoints" "${pids[-1]}"
+run=0
+for setting in $GC_SETTINGS; do
+	run=$((run + 1)) # a setting given twice gets a fresh data dir each time
+	gc="" limit="" flags=() name="cairn up"
+	if [[ $setting != default ]]; then
+		gc=${setting%%/*} name="cairn GOGC=$gc"
+		if [[ $setting == */* ]]; then
+			name="cairn GOGC=$setting"
+			limit=${setting#*/}
+			if [[ $limit =~ ^[0-9]+$ ]]; then
+				flags=(--child-memory-limit-mib "$limit") limit=""
+			fi
+		fi
+	fi
+	# An empty GOGC leaves the children to --gc-percent, an empty GOMEMLIMIT to --child-memory-limit-mib.
+	GOGC=$gc GOMEMLIMIT=$limit up_start "up$run-${setting//\//-}" "${flags[@]}"
+	measure "$name" "$endpoints" "${pids[-1]}"
 	stop_last
 done

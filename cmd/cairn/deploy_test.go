@@ -178,6 +178,7 @@ func TestLocalStackCommandLines(t *testing.T) {
 		"default":                          {},
 		"5 members, 2 frontends, pprof on": {Members: 5, Frontends: 2, EnablePprof: true, LogLevel: "debug"},
 		"every link TLS":                   {TLS: true},
+		"a memory limit per child":         {ChildMemoryLimitMiB: 32},
 	}
 	for name, cfg := range configs {
 		t.Run(name, func(t *testing.T) {

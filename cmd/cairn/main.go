@@ -9,7 +9,6 @@ import (
 	"errors"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -41,10 +40,10 @@ func newRootCommand() *cobra.Command {
 		Version:      cairnVersion, // --version, as etcd has it
 	}
 	root.SetVersionTemplate(versionText())
-	var gcPercent int
-	root.PersistentFlags().IntVar(&gcPercent, "gc-percent", defaultGCPercent, "Go garbage collector target percentage (GOGC); "+
-		"the GOGC environment variable, when set, wins")
-	root.PersistentPreRun = func(*cobra.Command, []string) { setGCPercent(gcPercent) }
+	var gc gcFlags
+	gc.register(root.PersistentFlags())
+	root.PersistentPreRunE = func(*cobra.Command, []string) error { return gc.apply() }
+	root.PersistentPostRun = func(*cobra.Command, []string) { gc.stop() }
 	root.AddCommand(
 		newConsensusCommand(),
 		newStorageCommand(),
@@ -65,15 +64,4 @@ func newRootCommand() *cobra.Command {
 		newHealthCommand(),
 	)
 	return root
-}
-
-// defaultGCPercent trades memory for CPU: every service's heap is small (tens of MiB) and its garbage is
-// per-request, so collecting at 5× the live heap rather than 2× takes most of the GC's share of a core.
-const defaultGCPercent = 400
-
-// setGCPercent applies --gc-percent unless GOGC is set in the environment.
-func setGCPercent(percent int) {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(percent)
-	}
 }

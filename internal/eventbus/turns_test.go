@@ -301,3 +301,61 @@ func TestHeartbeatsSlowWhileIdle(t *testing.T) {
 		}
 	})
 }
+
+// TestStandbyHoldsOnlyWhatIsWanted: while no consumer wants applied records, a publisher standing by holds only
+// the records with lease changes (which are sent in any case), and sends those when it takes over.
+func TestStandbyHoldsOnlyWhatIsWanted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bus := eventbustest.Start(t)
+		sub := bus.Connect(t, "sub")
+		var mu sync.Mutex
+		leaseFrom := map[uint64][]uint64{} // lease-change record indexes by the member that sent them
+		if _, err := SubscribeLeaseChanges(sub, "test", func(rec *eventpb.AppliedRecord, meta Meta) {
+			mu.Lock()
+			defer mu.Unlock()
+			leaseFrom[meta.Member] = append(leaseFrom[meta.Member], rec.Index)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		eventbustest.Flush(t, sub)
+		const ttl = 300 * time.Millisecond
+		start := func(member uint64) *Publisher {
+			pub := NewPublisher(bus.Connect(t, "pub"), PublisherConfig{SubjectPrefix: "test", MemberID: member,
+				TakeTurns: true, HeartbeatInterval: 50 * time.Millisecond, TakeoverAfter: 500 * time.Millisecond,
+				OnlyWhenWanted: true, InterestTTL: ttl}, prometheus.NewRegistry(), quietLogger())
+			pub.Start()
+			t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+			return pub
+		}
+		p1, p2 := start(0x1), start(0x2)
+		time.Sleep(2 * ttl) // past the first InterestTTL, with no announcement: nothing is wanted
+		for i := uint64(1); i <= 10; i++ {
+			p1.Publish(record(i), nil)
+			p2.Publish(record(i), nil)
+		}
+		// Member 1 never gets the lease change (a consumer drops copies of what it has, so this one must come
+		// from member 2's standby ring).
+		lease := record(11)
+		lease.Leases = []*eventpb.LeaseChange{{Type: eventpb.LeaseChange_GRANTED, Id: 11, Ttl: 30}}
+		p2.Publish(lease, nil)
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 dropping the 10 unwanted records", func() bool {
+			return testutil.ToFloat64(p2.unwanted) == 10
+		})
+		if err := p1.Stop(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "member 2 taking over and resending the lease change", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(leaseFrom[0x2]) > 0
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if got := leaseFrom[0x2]; len(got) != 1 || got[0] != 11 {
+			t.Fatalf("member 2 resent lease-change records %v, want [11]", got)
+		}
+		if got := testutil.ToFloat64(p2.unwanted); got != 11 {
+			t.Fatalf("member 2 unwanted_records_total = %v, want 11 (10 not held, the held one's record unwanted)", got)
+		}
+	})
+}

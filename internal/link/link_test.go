@@ -266,3 +266,43 @@ func TestPlainDropsTheMark(t *testing.T) {
 func startBenchServer(b *testing.B, secure *tlsconfig.Link) string {
 	return startServerWith(b, secure).addr
 }
+
+// TestWorkersRetireWhenIdle: the workers a burst of calls started stay while calls keep coming and exit once
+// none came for WorkerIdle; a stopping connection ends those left at once.
+func TestWorkersRetireWhenIdle(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		idle time.Duration
+		want int64 // workers kept after the burst, once the idle time has passed many times over
+	}{
+		{"idle workers exit", 20 * time.Millisecond, 0},
+		{"busy within the idle time they stay", time.Hour, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ss := &session{server: NewServer(ServerConfig{Name: "test", WorkerIdle: tc.idle}), work: make(chan func())}
+			var running sync.WaitGroup
+			release := make(chan struct{})
+			for range 8 { // as Call.Go does when no worker is idle
+				running.Add(1)
+				ss.workers.Add(1)
+				go ss.newWorker(func() { running.Done(); <-release })
+			}
+			running.Wait()
+			close(release)
+			waittest.Until(t, 5*time.Second, time.Millisecond, "the burst's workers to be kept", func() bool {
+				return ss.kept.Load() == 8 || tc.want == 0
+			})
+			if tc.want == 0 {
+				waittest.Until(t, 5*time.Second, 5*time.Millisecond, "idle workers to exit", func() bool { return ss.kept.Load() == 0 })
+			} else {
+				done := make(chan struct{})
+				ss.work <- func() { close(done) } // an idle worker takes it
+				<-done
+				if got := ss.kept.Load(); got != tc.want {
+					t.Fatalf("%d workers kept, want %d", got, tc.want)
+				}
+			}
+			ss.stop() // closes the work channel and waits for every worker
+		})
+	}
+}

@@ -18,6 +18,10 @@ type service struct {
 	perMember func(p *plan) bool
 	// pprof says the subcommand takes --enable-pprof.
 	pprof bool
+	// ownMemory: the child runs without Config.ChildMemoryLimitMiB. Its live heap grows with its load (a
+	// watchhub's with its watchers, the trace child's with its spans), where the limit's floor would hold it
+	// to GOGC 100's collections rather than --gc-percent's: the limit is for the services whose heaps stay small.
+	ownMemory bool
 	// count is how many instances the stack runs.
 	count func(p *plan) int
 	// ports are the named ports each instance needs, "metrics" among them.
@@ -107,7 +111,7 @@ func leasekeeperService() service {
 // the Watch streams the frontends relay to it.
 func watchhubService() service {
 	return service{
-		name: "watchhub", pprof: true, count: (*plan).watchhubs, ports: []string{"api", "metrics"},
+		name: "watchhub", pprof: true, ownMemory: true, count: (*plan).watchhubs, ports: []string{"api", "metrics"},
 		args: func(p *plan, i int) []string {
 			return []string{
 				"--name", p.child("watchhub", i),

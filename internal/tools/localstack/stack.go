@@ -67,6 +67,10 @@ type Config struct {
 	// Go runtime per process running (and spinning for work) on every core costs more than it gives — on 2
 	// cores, 1 per child gave 10-15% more puts per second than Go's default.
 	ChildGOMAXPROCS int
+	// ChildMemoryLimitMiB is every child's --memory-limit-mib but the watchhubs' and the trace child's (0: none
+	// given): a soft limit on each process's memory that the child raises while its live heap needs more
+	// (internal/gctune). A GOMEMLIMIT environment variable, which the children inherit, overrides it.
+	ChildMemoryLimitMiB int
 	// ReadyTimeout bounds each child's wait to become healthy during Start. Default 60s.
 	ReadyTimeout time.Duration
 	// StopTimeout is how long a child may take to stop after SIGTERM before SIGKILL. Default 10s.
@@ -127,6 +131,9 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.ChildGOMAXPROCS < 0 {
 		errs = append(errs, fmt.Errorf("localstack: negative child GOMAXPROCS %d", c.ChildGOMAXPROCS))
+	}
+	if c.ChildMemoryLimitMiB < 0 {
+		errs = append(errs, fmt.Errorf("localstack: negative child memory limit %d MiB", c.ChildMemoryLimitMiB))
 	}
 	if c.Binary == "" {
 		errs = append(errs, errors.New("localstack: no cairn binary"))
@@ -301,6 +308,9 @@ func (s *Stack) children() []supervisor.ChildSpec {
 		}
 		if s.cfg.TraceSampleRatio != "" {
 			argv = append(argv, "--trace-sample-ratio", s.cfg.TraceSampleRatio)
+		}
+		if s.cfg.ChildMemoryLimitMiB > 0 && !svc.ownMemory {
+			argv = append(argv, "--memory-limit-mib", strconv.Itoa(s.cfg.ChildMemoryLimitMiB))
 		}
 		argv = append(argv, s.cfg.ExtraArgs[svc.name]...)
 		var deps []string

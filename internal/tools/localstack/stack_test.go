@@ -166,6 +166,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no data dir", Config{Binary: "cairn"}, "no data dir"},
 		{"negative members", Config{Binary: "cairn", DataDir: "d", Members: -1}, "negative member"},
 		{"negative child GOMAXPROCS", Config{Binary: "cairn", DataDir: "d", ChildGOMAXPROCS: -2}, "negative child GOMAXPROCS"},
+		{"negative child memory limit", Config{Binary: "cairn", DataDir: "d", ChildMemoryLimitMiB: -1}, "negative child memory limit"},
 		{"bad port", Config{Binary: "cairn", DataDir: "d", ClientPort: 70000}, "out of range"},
 		{"unknown service", Config{Binary: "cairn", DataDir: "d", ExtraArgs: map[string][]string{"etcd": nil}}, "unknown service"},
 	}
@@ -206,6 +207,37 @@ func TestChildGOMAXPROCS(t *testing.T) {
 			for _, spec := range children {
 				if !slices.Equal(spec.Env, tt.want) {
 					t.Fatalf("%s env %v, want %v", spec.Name, spec.Env, tt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestChildMemoryLimit: a limit reaches every child's command line as --memory-limit-mib but the watchhubs';
+// none adds no flag.
+func TestChildMemoryLimit(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		mib  int
+		want []string
+	}{
+		{"none", 0, nil},
+		{"48 MiB", 48, []string{"--memory-limit-mib", "48"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, children := testStack(t, Config{ChildMemoryLimitMiB: tt.mib})
+			for _, spec := range children {
+				i := slices.Index(spec.Argv, "--memory-limit-mib")
+				var got []string
+				if i >= 0 {
+					got = spec.Argv[i:min(i+2, len(spec.Argv))]
+				}
+				want := tt.want
+				if strings.HasPrefix(spec.Name, "watchhub") { // its heap grows with its watchers: no limit
+					want = nil
+				}
+				if !slices.Equal(got, want) {
+					t.Fatalf("%s argv has %v, want %v", spec.Name, got, tt.want)
 				}
 			}
 		})

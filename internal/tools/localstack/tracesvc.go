@@ -10,7 +10,7 @@ import (
 // so it is up before the services that export to it.
 func traceService() service {
 	return service{
-		name: "trace", single: true, count: (*plan).traces, ports: []string{"grpc", "http", "metrics"},
+		name: "trace", single: true, ownMemory: true, count: (*plan).traces, ports: []string{"grpc", "http", "metrics"},
 		args: func(p *plan, _ int) []string {
 			args := []string{"--listen-otlp-grpc", p.url("trace", "grpc"), "--listen-otlp-http", p.url("trace", "http")}
 			if p.cfg.TraceForward != "" {

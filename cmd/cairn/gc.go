@@ -1,0 +1,58 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+
+	"github.com/spf13/pflag"
+
+	"github.com/cairn-kv/cairn/internal/gctune"
+)
+
+// defaultGCPercent trades memory for CPU: every service's heap is small (tens of MiB) and its garbage is
+// per-request, so collecting at 5× the live heap rather than 2× takes most of the GC's share of a core. The
+// memory it costs is capped by --memory-limit-mib where one is given (cairn up gives its children one).
+const defaultGCPercent = 400
+
+// gcFlags are the Go runtime's memory settings every subcommand takes: --gc-percent and --memory-limit-mib.
+type gcFlags struct {
+	percent  int
+	limitMiB int
+	tuner    *gctune.Tuner // while a limit is applied
+}
+
+func (g *gcFlags) register(flags *pflag.FlagSet) {
+	flags.IntVar(&g.percent, "gc-percent", defaultGCPercent, "Go garbage collector target percentage (GOGC); "+
+		"the GOGC environment variable, when set, wins")
+	flags.IntVar(&g.limitMiB, "memory-limit-mib", 0, "Soft memory limit of the Go runtime in MiB (0: none): "+
+		"collect more often rather than grow past it, yet always let the heap grow by at least its live size; "+
+		"the GOMEMLIMIT environment variable, when set, wins and is not raised")
+}
+
+// apply sets the collector's target and starts the memory limit's tuner, unless the environment sets them.
+func (g *gcFlags) apply() error {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(g.percent)
+	}
+	if g.limitMiB < 0 {
+		return fmt.Errorf("--memory-limit-mib %d: must not be negative", g.limitMiB)
+	}
+	if g.limitMiB == 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return nil
+	}
+	tuner, err := gctune.New(gctune.Config{Limit: int64(g.limitMiB) << 20})
+	if err != nil {
+		return fmt.Errorf("--memory-limit-mib: %w", err)
+	}
+	tuner.Start()
+	g.tuner = tuner
+	return nil
+}
+
+// stop hands the memory limit back to the runtime's own.
+func (g *gcFlags) stop() {
+	if g.tuner != nil {
+		g.tuner.Stop()
+	}
+}

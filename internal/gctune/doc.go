@@ -1,0 +1,23 @@
+// Package gctune gives a Cairn process a soft memory limit that yields to its live heap.
+//
+// The collector's target percentage (GOGC, --gc-percent) trades memory for CPU in proportion to the live
+// heap: at 400 a storage holding 12 MiB of live data lets its heap reach 60 MiB between collections. A soft
+// memory limit (runtime/debug.SetMemoryLimit, GOMEMLIMIT) caps that growth while the heap is small, so a
+// process keeps GOGC's rare collections as long as it stays under the limit and pays with more collections
+// only when it would not. A fixed limit, though, is a trap when the live heap grows towards it: the runtime
+// then collects back to back (up to half the CPU) and a member holding a large key index would thrash.
+//
+// So the limit a Tuner sets is guarded from below: after every collection it raises the runtime's limit to
+// what a GOGC of MinGCPercent would let the process reach (its memory outside the heap, plus the live heap
+// times 1+MinGCPercent/100), and lowers it back to the configured limit once the live heap shrinks. The heap
+// goal is thus GOGC's while the process fits the limit, never less than MinGCPercent's, and the limit's in
+// between.
+//
+// A Tuner needs only the Go runtime: its work runs once after each collection, on the runtime's cleanup
+// goroutine (runtime.AddCleanup on a sentinel it re-arms), so an idle process wakes it no more than it
+// collects. The process's GOGC is left as it is.
+//
+// Lifecycle: New(cfg) → Start (sets the limit, arms the first sentinel) → Stop (restores the limit the runtime
+// had; safe twice). The runtime's limit is the process's, so a process runs one Tuner: cmd/cairn starts it
+// for --memory-limit-mib.
+package gctune
