@@ -11,6 +11,10 @@
 #   SCALE=10 scripts/bench-encryption.sh     # totals divided by 10, for a quick look
 #   UP_FLAGS="--child-gomaxprocs 2" scripts/bench-encryption.sh   # flags for every cairn up
 #   CAIRN=/path/cairn CAIRN_KMS=/path/cairn-kms scripts/bench-encryption.sh   # prebuilt binaries
+#   SIZES=102400 ROUNDS=5 scripts/bench-encryption.sh   # some value sizes only (bytes; default "1024 102400")
+#
+# Each put row starts after a sync and once the stack has settled: the 100 KiB puts are bound by the disk, and
+# the last stack's writes still on their way to it would slow whichever mode comes next.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scale=${SCALE:-1}
@@ -66,7 +70,9 @@ rows() {
 	up_start "up-$mode-$round" "${args[@]}" ${UP_FLAGS:-}
 	first=${endpoints%%,*}
 	rate "$endpoints" "" --total 1 put >/dev/null || true # warm-up
-	for size in 1024 102400; do
+	for size in ${SIZES:-1024 102400}; do
+		sync
+		settle "up-$mode-$round"
 		total=$(((size == 1024 ? 100000 : 10000) / scale))
 		local put rl rs
 		# a run that fails (a timeout under load) prints "-" and the rounds go on
