@@ -29,12 +29,17 @@ type observation struct {
 // it.
 func (k *Keeper) runElection(ctx context.Context) {
 	var seen observation
+	pace := standbyPace{base: k.cfg.RenewInterval, current: k.cfg.RenewInterval}
 	tick := time.NewTicker(k.cfg.RenewInterval)
 	defer tick.Stop()
 	for {
 		_, holder := k.holder()
 		switch {
 		case k.pauseElection.Load():
+		case holder && pace.current != pace.base: // promoted: renew or confirm at RenewInterval
+			pace.current = pace.base
+			tick.Reset(pace.base)
+			continue
 		case holder && k.peers != nil:
 			if !k.doze(time.Now()) {
 				k.confirmClaim(ctx)
@@ -54,7 +59,10 @@ func (k *Keeper) runElection(ctx context.Context) {
 		case holder:
 			k.renewClaim(ctx)
 		default:
-			k.watchClaim(ctx, &seen)
+			if wait := pace.next(k.watchClaim(ctx, &seen)); wait != pace.current {
+				pace.current = wait
+				tick.Reset(wait)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -192,15 +200,16 @@ func (k *Keeper) readClaim(ctx context.Context, timeout time.Duration) (*storage
 // peer is the holder any more (each answers it is another keeper, or refuses the connection: the holder's
 // process is gone, as after a kill -9). The wait takes no part in keeping leases safe (the new keeper counts the
 // old as serving until ActiveTimeout after its claim, whatever the standby saw): it only spares a holder the
-// standby merely lost sight of a needless takeover, so a holder known dead is not waited for.
-func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
+// standby merely lost sight of a needless takeover, so a holder known dead is not waited for. It reports whether
+// a peer answered that the holder is active (standbyPace stretches the next look only then).
+func (k *Keeper) watchClaim(ctx context.Context, seen *observation) (holderAnswered bool) {
 	probed, sighted := "", holderUnseen // the holder asked about in this look, if any, and what the peers said
 	if k.peers != nil && seen.state != nil && seen.state.Holder != "" && seen.state.Holder != k.id {
 		// While the holder last read says it is active there is nothing to do: the claim is not read (each
 		// read is a ReadIndex round of the consensus members).
 		probed, sighted = seen.state.Holder, k.askPeers(ctx, seen, seen.state.Holder)
 		if sighted == holderServing {
-			return
+			return true
 		}
 	}
 	state, err := k.readClaim(ctx, k.cfg.RenewInterval*2)
@@ -226,7 +235,7 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 		sighted = holderUnseen
 		if state.Holder != "" && k.peers != nil {
 			if sighted = k.askPeers(ctx, seen, state.Holder); sighted == holderServing {
-				return
+				return true
 			}
 		}
 	}
@@ -257,6 +266,7 @@ func (k *Keeper) watchClaim(ctx context.Context, seen *observation) {
 	k.logger.Info("took over the leasekeeper claim", "previous", keeperclaim.Describe(state), "epoch", won.Epoch,
 		"silent_for", now.Sub(seen.seenAt), "holder_gone", gone)
 	k.promote(ctx, won, oldStop, sent)
+	return false
 }
 
 // askPeers asks the peers about holder; a live answer is as good as a renewal, so the holder's silence is

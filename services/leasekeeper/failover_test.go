@@ -358,10 +358,11 @@ func (m claimMode) env(env *testEnv) *testEnv {
 // looks at the claim every RenewInterval, so it claims between one interval before and two after
 // TakeoverTimeout from the kill, never earlier. With peers: the killed holder's address refuses the standby's
 // next health check (or the one after, if the first found the old connection closing), and the standby claims at
-// once.
+// once; the next check comes at most one stretched wait (standbyPace) after the kill, the one after that one
+// RenewInterval later.
 func (m claimMode) takeover(cfg Config) (earliest, latest time.Duration) {
 	if m.peers {
-		return 0, 3 * cfg.RenewInterval
+		return 0, (standbyStretch + 2) * cfg.RenewInterval
 	}
 	return cfg.TakeoverTimeout - cfg.RenewInterval, cfg.TakeoverTimeout + 2*cfg.RenewInterval
 }
