@@ -165,7 +165,7 @@ func (s *Storage) recoverStore(ctx context.Context, cause error) {
 		st, err := s.openStore()
 		if err == nil {
 			s.store = st
-			s.durable.Store(st.Position().DurableIndex)
+			s.setDurable(st.Position().DurableIndex)
 		}
 		s.storeMu.Unlock()
 		if err == nil {
@@ -179,6 +179,8 @@ func (s *Storage) recoverStore(ctx context.Context, cause error) {
 }
 
 // runCompactReporter reports the durable applied index to the log every LogCompactInterval when it advanced.
+// Once the log has the latest, its ticker stops until setDurable says the index moved: an idle storage does not
+// wake every LogCompactInterval to find nothing to report.
 func (s *Storage) runCompactReporter(ctx context.Context) {
 	t := time.NewTicker(s.cfg.LogCompactInterval)
 	defer t.Stop()
@@ -189,6 +191,25 @@ func (s *Storage) runCompactReporter(ctx context.Context) {
 		case <-t.C:
 			s.reportDurable(ctx)
 		}
+		if s.durable.Load() > s.reported.Load() {
+			continue // not reported (the log refused it): try again at the next tick
+		}
+		t.Stop()
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.durableCh:
+		}
+		t.Reset(s.cfg.LogCompactInterval)
+	}
+}
+
+// setDurable records the index bbolt has made durable and wakes the compaction reporter.
+func (s *Storage) setDurable(index uint64) {
+	s.durable.Store(index)
+	select {
+	case s.durableCh <- struct{}{}:
+	default: // already told
 	}
 }
 

@@ -43,7 +43,7 @@ func (s *Storage) Defragment(ctx context.Context) (*storagepb.DefragmentResponse
 		return nil, fmt.Errorf("defragment: reopen %s: %w", s.dbPath(), err)
 	}
 	s.store = st
-	s.durable.Store(st.Position().DurableIndex)
+	s.setDurable(st.Position().DurableIndex)
 	if compactErr != nil {
 		s.logger.Warn("defragment failed; kept the database as it was", "err", compactErr)
 		return nil, compactErr

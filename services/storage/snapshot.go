@@ -115,8 +115,8 @@ func (s *Storage) installSnapshot(ctx context.Context, ref *commitlog.SnapshotRe
 		return fmt.Errorf("open installed snapshot (index %d): %w", info.AppliedIndex, err)
 	}
 	s.store = st
-	s.durable.Store(st.Position().DurableIndex)
-	s.reported.Store(0) // report the new durable index at the next tick
+	s.reported.Store(0) // report the new durable index at the next tick (setDurable wakes the reporter)
+	s.setDurable(st.Position().DurableIndex)
 	s.logger.Info("snapshot installed", "applied_index", info.AppliedIndex, "revision", info.Revision)
 	return nil
 }

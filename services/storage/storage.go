@@ -57,6 +57,7 @@ type Storage struct {
 	// answerBuffers hold the pipeline's encoded range answers until gRPC has sent them.
 	answerBuffers wiremsg.Pool
 	served        servedCalls
+	logStatus     logStatusCache // the raft fields Status last read from the log
 
 	// applyMu is held while the apply loop delivers a batch, so a defragmentation can swap the store between
 	// batches; it is taken before storeMu.
@@ -73,6 +74,7 @@ type Storage struct {
 	unhealthy  atomic.Pointer[string]
 	failedCh   chan struct{} // signalled by the store's OnFailure
 	durable    atomic.Uint64
+	durableCh  chan struct{} // signalled by setDurable: wakes the compaction reporter
 	reported   atomic.Uint64
 	recovering bool // apply loop only: a reopened store must commit once before storage is healthy again
 
@@ -106,7 +108,7 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 		stages: tel.Stages("storage", fmt.Sprintf("%x", cfg.MemberID)),
 		logger: logger.With("member-id", fmt.Sprintf("%x", cfg.MemberID)), ids: newRequestIDs(cfg.MemberID, time.Now()),
 		stopping: make(chan struct{}), waiters: newWaiters(), tokens: newSimpleTokens(), appliedCh: make(chan struct{}),
-		failedCh: make(chan struct{}, 1), keyring: deps.Keyring, alarms: newCorruptAlarms(),
+		failedCh: make(chan struct{}, 1), durableCh: make(chan struct{}, 1), keyring: deps.Keyring, alarms: newCorruptAlarms(),
 	}
 	s.reads = newReadBarrier(log.ReadIndex, cfg.RequestTimeout, s.stages)
 	s.metrics = newMetrics(s)
@@ -118,7 +120,7 @@ func New(cfg Config, deps Deps) (*Storage, error) {
 		return nil, err
 	}
 	s.store = st
-	s.durable.Store(st.Position().DurableIndex)
+	s.setDurable(st.Position().DurableIndex)
 	return s, nil
 }
 
@@ -135,7 +137,7 @@ func (s *Storage) openStore() (*mvcc.Store, error) {
 		CompactionBatchLimit: s.cfg.CompactionBatchLimit, CompactionSleepInterval: s.cfg.CompactionSleepInterval,
 		MinLeaseTTL: s.cfg.MinLeaseTTL, Logger: s.logger,
 		OnCommit: func(durable uint64, entries int, start, end time.Time) {
-			s.durable.Store(durable)
+			s.setDurable(durable)
 			s.metrics.backendCommit.Observe(end.Sub(start).Seconds())
 			s.committed(durable, entries, start, end)
 		},

@@ -440,7 +440,8 @@ func (s *Storage) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*p
 	return resp, err
 }
 
-// Status reports where storage stands; the raft fields come from the log when it answers quickly.
+// Status reports where storage stands; the raft fields come from the log when it answers quickly (the last
+// answer, while nothing has been applied since and it is younger than logStatusMaxAge).
 func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error) {
 	st := s.currentStore()
 	pos := st.Position()
@@ -450,9 +451,7 @@ func (s *Storage) Status(ctx context.Context) (*storagepb.StatusResponse, error)
 		DbSizeInUse: inUse, Alarms: st.Alarms(pb.AlarmType_NONE), Unhealthy: s.unhealthyReason(),
 		DbSizeQuota: max(s.cfg.QuotaBackendBytes, 0), AuthRevision: st.AuthRevision(),
 		AuthEnabled: st.AuthEnabled()}
-	lctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	if ls, err := s.log.Status(lctx); err == nil {
+	if ls, ok := s.raftStatus(ctx, pos.AppliedIndex); ok {
 		resp.RaftTerm, resp.Leader, resp.RaftIndex, resp.ClusterId = ls.Term, ls.Leader, ls.CommitIndex, ls.ClusterID
 	}
 	return resp, nil
