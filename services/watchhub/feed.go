@@ -83,6 +83,8 @@ func (f *feed) run(ctx context.Context) {
 			poll.Reset(f.pollWait)
 		case <-f.wake:
 			f.catchUp(ctx)
+			f.pollWait = f.hub.cfg.StoragePollInterval // watched now: back to the full pace
+			poll.Reset(f.pollWait)
 		case <-retry:
 			f.retryAt = time.Time{}
 		}
@@ -139,13 +141,12 @@ func (r offerResult) String() string {
 // While the store stands still (no record heard, the same revision polled) the wait before the next poll
 // doubles, up to idlePollFactor times StoragePollInterval: an idle hub asks its storages every 2 s rather than
 // every 500 ms. A record lost in an idle moment so waits at most that long; any movement brings the wait back.
+// A hub without watch streams fills nothing (its first stream wakes it and it catches up then), so it polls
+// only to follow storage's health and leader: its wait stretches to unwatchedPollFactor times.
 func (f *feed) poll(ctx context.Context) {
 	rev, _, ok := f.pollStatus(ctx)
-	if ok && rev == f.polledRev && !f.heard {
-		f.pollWait = min(2*f.pollWait, idlePollFactor*f.hub.cfg.StoragePollInterval)
-	} else {
-		f.pollWait = f.hub.cfg.StoragePollInterval
-	}
+	f.pollWait = nextPollWait(f.pollWait, f.hub.cfg.StoragePollInterval, ok && rev == f.polledRev && !f.heard,
+		f.hub.watched())
 	f.heard = false
 	if !ok {
 		return
@@ -154,8 +155,27 @@ func (f *feed) poll(ctx context.Context) {
 	f.polledRev = rev
 }
 
-// idlePollFactor bounds how far the storage poll stretches while the store stands still.
-const idlePollFactor = 4
+// idlePollFactor bounds how far the storage poll stretches while the store stands still, and
+// unwatchedPollFactor how far while the hub also has no watch stream (4 s by default: its health needs an
+// answer every 10 s, see feed.health).
+const (
+	idlePollFactor      = 4
+	unwatchedPollFactor = 8
+)
+
+// nextPollWait is the wait after a poll that waited wait: base (StoragePollInterval) unless the store stood
+// still, else twice wait up to idlePollFactor times base, or unwatchedPollFactor times while the hub has no
+// watch stream.
+func nextPollWait(wait, base time.Duration, stoodStill, watched bool) time.Duration {
+	switch {
+	case !stoodStill:
+		return base
+	case watched:
+		return min(2*wait, idlePollFactor*base)
+	default:
+		return min(2*wait, unwatchedPollFactor*base)
+	}
+}
 
 // pollStatus returns the highest revision and compact revision the storages report, and notes the cluster
 // header of the most advanced one; it prefers that storage for history.
