@@ -21,29 +21,19 @@ const interestInterval = time.Second
 func (h *Hub) watched() bool { return h.streamCount.Load() > 0 }
 
 // announceInterest runs until ctx ends, announcing every interestInterval while the hub is watched, and at once
-// when the first stream opens. While the hub has no stream its ticker is stopped: an idle hub does not wake.
+// when the first stream opens.
 func (h *Hub) announceInterest(ctx context.Context) {
 	tick := time.NewTicker(interestInterval)
 	defer tick.Stop()
 	for {
-		if !h.watched() {
-			tick.Stop()
-			select {
-			case <-ctx.Done():
-				return
-			case <-h.firstStream:
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if !h.watched() {
+				continue
 			}
-			tick.Reset(interestInterval)
-		} else {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				if !h.watched() {
-					continue
-				}
-			case <-h.firstStream:
-			}
+		case <-h.firstStream:
 		}
 		if err := eventbus.AnnounceInterest(h.nc, h.cfg.SubjectPrefix); err != nil {
 			h.logger.Debug("announcing interest in applied records failed", "err", err)
