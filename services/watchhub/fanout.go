@@ -61,12 +61,13 @@ const maxShapedEvents = 64
 
 // revisionPlan is one revision ready to dispatch: its matched groups and their responses, in the same order.
 type revisionPlan struct {
-	rev    int64
-	traced *eventTrace
-	encode trace.Span // the revision's watchhub.encode stage, ended when the run is dispatched
-	groups []*group
-	resps  []*sharedResponse
-	queued []int // responses queued per shard, for a sampled revision's encode span
+	rev     int64
+	traced  *eventTrace
+	encode  trace.Span // the revision's watchhub.encode stage, ended at encoded once the run is dispatched
+	encoded time.Time  // when the revision's responses were all encoded, for a sampled revision
+	groups  []*group
+	resps   []*sharedResponse
+	queued  []int // responses queued per shard, for a sampled revision's encode span
 }
 
 // deliver appends a contiguous run of revisions to the window and fans each out to the synced watchers.
@@ -157,6 +158,12 @@ func (h *Hub) plan(r revisionEvents) (revisionPlan, bool) {
 	}
 	p.groups = kept
 	if traced != nil {
+		// The encode stage ends here and each response's sends start here, so the stages tile: the queueing on
+		// the streams (dispatch) counts to the sends.
+		p.encoded = time.Now()
+		for _, resp := range p.resps {
+			resp.traced, resp.queued = traced, p.encoded
+		}
 		p.queued = make([]int, h.fan.shards)
 	}
 	return p, true
@@ -177,9 +184,6 @@ func (h *Hub) encodeGroup(r revisionEvents, g *group, byShape map[responseShape]
 	}
 	h.metrics.encodedResponses.Inc()
 	resp.received = r.received
-	if r.traced != nil {
-		resp.traced, resp.queued = r.traced, time.Now()
-	}
 	if byShape != nil {
 		byShape[g.shape] = resp
 	}
@@ -265,7 +269,7 @@ func (h *Hub) endRun(plans []revisionPlan) {
 				queued += n
 			}
 			p.encode.SetAttributes(obs.AttrCount.Int(queued))
-			p.encode.End(trace.WithTimestamp(dispatched))
+			p.encode.End(trace.WithTimestamp(p.encoded))
 		}
 		p.traced.ended(dispatched)
 		p.traced.release()

@@ -15,8 +15,8 @@ import (
 // watchhub.event (cairn.op=watch.event) linked to the write's storage.apply span, whose trace context came on the
 // bus, from the hub's receipt of the record to the last watcher's send. Its stages: watchhub.bus_receive (the
 // record's wait for the feed), watchhub.sequence (until its revision is next in order), watchhub.match,
-// watchhub.encode (encoding and queueing per matching group) and watchhub.send (from queueing to written, per
-// watcher). Only revisions whose record carried a sampled trace context get one.
+// watchhub.encode (encoding the matching groups' responses) and watchhub.send (from the encoded response to
+// written, per watcher, its queueing on the streams included). Only revisions whose record carried a sampled trace context get one.
 type eventTrace struct {
 	ctx     context.Context // carries the root span
 	root    trace.Span
