@@ -4,7 +4,10 @@
 # and serializable range, with 1 KiB and 100 KiB values. Prints Requests/sec per row and mode, then, per row, the
 # median over the rounds and the ratios aesgcm/off (goal ≥ 0.85) and kms/aesgcm (goal ≥ 0.95). Each range row
 # starts once the stack has settled after the row before (settle), so it measures reads, not the put phase's
-# aftermath (~330 MB of 100 KiB values at full size).
+# aftermath (~330 MB of 100 KiB values at full size). Each put row also gives the CPU its stack spent per put
+# (all its processes, from /proc, until the stack has settled after the row): the 100 KiB puts are bound by the
+# disk, whose speed moves from round to round, and the CPU a put costs does not move with it; the summary shows
+# it as puts per CPU-second (row put-cpu), so its ratios read like the others.
 #
 #   scripts/bench-encryption.sh              # full size, one round (about 10 minutes on 2 cores)
 #   ROUNDS=3 scripts/bench-encryption.sh     # 3 rounds; each starts with another mode, so no mode always runs last
@@ -44,18 +47,23 @@ resources:
   - kms: {name: local-kms, command: $CAIRN_KMS, args: [--key-file, $work/kms.json]}
 YAML
 
+# stack_ticks NAME: the CPU clock ticks (user and system, 1/100 s) the processes of the stack NAME have used.
+stack_ticks() {
+	python3 -c 'import json, sys; print("\n".join(str(c["pid"]) for c in json.load(open(sys.argv[1]))["children"]))' \
+		"$work/$1/stack.json" | while read -r pid; do cat "/proc/$pid/stat" 2>/dev/null; done |
+		sed 's/^.*) //' | awk '{t += $12 + $13} END {print t + 0}'
+}
+
 # settle NAME: waits until the stack NAME has digested what the last phase wrote (bbolt commits, raft snapshots,
 # the GC of the written values): the CPU its processes use, summed, stays under 0.3 core for two seconds in a row
 # (an idle stack uses about 0.1), at most 120 s. So the next row measures its own requests, not the last one's
 # aftermath. Prints nothing on stdout; how long it waited goes to stderr.
 settle() {
-	local stack=$work/$1/stack.json pids quiet=0 waited=0 before after
-	pids=$(python3 -c 'import json, sys; print(" ".join(str(c["pid"]) for c in json.load(open(sys.argv[1]))["children"]))' "$stack")
-	cputicks() { for pid in $pids; do cat "/proc/$pid/stat" 2>/dev/null; done | awk '{t += $14 + $15} END {print t + 0}'; }
-	after=$(cputicks)
+	local quiet=0 waited=0 before after
+	after=$(stack_ticks "$1")
 	while ((quiet < 2 && waited < 120)); do
 		sleep 1
-		before=$after after=$(cputicks) waited=$((waited + 1))
+		before=$after after=$(stack_ticks "$1") waited=$((waited + 1))
 		# clock ticks are 1/100 s: under 30 a second is under 0.3 core
 		if ((after - before < 30)); then quiet=$((quiet + 1)); else quiet=0; fi
 	done
@@ -74,9 +82,15 @@ rows() {
 		sync
 		settle "up-$mode-$round"
 		total=$(((size == 1024 ? 100000 : 10000) / scale))
-		local put rl rs
+		local put rl rs ticks cpu=-
+		ticks=$(stack_ticks "up-$mode-$round")
 		# a run that fails (a timeout under load) prints "-" and the rounds go on
-		put=$(rate "$endpoints" "" --conns=100 --clients=1000 put --key-size=8 --sequential-keys --total="$total" --val-size="$size") || put=-
+		if put=$(rate "$endpoints" "" --conns=100 --clients=1000 put --key-size=8 --sequential-keys --total="$total" --val-size="$size"); then
+			settle "up-$mode-$round" # the CPU a put costs includes what the stack does after answering it
+			cpu=$((($(stack_ticks "up-$mode-$round") - ticks) * 10000 / total))
+		else
+			put=-
+		fi
 		# the key the ranges read, holding one value of this size (through the JSON gateway)
 		printf '{"key":"%s","value":"%s"}' "$(printf rangekey | base64)" "$(head -c "$size" /dev/zero | tr '\0' v | base64 -w0)" >"$work/put.json"
 		# (retried: under load the gateway's put may time out; a key never written reads as "-")
@@ -87,13 +101,13 @@ rows() {
 			settle "up-$mode-$round"
 			rs=$(rate "$endpoints" "" --conns=100 --clients=1000 range rangekey --consistency=s --total="$total") || rs=-
 		fi
-		printf '%-8s %-7s %12s %12s %12s\n' "$mode" "$((size / 1024))KiB" "$put" "$rl" "$rs"
+		printf '%-8s %-7s %12s %12s %12s %12s\n' "$mode" "$((size / 1024))KiB" "$put" "$rl" "$rs" "$cpu"
 	done
 	stop_last
 }
 
 modes=(off aesgcm kms)
-printf '%-8s %-7s %12s %12s %12s\n' mode value put/s range-l/s range-s/s | tee "$work/rows"
+printf '%-8s %-7s %12s %12s %12s %12s\n' mode value put/s range-l/s range-s/s put-cpu-us | tee "$work/rows"
 for round in $(seq "$rounds"); do
 	for i in 0 1 2; do
 		# not in a pipeline: rows must run in this shell, so bench_cleanup knows the stack it started
@@ -108,9 +122,10 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]).readlines()[1:] if l.strip()]
 med = {}
 for mode, size, *rates in rows:
-    for col, r in zip(("put", "range-l", "range-s"), rates):
+    for col, r in zip(("put", "range-l", "range-s", "put-cpu"), rates):
         if r.replace(".", "", 1).isdigit():
-            med.setdefault((size, col), {}).setdefault(mode, []).append(float(r))
+            # CPU µs per put: lower is better, so its row shows puts per CPU-second
+            med.setdefault((size, col), {}).setdefault(mode, []).append(float(r) if col != "put-cpu" else 1e6 / float(r))
 print("%-7s %-8s %10s %10s %10s %11s %11s" % ("value", "row", "off", "aesgcm", "kms", "aesgcm/off", "kms/aesgcm"))
 for (size, col), by in med.items():
     m = {mode: statistics.median(by.get(mode) or [float("nan")]) for mode in ("off", "aesgcm", "kms")}
