@@ -6,7 +6,8 @@
 # binary that the processes share once per process (about 24 MiB per Cairn process); PSS splits them among the
 # processes, so its sum is the memory the stack really holds: compare stacks by PSS (see lib/procstat.sh).
 # Then the same `cairn up` at each GC_PERCENTS value (GOGC for every child). PER_PROCESS=1 adds a line per
-# process (CPU seconds, RSS, PSS, anonymous memory). Under load: mem-under-load.sh.
+# process (CPU seconds, RSS, PSS, anonymous memory, and wakeups a second: the voluntary context switches of its
+# threads, see lib/procstat.sh). Under load: mem-under-load.sh.
 #
 #   scripts/idle.sh                                       # builds bin/cairn; etcd from the user cache dir
 #   CAIRN=/path/cairn ETCD=/path/etcd WINDOW=30 SETTLE=10 GC_PERCENTS="100 400" scripts/idle.sh
@@ -38,10 +39,13 @@ measure() {
 	local procs
 	mapfile -t procs < <(tree_pids "$@")
 	local index0 cpu0 index1 cpu1 pid
-	local -A each0
+	local -A each0 woke0
 	index0=$(raft_index "$endpoint")
 	cpu0=$(cpu_ticks "${procs[@]}")
-	for pid in "${procs[@]}"; do each0[$pid]=$(cpu_ticks "$pid"); done
+	for pid in "${procs[@]}"; do
+		each0[$pid]=$(cpu_ticks "$pid")
+		woke0[$pid]=$(wakeups "$pid")
+	done
 	sleep "$WINDOW"
 	index1=$(raft_index "$endpoint")
 	cpu1=$(cpu_ticks "${procs[@]}")
@@ -52,7 +56,7 @@ measure() {
 	for pid in "${procs[@]}"; do
 		printf '  %-22s %6d %14s %14.2f %10d %10d %8s\n' "$(process_name "$pid")" "$pid" "" \
 			"$(echo "($(cpu_ticks "$pid") - ${each0[$pid]}) / $ticks" | bc -l)" "$(($(rss_kib "$pid") / 1024))" \
-			"$(($(pss_kib "$pid") / 1024))" "anon $(($(awk '/^Anonymous:/ {print $2}' /proc/"$pid"/smaps_rollup) / 1024))"
+			"$(($(pss_kib "$pid") / 1024))" "anon $(($(awk '/^Anonymous:/ {print $2}' /proc/"$pid"/smaps_rollup) / 1024)) wakeups/s $((($(wakeups "$pid") - woke0[$pid]) / WINDOW))"
 	done
 }
 

@@ -25,6 +25,9 @@ const (
 	HeaderMember     = "Cairn-Member"
 )
 
+// HeaderStandby marks a publisher's heartbeat sent while it stands by (see PublisherConfig.TakeTurns).
+const HeaderStandby = "Cairn-Standby"
+
 // Subject is the subject a member publishes its records on.
 func Subject(prefix string, memberID uint64) string {
 	return fmt.Sprintf("%s.applied.%x", prefixOrDefault(prefix), memberID)

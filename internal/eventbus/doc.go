@@ -8,9 +8,11 @@
 //   - Delivery is at most once per publisher and in order per publisher. Every member's storage is given every
 //     record; with PublisherConfig.TakeTurns (as Cairn's storages run) they take turns, so normally one member's
 //     publisher sends each record once: the lowest member ID whose heartbeat (every 200ms, 400ms while idle,
-//     with how far it has been given) shows it live and not behind. The others hold their newest records and, when their turn comes (the
-//     sender went silent or fell a TakeoverAfter behind), send those first, so a takeover leaves no gap in the usual
-//     case. While turns change, two may send for a moment: a consumer must de-duplicate by index. A consumer that
+//     with how far it has been given) shows it live and not behind. The others hold their newest records and, when
+//     their turn comes (the sender went silent or fell a TakeoverAfter behind), send those first, so a takeover
+//     leaves no gap in the usual case. Those standing by send a standby heartbeat only every 2 s, enough to keep
+//     the members above them from taking over too: the next member takes over within a second; when the next is
+//     gone as well, the one after it within 5 s. While turns change, two may send for a moment: a consumer must de-duplicate by index. A consumer that
 //     sees a gap in revisions (or suspects one) fills it from storage's History: the bus is the fast path, storage
 //     the truth.
 //   - With PublisherConfig.OnlyWhenWanted (as Cairn's storages run), applied records are sent only while a

@@ -15,21 +15,39 @@ const (
 )
 
 // turns decides, for one publisher that takes turns with the other members' (PublisherConfig.TakeTurns),
-// whether it sends now. Every such publisher sends a heartbeat each HeartbeatInterval (less often while idle:
-// see heartbeatPace) with the last index it was given, whether in its turn or not; it is a publisher's turn unless, within TakeoverAfter, it heard a lower
-// member ID's heartbeat that was not behind: whose index had reached what this publisher had been given
-// TakeoverAfter earlier. So the lowest live member sends, and one whose storage stopped applying (cut off from
-// its consensus, say) loses its turn once the others are TakeoverAfter ahead of it.
+// whether it sends now. A publisher in its turn sends a heartbeat each HeartbeatInterval (less often while
+// idle: see heartbeatPace) with the last index it was given; one standing by sends a standby heartbeat (marked
+// HeaderStandby) only every standbyHeartbeatInterval. It is a publisher's turn unless it heard, from a lower
+// member ID whose index was not behind (had reached what this publisher had been given TakeoverAfter earlier),
+// a heartbeat within TakeoverAfter or a standby heartbeat within standbyWindow. So the lowest live member sends,
+// and one whose storage stopped applying (cut off from its consensus, say) loses its turn once the others are
+// TakeoverAfter ahead of it.
+//
+// Why standbys beat rarely, and why they beat at all: only the sender's heartbeats keep the others standing by,
+// so only it beats at the full pace (an idle bus carries a third of the heartbeats it did when every member beat
+// each HeartbeatInterval). When the sender goes silent, the next member takes over within TakeoverAfter, as
+// before; a member above that one must not take over too, and its standby heartbeats are what tell it the next
+// one is there. When the sender and the next member are gone together, the third so takes over within
+// standbyWindow instead of TakeoverAfter.
 type turns struct {
 	memberID uint64
 	takeover time.Duration
 	given    atomic.Uint64 // the last index handed to the publisher
 	// behindMark is the index given TakeoverAfter ago: a heartbeat below it is from a member lagging behind.
 	behindMark atomic.Uint64
-	lowerSeen  atomic.Int64 // Unix nanoseconds of the last heartbeat of a lower member not behind
-	samples    []givenAt    // recent values of given, oldest first; the publisher's goroutine only
-	sub        *nats.Subscription
+	lowerSeen  atomic.Int64 // Unix nanoseconds of the last heartbeat of a lower member not behind, in its turn
+	// lowerStandbySeen is the same for a lower member standing by.
+	lowerStandbySeen atomic.Int64
+	lastStandbyBeat  time.Time // when this publisher last sent a standby heartbeat; its goroutine only
+	samples          []givenAt // recent values of given, oldest first; the publisher's goroutine only
+	sub              *nats.Subscription
 }
+
+// standbyHeartbeatInterval is how often a publisher standing by sends a heartbeat: twice TakeoverAfter (2 s by
+// default). standbyWindow is how long one keeps the publishers above it standing by: five times TakeoverAfter,
+// so that two heartbeats may be late or lost.
+func (t *turns) standbyHeartbeatInterval() time.Duration { return 2 * t.takeover }
+func (t *turns) standbyWindow() time.Duration            { return 5 * t.takeover }
 
 type givenAt struct {
 	at    time.Time
@@ -40,7 +58,12 @@ type givenAt struct {
 func (t *turns) watch(nc *nats.Conn, prefix string) error {
 	sub, err := nc.Subscribe(HeartbeatSubject(prefix), func(msg *nats.Msg) {
 		h := headersOf(msg.Header)
-		if h.member < t.memberID && h.last >= t.behindMark.Load() {
+		if h.member >= t.memberID || h.last < t.behindMark.Load() {
+			return
+		}
+		if msg.Header.Get(HeaderStandby) != "" {
+			t.lowerStandbySeen.Store(time.Now().UnixNano())
+		} else {
 			t.lowerSeen.Store(time.Now().UnixNano())
 		}
 	})
@@ -63,7 +86,21 @@ func (t *turns) tick(now time.Time) {
 
 // mine reports whether it is this publisher's turn at now.
 func (t *turns) mine(now time.Time) bool {
-	return now.UnixNano()-t.lowerSeen.Load() >= int64(t.takeover)
+	return now.UnixNano()-t.lowerSeen.Load() >= int64(t.takeover) &&
+		now.UnixNano()-t.lowerStandbySeen.Load() >= int64(t.standbyWindow())
+}
+
+// beatDue reports whether a heartbeat is due at a tick at now: at every tick in this publisher's turn, and every
+// standbyHeartbeatInterval while it stands by.
+func (t *turns) beatDue(now time.Time, mine bool) bool {
+	if mine {
+		return true
+	}
+	if now.Sub(t.lastStandbyBeat) < t.standbyHeartbeatInterval() {
+		return false
+	}
+	t.lastStandbyBeat = now
+	return true
 }
 
 func (t *turns) stop() {

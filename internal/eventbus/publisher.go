@@ -27,7 +27,8 @@ type PublisherConfig struct {
 	// TakeTurns makes the members' publishers (which all get the same records) take turns instead of all sending:
 	// a publisher sends while no publisher of a lower member ID has sent a heartbeat (every HeartbeatInterval,
 	// default 200ms; every 2/5 of TakeoverAfter while it has been given nothing for TakeoverAfter) within
-	// TakeoverAfter (default 1s). One not in its turn keeps the newest StandbyRecords
+	// TakeoverAfter (default 1s), nor, standing by, a standby heartbeat (every 2 TakeoverAfter) within 5
+	// TakeoverAfter: so only the next member takes over. One not in its turn keeps the newest StandbyRecords
 	// (default 8192) records and sends them first when its turn comes, so a takeover leaves no gap a consumer
 	// would have to fill from storage unless it took longer than those records.
 	TakeTurns         bool
@@ -272,8 +273,9 @@ func (p *Publisher) runTurns(pace *heartbeatPace) {
 		case now := <-heartbeat:
 			pace.beat(now, p.turns.given.Load())
 			p.turns.tick(now)
-			p.myTurn(now)
-			p.sendHeartbeat()
+			if mine := p.myTurn(now); p.turns.beatDue(now, mine) {
+				p.sendHeartbeat(mine)
+			}
 		case <-p.stop:
 			for {
 				select {
@@ -327,6 +329,7 @@ func (p *Publisher) myTurn(now time.Time) bool {
 		p.active.Set(1)
 		p.logger.Info("event bus publisher taking its turn: no lower member's publisher heard",
 			"member-id", fmt.Sprintf("%x", p.cfg.MemberID), "resent_records", len(held))
+		p.sendHeartbeat(true) // at once: the members above it stand by from now on
 		for len(held) > 0 {
 			n := min(len(held), maxBatchRecords)
 			p.send(held[:n])
@@ -341,11 +344,15 @@ func (p *Publisher) myTurn(now time.Time) bool {
 	return mine
 }
 
-// sendHeartbeat tells the other members' publishers that this one is live, and how far it has been given.
-func (p *Publisher) sendHeartbeat() {
+// sendHeartbeat tells the other members' publishers that this one is live, how far it has been given, and
+// whether it is in its turn.
+func (p *Publisher) sendHeartbeat(mine bool) {
 	msg := &nats.Msg{Subject: HeartbeatSubject(p.cfg.SubjectPrefix), Header: nats.Header{}}
 	msg.Header.Set(HeaderMember, strconv.FormatUint(p.cfg.MemberID, 16))
 	msg.Header.Set(HeaderIndex, strconv.FormatUint(p.turns.given.Load(), 10))
+	if !mine {
+		msg.Header.Set(HeaderStandby, "1")
+	}
 	_ = p.nc.PublishMsg(msg) // a lost heartbeat only lets another publisher send too for a while
 }
 

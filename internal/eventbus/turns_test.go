@@ -359,3 +359,75 @@ func TestStandbyHoldsOnlyWhatIsWanted(t *testing.T) {
 		}
 	})
 }
+
+// TestStandbysBeatRarely: of three publishers taking turns on an idle bus, the two standing by send a standby
+// heartbeat only every standbyHeartbeatInterval; when the sender and the next member stop together, the third
+// takes over within standbyWindow (not within TakeoverAfter: the next member's standby heartbeats held it).
+func TestStandbysBeatRarely(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bus := eventbustest.Start(t)
+		cfg := PublisherConfig{SubjectPrefix: "test", TakeTurns: true, HeartbeatInterval: 50 * time.Millisecond,
+			TakeoverAfter: 500 * time.Millisecond}
+		var mu sync.Mutex
+		beats, standbyBeats := map[string]int{}, map[string]int{}
+		sub, err := bus.Connect(t, "sub").Subscribe(HeartbeatSubject("test"), func(msg *nats.Msg) {
+			mu.Lock()
+			defer mu.Unlock()
+			if msg.Header.Get(HeaderStandby) != "" {
+				standbyBeats[msg.Header.Get(HeaderMember)]++
+			} else {
+				beats[msg.Header.Get(HeaderMember)]++
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+		var all collector
+		subscribeCollectors(t, bus.Connect(t, "records"), map[*collector]bool{&all: false})
+		var pubs []*Publisher
+		for _, member := range []uint64{0x1, 0x2, 0x3} {
+			c := cfg
+			c.MemberID = member
+			pub := NewPublisher(bus.Connect(t, "pub"), c, nil, quietLogger())
+			pub.Start()
+			t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+			pubs = append(pubs, pub)
+		}
+		time.Sleep(2 * cfg.TakeoverAfter) // settled: member 1 sends, 2 and 3 stand by
+		mu.Lock()
+		clear(beats)
+		clear(standbyBeats)
+		mu.Unlock()
+		const window = 6 * time.Second
+		time.Sleep(window)
+		mu.Lock()
+		standbyEvery := 2 * cfg.TakeoverAfter
+		for _, member := range []string{"2", "3"} {
+			if got, most := standbyBeats[member], int(window/standbyEvery)+1; got < 3 || got > most || beats[member] != 0 {
+				t.Errorf("member %s: %d standby heartbeats and %d in its turn in %v idle, want 3 to %d and none",
+					member, got, beats[member], window, most)
+			}
+		}
+		if got := beats["1"]; got < int(window/cfg.idleHeartbeatInterval())-1 {
+			t.Errorf("member 1 (sending): %d heartbeats in %v idle, want about %d", got, window, int(window/cfg.idleHeartbeatInterval()))
+		}
+		mu.Unlock()
+
+		for _, p := range pubs[:2] {
+			if err := p.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start, next := time.Now(), uint64(1)
+		waittest.Until(t, 30*time.Second, 5*time.Millisecond, "member 3 sending", func() bool {
+			pubs[2].Publish(record(next), nil)
+			next++
+			time.Sleep(10 * time.Millisecond)
+			return all.count(0x3) > 0
+		})
+		if took := time.Since(start); took < cfg.TakeoverAfter || took > 5*cfg.TakeoverAfter+50*time.Millisecond {
+			t.Fatalf("member 3 took its turn %v after members 1 and 2 stopped, want between TakeoverAfter and 5 TakeoverAfter", took)
+		}
+	})
+}

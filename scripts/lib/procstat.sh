@@ -51,3 +51,14 @@ pss_kib() {
 	done
 	echo "$total"
 }
+
+# wakeups PID...: voluntary context switches of every thread of the pids. A thread switches voluntarily each
+# time it sleeps (on a timer, a futex, a socket), so over an idle window the count is how often the process woke.
+wakeups() {
+	local pid total=0 n
+	for pid in "$@"; do
+		n=$(cat /proc/"$pid"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches:/ {s += $2} END {print s + 0}')
+		total=$((total + n))
+	done
+	echo "$total"
+}

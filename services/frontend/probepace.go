@@ -3,6 +3,8 @@ package frontend
 import (
 	"slices"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/pace"
 )
 
 // idleProbeFactor bounds how far the probe interval stretches while nothing changes: ProbeInterval times this.
@@ -48,29 +50,24 @@ func (p *pool) marks() []probeMark {
 	return marks
 }
 
-// probePace decides when the next probe round runs: ProbeInterval after a round that saw a change or was asked
-// for (a replica failed a call), and otherwise twice the last wait, up to idleProbeFactor times ProbeInterval.
-// An idle cluster is so probed every 2 s instead of every 500 ms, while a busy one (whose applied index moves)
-// and one that changes are probed as often as before. Stale routing costs a hop, never a wrong answer (a write
-// or linearizable read on a follower's storage goes through its member), and a stale auth copy is fenced by
-// storage (see the storage package's doc).
+// probePace decides when the next probe round runs (internal/pace's rule): ProbeInterval after a round that saw
+// a change or was asked for (a replica failed a call), and otherwise twice the last wait, up to idleProbeFactor
+// times ProbeInterval. An idle cluster is so probed every 2 s instead of every 500 ms, while a busy one (whose
+// applied index moves) and one that changes are probed as often as before. Stale routing costs a hop, never a
+// wrong answer (a write or linearizable read on a follower's storage goes through its member), and a stale auth
+// copy is fenced by storage (see the storage package's doc).
 type probePace struct {
-	base, longest time.Duration
-	wait          time.Duration
-	last          []probeMark
+	stretch *pace.Stretch
+	last    []probeMark
 }
 
 func newProbePace(base time.Duration) *probePace {
-	return &probePace{base: base, longest: idleProbeFactor * base, wait: base}
+	return &probePace{stretch: pace.New(base, idleProbeFactor*base)}
 }
 
 // next returns the wait before the next round, given what the last round saw and whether it was asked for.
 func (pp *probePace) next(marks []probeMark, asked bool) time.Duration {
-	if asked || !slices.Equal(marks, pp.last) {
-		pp.wait = pp.base
-	} else {
-		pp.wait = min(2*pp.wait, pp.longest)
-	}
+	steady := !asked && slices.Equal(marks, pp.last)
 	pp.last = marks
-	return pp.wait
+	return pp.stretch.Next(steady)
 }

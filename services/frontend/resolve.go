@@ -67,12 +67,17 @@ type hostResolver struct {
 }
 
 // run resolves until ctx ends. A failed lookup keeps the last addresses (a DNS hiccup must not drop every
-// hub); it is reported to gRPC only while there are none.
+// hub); it is reported to gRPC only while there are none. An IP address (every backend of `cairn up`) stands for
+// itself forever: no ticker wakes the frontend to look at it again (gRPC's ResolveNow still does).
 func (r *hostResolver) run(ctx context.Context) {
 	defer close(r.done)
 	var last []string
-	tick := time.NewTicker(r.builder.interval)
-	defer tick.Stop()
+	var tick <-chan time.Time
+	if net.ParseIP(r.host) == nil {
+		ticker := time.NewTicker(r.builder.interval)
+		defer ticker.Stop()
+		tick = ticker.C
+	}
 	for {
 		addrs, err := r.resolve(ctx)
 		switch {
@@ -94,7 +99,7 @@ func (r *hostResolver) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick:
 		case <-r.now:
 		}
 	}

@@ -53,7 +53,7 @@
 // RenewInterval of C and claims TakeoverTimeout after that; the lease goes at C + RenewInterval + ActiveTimeout +
 // TTL, about TTL + 1.2s + (C - L). With peers and the holder's process gone (kill -9), the standby claims within
 // four RenewIntervals of C (while the holder answers it is active, a standby looks every three RenewIntervals;
-// see standbyPace) and the lease goes at the claim + ActiveTimeout + TTL, about TTL + 1.8s + (C - L);
+// see newStandbyPace) and the lease goes at the claim + ActiveTimeout + TTL, about TTL + 1.8s + (C - L);
 // both under TTL + 2.5s, plus ExpiryTick and the revoke. With peers and a holder the standby only lost sight of
 // (a partition), the standby first waits TakeoverTimeout: about TTL + 2.9s + (C - L), and that holder may itself
 // have renewed the lease until ActiveTimeout after the claim.

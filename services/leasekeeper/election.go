@@ -29,16 +29,15 @@ type observation struct {
 // it.
 func (k *Keeper) runElection(ctx context.Context) {
 	var seen observation
-	pace := standbyPace{base: k.cfg.RenewInterval, current: k.cfg.RenewInterval}
+	standby := newStandbyPace(k.cfg.RenewInterval)
 	tick := time.NewTicker(k.cfg.RenewInterval)
 	defer tick.Stop()
 	for {
 		_, holder := k.holder()
 		switch {
 		case k.pauseElection.Load():
-		case holder && pace.current != pace.base: // promoted: renew or confirm at RenewInterval
-			pace.current = pace.base
-			tick.Reset(pace.base)
+		case holder && standby.Stretched(): // promoted: renew or confirm at RenewInterval
+			tick.Reset(standby.Reset())
 			continue
 		case holder && k.peers != nil:
 			if !k.doze(time.Now()) {
@@ -59,8 +58,7 @@ func (k *Keeper) runElection(ctx context.Context) {
 		case holder:
 			k.renewClaim(ctx)
 		default:
-			if wait := pace.next(k.watchClaim(ctx, &seen)); wait != pace.current {
-				pace.current = wait
+			if last, wait := standby.Wait(), standby.Next(k.watchClaim(ctx, &seen)); wait != last {
 				tick.Reset(wait)
 			}
 		}
@@ -201,7 +199,7 @@ func (k *Keeper) readClaim(ctx context.Context, timeout time.Duration) (*storage
 // process is gone, as after a kill -9). The wait takes no part in keeping leases safe (the new keeper counts the
 // old as serving until ActiveTimeout after its claim, whatever the standby saw): it only spares a holder the
 // standby merely lost sight of a needless takeover, so a holder known dead is not waited for. It reports whether
-// a peer answered that the holder is active (standbyPace stretches the next look only then).
+// a peer answered that the holder is active (newStandbyPace stretches the next look only then).
 func (k *Keeper) watchClaim(ctx context.Context, seen *observation) (holderAnswered bool) {
 	probed, sighted := "", holderUnseen // the holder asked about in this look, if any, and what the peers said
 	if k.peers != nil && seen.state != nil && seen.state.Holder != "" && seen.state.Holder != k.id {

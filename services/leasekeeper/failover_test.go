@@ -358,7 +358,7 @@ func (m claimMode) env(env *testEnv) *testEnv {
 // looks at the claim every RenewInterval, so it claims between one interval before and two after
 // TakeoverTimeout from the kill, never earlier. With peers: the killed holder's address refuses the standby's
 // next health check (or the one after, if the first found the old connection closing), and the standby claims at
-// once; the next check comes at most one stretched wait (standbyPace) after the kill, the one after that one
+// once; the next check comes at most one stretched wait (newStandbyPace) after the kill, the one after that one
 // RenewInterval later.
 func (m claimMode) takeover(cfg Config) (earliest, latest time.Duration) {
 	if m.peers {

@@ -1,6 +1,10 @@
 package leasekeeper
 
-import "time"
+import (
+	"time"
+
+	"github.com/cairn-kv/cairn/internal/pace"
+)
 
 // standbyStretch bounds how far a standby's look at the holder stretches while the holder answers that it is
 // active: RenewInterval times this (600 ms by default).
@@ -14,19 +18,10 @@ import "time"
 // or unknown holder, a changed claim) brings the next look back to RenewInterval.
 const standbyStretch = 3
 
-// standbyPace spaces a standby's looks at the claim: RenewInterval after a look that did not find the holder
-// active, and otherwise twice the last wait, up to standbyStretch times RenewInterval. An idle standby so asks
-// its peers about 1.7 times a second instead of 5.
-type standbyPace struct {
-	base    time.Duration // RenewInterval
-	current time.Duration // the wait in force
-}
-
-// next is the wait after a look at the claim; holderAnswered is true when a peer answered that the holder is
-// active.
-func (p standbyPace) next(holderAnswered bool) time.Duration {
-	if !holderAnswered {
-		return p.base
-	}
-	return min(2*p.current, standbyStretch*p.base)
+// newStandbyPace spaces a standby's looks at the claim (internal/pace's rule): RenewInterval after a look that
+// did not find the holder active (Next(false)), and otherwise twice the last wait, up to standbyStretch times
+// RenewInterval (Next(true) when a peer answered that the holder is active). An idle standby so asks its peers
+// about 1.7 times a second instead of 5.
+func newStandbyPace(renewInterval time.Duration) *pace.Stretch {
+	return pace.New(renewInterval, standbyStretch*renewInterval)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/cairn-kv/cairn/api/eventpb"
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/pace"
 	"github.com/cairn-kv/cairn/internal/storageclient"
 )
 
@@ -38,7 +39,7 @@ type feed struct {
 	wake    chan struct{} // the hub got its first watch stream (see interest.go)
 
 	polledRev  int64 // the highest storage revision at the previous poll
-	pollWait   time.Duration
+	pollPace   *pace.Stretch
 	heard      bool      // a record came over the bus since the previous poll
 	retryAt    time.Time // a fill failed: not again before then
 	lastStatus atomic.Int64
@@ -62,8 +63,8 @@ func (f *feed) run(ctx context.Context) {
 	if !f.initialize(ctx) {
 		return
 	}
-	f.pollWait = f.hub.cfg.StoragePollInterval
-	poll := time.NewTimer(f.pollWait)
+	f.pollPace = pace.New(f.hub.cfg.StoragePollInterval, idlePollFactor*f.hub.cfg.StoragePollInterval)
+	poll := time.NewTimer(f.pollPace.Wait())
 	defer poll.Stop()
 	for {
 		for f.fillDue() && f.fill(ctx) {
@@ -79,12 +80,10 @@ func (f *feed) run(ctx context.Context) {
 			f.heard = true
 			f.handle(br)
 		case <-poll.C:
-			f.poll(ctx)
-			poll.Reset(f.pollWait)
+			poll.Reset(f.poll(ctx))
 		case <-f.wake:
 			f.catchUp(ctx)
-			f.pollWait = f.hub.cfg.StoragePollInterval // watched now: back to the full pace
-			poll.Reset(f.pollWait)
+			poll.Reset(f.pollPace.Reset()) // watched now: back to the full pace
 		case <-retry:
 			f.retryAt = time.Time{}
 		}
@@ -142,17 +141,18 @@ func (r offerResult) String() string {
 // doubles, up to idlePollFactor times StoragePollInterval: an idle hub asks its storages every 2 s rather than
 // every 500 ms. A record lost in an idle moment so waits at most that long; any movement brings the wait back.
 // A hub without watch streams fills nothing (its first stream wakes it and it catches up then), so it polls
-// only to follow storage's health and leader: its wait stretches to unwatchedPollFactor times.
-func (f *feed) poll(ctx context.Context) {
+// only to follow storage's health and leader: its wait stretches to unwatchedPollFactor times. poll returns the
+// wait before the next poll (internal/pace's rule).
+func (f *feed) poll(ctx context.Context) time.Duration {
 	rev, _, ok := f.pollStatus(ctx)
-	f.pollWait = nextPollWait(f.pollWait, f.hub.cfg.StoragePollInterval, ok && rev == f.polledRev && !f.heard,
-		f.hub.watched())
+	f.pollPace.Longest = pollLongest(f.hub.cfg.StoragePollInterval, f.hub.watched())
+	wait := f.pollPace.Next(ok && rev == f.polledRev && !f.heard)
 	f.heard = false
-	if !ok {
-		return
+	if ok {
+		f.seq.noteExists(f.polledRev)
+		f.polledRev = rev
 	}
-	f.seq.noteExists(f.polledRev)
-	f.polledRev = rev
+	return wait
 }
 
 // idlePollFactor bounds how far the storage poll stretches while the store stands still, and
@@ -163,18 +163,13 @@ const (
 	unwatchedPollFactor = 8
 )
 
-// nextPollWait is the wait after a poll that waited wait: base (StoragePollInterval) unless the store stood
-// still, else twice wait up to idlePollFactor times base, or unwatchedPollFactor times while the hub has no
-// watch stream.
-func nextPollWait(wait, base time.Duration, stoodStill, watched bool) time.Duration {
-	switch {
-	case !stoodStill:
-		return base
-	case watched:
-		return min(2*wait, idlePollFactor*base)
-	default:
-		return min(2*wait, unwatchedPollFactor*base)
+// pollLongest is the longest wait between polls while the store stands still: idlePollFactor times base
+// (StoragePollInterval), or unwatchedPollFactor times while the hub has no watch stream.
+func pollLongest(base time.Duration, watched bool) time.Duration {
+	if watched {
+		return idlePollFactor * base
 	}
+	return unwatchedPollFactor * base
 }
 
 // pollStatus returns the highest revision and compact revision the storages report, and notes the cluster

@@ -3,28 +3,33 @@ package watchhub
 import (
 	"testing"
 	"time"
+
+	"github.com/cairn-kv/cairn/internal/pace"
 )
 
-func TestNextPollWait(t *testing.T) {
+// TestPollPace: a hub's storage polls follow internal/pace's rule with the longest wait pollLongest gives:
+// idlePollFactor times StoragePollInterval while watched, unwatchedPollFactor times while not.
+func TestPollPace(t *testing.T) {
 	const base = 500 * time.Millisecond
-	for _, tc := range []struct {
+	pollPace := pace.New(base, idlePollFactor*base)
+	for i, step := range []struct {
 		name                string
-		wait                time.Duration
 		stoodStill, watched bool
 		want                time.Duration
 	}{
-		{"the store moved", 4 * base, false, true, base},
-		{"the store moved, unwatched", 8 * base, false, false, base},
-		{"still, watched: doubles", base, true, true, 2 * base},
-		{"still, watched: stops at the idle factor", 4 * base, true, true, idlePollFactor * base},
-		{"still, unwatched: goes past the idle factor", 4 * base, true, false, 8 * base},
-		{"still, unwatched: stops at the unwatched factor", 8 * base, true, false, unwatchedPollFactor * base},
-		{"stretched unwatched, then watched and still: back under the idle factor", 8 * base, true, true, idlePollFactor * base},
+		{"still, watched: doubles", true, true, 2 * base},
+		{"still, watched: stops at the idle factor", true, true, idlePollFactor * base},
+		{"still, watched: stays", true, true, idlePollFactor * base},
+		{"still, unwatched: goes past the idle factor", true, false, 8 * base},
+		{"still, unwatched: stops at the unwatched factor", true, false, unwatchedPollFactor * base},
+		{"stretched unwatched, then watched and still: back under the idle factor", true, true, idlePollFactor * base},
+		{"the store moved", false, true, base},
+		{"still, unwatched: doubles from the base", true, false, 2 * base},
+		{"the store moved, unwatched", false, false, base},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := nextPollWait(tc.wait, base, tc.stoodStill, tc.watched); got != tc.want {
-				t.Fatalf("nextPollWait(%v, still %v, watched %v) = %v, want %v", tc.wait, tc.stoodStill, tc.watched, got, tc.want)
-			}
-		})
+		pollPace.Longest = pollLongest(base, step.watched)
+		if got := pollPace.Next(step.stoodStill); got != step.want {
+			t.Fatalf("step %d (%s): wait %v, want %v", i, step.name, got, step.want)
+		}
 	}
 }
