@@ -39,8 +39,10 @@ const maxPending = 64 << 20
 // copyLimit is the largest part a Send copies into the shared buffer; larger ones are written in place.
 const copyLimit = 8 << 10
 
-// tailSize is the capacity of a buffer small parts are copied into; a written one is kept for the next write
-// unless it had to grow past keptTailSize (one large batch must not pin its buffer for the connection's life).
+// What a connection keeps between writes: small parts are copied into buffers of tailSize bytes (or more); once
+// written, up to keptTails of them are kept for the next writes, unless one grew past keptTailSize, and so are
+// the write's lists unless they grew past maxKeptList entries (one large batch must not pin its memory for the
+// connection's life).
 const (
 	tailSize     = 4096
 	keptTailSize = 64 << 10
