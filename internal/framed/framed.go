@@ -39,6 +39,17 @@ const maxPending = 64 << 20
 // copyLimit is the largest part a Send copies into the shared buffer; larger ones are written in place.
 const copyLimit = 8 << 10
 
+// What a connection keeps between writes: small parts are copied into buffers of tailSize bytes (or more); once
+// written, up to keptTails of them are kept for the next writes, unless one grew past keptTailSize, and so are
+// the write's lists unless they grew past maxKeptList entries (one large batch must not pin its memory for the
+// connection's life).
+const (
+	tailSize     = 4096
+	keptTailSize = 64 << 10
+	keptTails    = 2
+	maxKeptList  = 1024
+)
+
 // ErrClosed is returned by Send and Receive after Close.
 var ErrClosed = errors.New("framed: connection closed")
 
@@ -57,11 +68,17 @@ type Conn struct {
 	room     *sync.Cond // signalled when a write finishes
 	pending  net.Buffers
 	releases []func()
-	tail     []byte // the last pending entry while it is ours to append to
-	size     int    // bytes pending
-	writing  bool
-	err      error
-	done     chan struct{}
+	tail     []byte   // the last pending entry while it is ours to append to
+	owned    [][]byte // the pending entries that are copies (tails), reused once written
+	spare    [][]byte // written tails kept for reuse, emptied
+	// The lists of a write that is done, emptied, for the next one (each write swaps its lists for these).
+	freePending net.Buffers
+	freeOwned   [][]byte
+	out         net.Buffers // what the write in progress still has to write; the writer's alone
+	size        int         // bytes pending
+	writing     bool
+	err         error
+	done        chan struct{}
 }
 
 // New wraps nc.
@@ -187,30 +204,64 @@ func (c *Conn) send(mode int, release func(), parts [][]byte) error {
 // appendLocked copies p to the end of the pending bytes.
 func (c *Conn) appendLocked(p []byte) {
 	if c.tail == nil {
-		c.tail = make([]byte, 0, max(4096, len(p)))
+		c.tail = c.newTailLocked(len(p))
 		c.pending = append(c.pending, nil)
+		c.owned = append(c.owned, nil)
 	}
 	c.tail = append(c.tail, p...)
 	c.pending[len(c.pending)-1] = c.tail
+	c.owned[len(c.owned)-1] = c.tail
 	c.size += len(p)
+}
+
+// newTailLocked returns an empty buffer for at least n bytes, a kept one when it fits: under load every write
+// carries a tail, and a fresh one each time was the largest allocation on a leader storage's put path.
+func (c *Conn) newTailLocked(n int) []byte {
+	if last := len(c.spare) - 1; last >= 0 && cap(c.spare[last]) >= n {
+		tail := c.spare[last]
+		c.spare[last] = nil
+		c.spare = c.spare[:last]
+		return tail
+	}
+	return make([]byte, 0, max(tailSize, n))
+}
+
+// keepLocked keeps what a finished write used for the next ones: the tails it wrote, up to keptTails of at most
+// keptTailSize bytes each, and its lists, emptied, unless a large batch grew them past maxKeptList.
+func (c *Conn) keepLocked(batch net.Buffers, owned [][]byte) {
+	for _, tail := range owned {
+		if len(c.spare) < keptTails && cap(tail) <= keptTailSize {
+			c.spare = append(c.spare, tail[:0])
+		}
+	}
+	clear(batch)
+	clear(owned)
+	if cap(batch) <= maxKeptList && cap(owned) <= maxKeptList {
+		c.freePending, c.freeOwned = batch[:0], owned[:0]
+	}
 }
 
 // flushLocked writes what is pending until nothing is, letting other senders queue meanwhile; c.mu is held on
 // entry and exit, and c.writing is true.
 func (c *Conn) flushLocked() error {
 	for len(c.pending) > 0 && c.err == nil {
-		out, releases := c.pending, c.releases
-		c.pending, c.releases, c.tail, c.size = nil, nil, nil, 0
+		batch, releases, owned := c.pending, c.releases, c.owned
+		c.pending, c.owned, c.freePending, c.freeOwned = c.freePending, c.freeOwned, nil, nil
+		c.releases, c.tail, c.size = nil, nil, 0
 		c.room.Broadcast()
 		c.mu.Unlock()
 		_ = c.raw.SetWriteDeadline(time.Now().Add(writeTimeout))
-		_, err := out.WriteTo(c.raw)
+		c.out = batch // WriteTo consumes c.out; batch keeps the list for reuse
+		_, err := c.out.WriteTo(c.raw)
+		c.out = nil
 		for _, release := range releases {
 			release()
 		}
 		c.mu.Lock()
 		if err != nil {
 			c.failLocked(fmt.Errorf("framed: write to %s: %w", c.nc.RemoteAddr(), err))
+		} else {
+			c.keepLocked(batch, owned) // written: nothing reads them any more
 		}
 	}
 	c.writing = false
@@ -227,7 +278,7 @@ func (c *Conn) failLocked(err error) {
 	for _, release := range c.releases {
 		release()
 	}
-	c.pending, c.releases, c.tail, c.size = nil, nil, nil, 0
+	c.pending, c.releases, c.owned, c.spare, c.tail, c.size = nil, nil, nil, nil, nil, 0
 	_ = c.nc.Close()
 	close(c.done)
 	c.room.Broadcast()

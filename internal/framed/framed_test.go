@@ -195,3 +195,40 @@ func TestPreambleMatcher(t *testing.T) {
 		})
 	}
 }
+
+// TestWrittenBuffersAreReused: once a write is done, the buffer small frames were copied into is reused, so a
+// steady stream of small frames allocates nothing per frame.
+func TestWrittenBuffersAreReused(t *testing.T) {
+	client, server := pair(t)
+	received := make(chan error, 1)
+	const frames = 1000
+	go func() {
+		for i := range frames + 1 {
+			got, err := server.Receive()
+			if err != nil {
+				received <- err
+				return
+			}
+			if len(got) != 300 {
+				received <- fmt.Errorf("frame %d: %d bytes, want 300", i, len(got))
+				return
+			}
+		}
+		received <- nil
+	}()
+	body := bytes.Repeat([]byte{7}, 300)
+	if err := client.Send(nil, body); err != nil { // the first write makes the buffer
+		t.Fatal(err)
+	}
+	allocs := testing.AllocsPerRun(frames-1, func() {
+		if err := client.Send(nil, body[:100], body[100:]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := <-received; err != nil {
+		t.Fatal(err)
+	}
+	if allocs > 0 {
+		t.Errorf("%.1f allocations per small frame, want 0 (the written buffer reused)", allocs)
+	}
+}

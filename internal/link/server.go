@@ -330,14 +330,16 @@ func (c *Call) ConnContext() context.Context {
 // Timeout is what remained of the caller's deadline when it sent the call; 0 when it had none.
 func (c *Call) Timeout() time.Duration { return time.Duration(c.timeoutMicros) * time.Microsecond }
 
-// Go runs f with the call's context on one of the connection's workers; f answers the call. Only the handler
-// calls Go, before it returns.
+// Go runs f with the call's context on one of the connection's workers; f answers the call, or has it answered
+// later from elsewhere (as a storage write is, from the apply loop). Only the handler calls Go, before it
+// returns.
 func (c *Call) Go(f func(ctx context.Context)) {
 	ctx := c.Context()
 	ss := c.session
 	run := func() {
 		c.onWorker.Store(true)
 		f(ctx)
+		c.onWorker.Store(false) // an answer given later comes from another owner's goroutine (see answer)
 	}
 	select {
 	case ss.work <- run:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"regexp"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,10 +20,16 @@ import (
 // HealthFunc reports whether the service can do its job; a non-nil error is the reason it cannot.
 type HealthFunc func(ctx context.Context) error
 
-// NewRegistry returns a Prometheus registry with the Go runtime and process collectors registered.
+// NewRegistry returns a Prometheus registry with the Go runtime and process collectors registered. Beyond the
+// Go collector's defaults it exports the runtime's estimate of the CPU the collector used
+// (go_cpu_classes_gc_total_cpu_seconds_total), so what --gc-percent and --memory-limit-mib cost in CPU can be
+// read per process under load (scripts/mem-under-load.sh).
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/cpu/classes/gc/total:cpu-seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

@@ -42,6 +42,8 @@ func TestAdminMux(t *testing.T) {
 		{"readyz down", "/readyz", errors.New("no leader"), 503, "no leader"},
 		{"livez while down", "/livez", errors.New("no leader"), 200, "ok"},
 		{"metrics", "/metrics", nil, 200, "go_goroutines"},
+		{"metrics: the collector's CPU", "/metrics", nil, 200, "go_cpu_classes_gc_total_cpu_seconds_total"},
+		{"metrics: the memory limit", "/metrics", nil, 200, "go_gc_gomemlimit_bytes"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

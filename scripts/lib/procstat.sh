@@ -62,3 +62,21 @@ wakeups() {
 	done
 	echo "$total"
 }
+
+# gc_stats PID...: "CYCLES CPU-SECONDS", the Go collector's cycles and its CPU (the runtime's estimate, which
+# Cairn exports as go_cpu_classes_gc_total_cpu_seconds_total) summed over those of the pids that serve
+# /metrics (their --listen-metrics-urls); CPU-SECONDS is "-" when none exports it (etcd).
+gc_stats() {
+	local pid url cycles=0 cpu="" metrics
+	for pid in "$@"; do
+		url=$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -A1 -x -- '--listen-metrics-urls' | tail -1) || continue
+		[[ -n "$url" ]] || continue
+		metrics=$(curl -s --max-time 5 "${url%%,*}/metrics") || continue
+		read -r cycles cpu < <(awk -v c="$cycles" -v s="${cpu:-}" '
+			/^go_gc_duration_seconds_count / { c += $2 }
+			/^go_cpu_classes_gc_total_cpu_seconds_total / { s += $2 }
+			END { printf "%d %s\n", c, (s == "" ? "-" : sprintf("%.6f", s)) }' <<<"$metrics")
+		[[ $cpu == - ]] && cpu=""
+	done
+	echo "$cycles ${cpu:--}"
+}

@@ -33,7 +33,8 @@ func (s *Storage) servePipeline(conn *framed.Conn) {
 	srv.Serve(conn, s.stopping)
 }
 
-// pipelineSubmit serves a Submit call on a worker.
+// pipelineSubmit serves a Submit call on a worker. A write whose answer needs nothing but its apply
+// (answersFromApply) is answered by the apply loop: the worker goes back to the pool once it is proposed.
 func (s *Storage) pipelineSubmit(call *link.Call) {
 	s.served.pipeline.Add(1)
 	call.Go(func(ctx context.Context) {
@@ -42,18 +43,29 @@ func (s *Storage) pipelineSubmit(call *link.Call) {
 			call.Fail(status.Errorf(codes.InvalidArgument, "cairn storage: pipeline submit not decodable: %v", err))
 			return
 		}
+		if req.KeeperClaim == nil && s.answersFromApply(req.Request) {
+			s.startSubmit(ctx, req.Request, req.KeeperEpoch, func(resp *storagepb.SubmitResponse, err error) {
+				answerSubmit(call, resp, err)
+			})
+			return
+		}
 		resp, err := s.submitRequest(ctx, req)
-		if err != nil {
-			call.Fail(err)
-			return
-		}
-		answer, err := proto.Marshal(resp)
-		if err != nil {
-			call.Fail(status.Errorf(codes.Internal, "cairn storage: encode submit answer: %v", err))
-			return
-		}
-		call.Reply(nil, answer)
+		answerSubmit(call, resp, err)
 	})
+}
+
+// answerSubmit answers a Submit call with resp, or err.
+func answerSubmit(call *link.Call, resp *storagepb.SubmitResponse, err error) {
+	if err != nil {
+		call.Fail(err)
+		return
+	}
+	answer, err := proto.Marshal(resp)
+	if err != nil {
+		call.Fail(status.Errorf(codes.Internal, "cairn storage: encode submit answer: %v", err))
+		return
+	}
+	call.Reply(nil, answer)
 }
 
 // pipelineRange serves a Range call.

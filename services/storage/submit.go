@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -32,6 +33,12 @@ func (s *Storage) SubmitFenced(ctx context.Context, req *pb.InternalRaftRequest,
 	start := time.Now()
 	ctx, span := s.stages.Start(ctx, "storage.submit")
 	resp, err := s.submit(ctx, req, keeperEpoch)
+	s.endSubmit(span, req, start, resp, err)
+	return resp, err
+}
+
+// endSubmit ends a Submit begun at start: its span, its metrics, and the term in its answer's header.
+func (s *Storage) endSubmit(span trace.Span, req *pb.InternalRaftRequest, start time.Time, resp *storagepb.SubmitResponse, err error) {
 	if span.IsRecording() {
 		span.SetAttributes(obs.AttrRaftIndex.Int64(int64(resp.GetIndex())),
 			obs.AttrRevision.Int64(resp.ResponseHeader().GetRevision()))
@@ -45,7 +52,6 @@ func (s *Storage) SubmitFenced(ctx context.Context, req *pb.InternalRaftRequest,
 		// The term of the last entry applied: at least the term this write was committed in.
 		h.RaftTerm = s.currentStore().Position().AppliedTerm
 	}
-	return resp, err
 }
 
 func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keeperEpoch uint64) (*storagepb.SubmitResponse, error) {
@@ -78,18 +84,7 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 	if err := s.checkQuota(ctx, req); err != nil {
 		return nil, err
 	}
-	if req.ID == 0 {
-		req.ID = s.ids.next()
-	}
-	if req.Header == nil {
-		req.Header = &pb.RequestHeader{}
-	}
-	req.Header.ID = req.ID // Username and AuthRevision stay the frontend's: the apply checks them
-	if req.LeaseGrant != nil && req.LeaseGrant.ID == 0 {
-		for req.LeaseGrant.ID == 0 {
-			req.LeaseGrant.ID = int64(s.ids.next() & (1<<63 - 1))
-		}
-	}
+	s.stampRequest(req)
 	res, err := s.propose(ctx, &storagepb.Entry{Request: req, KeeperEpoch: keeperEpoch})
 	if err != nil {
 		return nil, err
@@ -108,6 +103,23 @@ func (s *Storage) submit(ctx context.Context, req *pb.InternalRaftRequest, keepe
 		}
 	}
 	return wrapResponse(res)
+}
+
+// stampRequest gives a write its request ID (and a lease grant its lease ID) when it has none, and its header
+// the request ID.
+func (s *Storage) stampRequest(req *pb.InternalRaftRequest) {
+	if req.ID == 0 {
+		req.ID = s.ids.next()
+	}
+	if req.Header == nil {
+		req.Header = &pb.RequestHeader{}
+	}
+	req.Header.ID = req.ID // Username and AuthRevision stay the frontend's: the apply checks them
+	if req.LeaseGrant != nil && req.LeaseGrant.ID == 0 {
+		for req.LeaseGrant.ID == 0 {
+			req.LeaseGrant.ID = int64(s.ids.next() & (1<<63 - 1))
+		}
+	}
 }
 
 // ClaimKeeper proposes a leasekeeper claim (see keeperclaim) and returns the stored state once this storage has
@@ -136,12 +148,8 @@ func (s *Storage) propose(ctx context.Context, entry *storagepb.Entry) (*mvcc.Re
 		return nil, unavailable(reason)
 	}
 	req := entry.Request
-	entry.Trace, entry.ProposerMember = s.tel.Inject(ctx), s.cfg.MemberID
-	data, err := proto.Marshal(entry)
+	data, err := s.encodeEntry(ctx, entry)
 	if err != nil {
-		return nil, fmt.Errorf("marshal entry %x: %w", req.ID, err)
-	}
-	if err := etcdcheck.RequestSize(len(data), s.cfg.limits()); err != nil {
 		return nil, err
 	}
 	applied := s.waiters.register(req.ID)
@@ -168,6 +176,19 @@ func (s *Storage) propose(ctx context.Context, entry *storagepb.Entry) (*mvcc.Re
 	case <-ctx.Done():
 		return nil, ctxError(ctx)
 	}
+}
+
+// encodeEntry stamps entry with the caller's trace context and this member, and encodes it for the log.
+func (s *Storage) encodeEntry(ctx context.Context, entry *storagepb.Entry) ([]byte, error) {
+	entry.Trace, entry.ProposerMember = s.tel.Inject(ctx), s.cfg.MemberID
+	data, err := proto.Marshal(entry)
+	if err != nil {
+		return nil, fmt.Errorf("marshal entry %x: %w", entry.Request.ID, err)
+	}
+	if err := etcdcheck.RequestSize(len(data), s.cfg.limits()); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
 
 // proposeError passes the log's gRPC errors through and maps context ends to etcd's.
