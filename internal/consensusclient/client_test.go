@@ -63,7 +63,9 @@ func TestRemoteLogBehavesLikeTheNode(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 100 {
-				index, err := commits.Propose(ctx, clients[w%len(clients)], fmt.Appendf(nil, "remote-%d-%d", w, i))
+				// Under load a spurious election drops the proposals in flight without an error: propose
+				// again, as etcd's clients do after a timeout.
+				index, err := commits.ProposeUntilCommitted(ctx, clients[w%len(clients)], fmt.Appendf(nil, "remote-%d-%d", w, i), 2*time.Second)
 				if err != nil {
 					t.Errorf("propose: %v", err)
 					return
@@ -186,7 +188,7 @@ func TestRemoteCommittedResumesAfterTheMemberRestarts(t *testing.T) {
 	propose := func(prefix string) uint64 {
 		var last uint64
 		for i := range 50 {
-			index, err := commits.Propose(ctx, leader.Node(), fmt.Appendf(nil, "%s-%d", prefix, i))
+			index, err := commits.ProposeUntilCommitted(ctx, leader.Node(), fmt.Appendf(nil, "%s-%d", prefix, i), 2*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -54,7 +54,7 @@ func proposeAll(t *testing.T, members []*consensustest.Member, count, workers in
 			which := w % len(members)
 			for i := w; i < count; i += workers {
 				data := fmt.Appendf(nil, "%s-%06d", prefix, i)
-				index, err := proposeRetrying(ctx, commits[which], members[which].Node(), data)
+				index, err := commits[which].ProposeUntilCommitted(ctx, members[which].Node(), data, time.Second)
 				if err != nil {
 					errs <- fmt.Errorf("proposal %s: %w", data, err)
 					return
@@ -72,21 +72,6 @@ func proposeAll(t *testing.T, members []*consensustest.Member, count, workers in
 		t.Fatal(err)
 	}
 	return payloads, highest
-}
-
-// proposeRetrying retries a proposal that was refused or not committed within a second (a leader change
-// can drop it); a retried proposal may therefore commit twice.
-func proposeRetrying(ctx context.Context, c *consensustest.Commits, n *consensus.Node, data []byte) (uint64, error) {
-	for ctx.Err() == nil {
-		attempt, cancel := context.WithTimeout(ctx, time.Second)
-		index, err := c.Propose(attempt, n, data)
-		cancel()
-		if err == nil {
-			return index, nil
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return 0, ctx.Err()
 }
 
 func TestThreeMembersElectALeader(t *testing.T) {
@@ -205,7 +190,7 @@ func TestReadIndexCoversEveryAcknowledgedWrite(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 50 {
-				index, err := commits.Propose(ctx, leader.Node(), fmt.Appendf(nil, "read-%d-%d", w, i))
+				index, err := commits.ProposeUntilCommitted(ctx, leader.Node(), fmt.Appendf(nil, "read-%d-%d", w, i), time.Second)
 				if err != nil {
 					t.Errorf("propose: %v", err)
 					return

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
 func ctxFor(t *testing.T) context.Context {
@@ -147,6 +148,12 @@ func TestKVHeadersAndRouting(t *testing.T) {
 	for i, fe := range c.Frontends() {
 		cli := c.Client(t, fe.URL)
 		home := c.Members()[i]
+		// A frontend learns the leader from its probes: one that started before the election routes to another
+		// storage (a hop, not a wrong answer) until a probe round sees it. Route once it has.
+		waittest.Until(t, 10*time.Second, 20*time.Millisecond, "frontend "+fe.Name+" to route writes to the leader", func() bool {
+			warm, err := cli.Put(ctx, "warm/"+fe.Name, "v")
+			return err == nil && warm.Header.MemberId == leader.ID()
+		})
 		put, err := cli.Put(ctx, "hdr/"+fe.Name, "v", clientv3.WithPrevKV())
 		if err != nil {
 			t.Fatal(err)

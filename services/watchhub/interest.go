@@ -57,11 +57,10 @@ func (h *Hub) streamsChanged() {
 
 // catchUp runs on the feed when the hub is woken: if it lags storage by more than its window holds (a fill
 // would only pass revisions through the window), it jumps to storage's revision while no watcher exists;
-// otherwise the usual fills close the gap, and the window holds what it would have had.
+// otherwise the usual fills close the gap, and the window holds what it would have had. It always asks
+// storage: the previous poll can be seconds old (an unwatched hub's poll wait stretches), and the store may
+// have moved since.
 func (f *feed) catchUp(ctx context.Context) {
-	if _, _, missing := f.seq.missing(); !missing && f.hub.headRev.Load() >= f.polledRev {
-		return
-	}
 	head, compactRev, ok := f.pollStatus(ctx)
 	if !ok {
 		return

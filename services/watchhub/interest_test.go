@@ -12,6 +12,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/nats-io/nats.go"
 )
 
@@ -22,17 +23,21 @@ func TestIdleHubWakesAtStoragesRevision(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		window int
+		// poll is the hub's StoragePollInterval; 0 the tests' 50 ms.
+		poll time.Duration
 	}{
-		{"gap filled into the window", 0},
-		{"gap larger than the window jumped", 5},
+		{"gap filled into the window", 0, 0},
+		{"gap larger than the window jumped", 5, 0},
+		// The wake must ask storage: an unwatched hub's last poll can be seconds old (its wait stretches).
+		{"gap larger than the window, no poll since the writes, jumped", 5, time.Minute},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testIdleHubWakes(t, tc.window) })
+		t.Run(tc.name, func(t *testing.T) { testIdleHubWakes(t, tc.window, tc.poll) })
 	}
 }
 
-func testIdleHubWakes(t *testing.T, window int) {
+func testIdleHubWakes(t *testing.T, window int, poll time.Duration) {
 	env := newTestEnv(t, 1)
-	h := env.startHub(Config{WindowRevisions: window})
+	h := env.startHub(Config{WindowRevisions: window, StoragePollInterval: poll})
 	time.Sleep(eventbus.DefaultInterestTTL) // a new publisher sends for that long before it stops unwanted records
 	start := h.headRev.Load()
 	var last int64
@@ -45,6 +50,12 @@ func testIdleHubWakes(t *testing.T, window int) {
 	}
 
 	rs := openRaw(t, dialHub(t, h.Addr()))
+	// The stream wakes the hub; the watch waits until the hub has caught up. A watch created earlier races the
+	// wake's storage poll: once it exists the hub fills the gap instead of jumping (it must not miss a
+	// revision), so the window below would depend on which came first.
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the woken hub at storage's revision", func() bool {
+		return h.headRev.Load() == last
+	})
 	rs.create(&pb.WatchCreateRequest{Key: []byte("k"), WatchId: 1})
 	created := rs.next(5 * time.Second)
 	if !created.Created || created.Header.Revision != last {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
 )
@@ -63,6 +64,44 @@ func (c *Commits) Propose(ctx context.Context, log commitlog.Log, data []byte) (
 		return 0, ctx.Err()
 	case <-c.done:
 		return 0, c.err
+	}
+}
+
+// ProposeUntilCommitted is Propose for proposals that raft may drop: a proposal that a leader change overtakes
+// (forwarded to, or appended only by, a leader that lost its role) is dropped without an error, as in etcd,
+// whose clients see a timeout and retry. It proposes data again whenever retryAfter passes without its
+// commit, or at once when it is refused, until ctx ends; data may therefore commit more than once, and the
+// index of the first commit is returned.
+func (c *Commits) ProposeUntilCommitted(ctx context.Context, log commitlog.Log, data []byte, retryAfter time.Duration) (uint64, error) {
+	ch := make(chan uint64, 1)
+	c.mu.Lock()
+	c.waiting[string(data)] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.waiting, string(data))
+		c.mu.Unlock()
+	}()
+	retry := time.NewTimer(retryAfter)
+	defer retry.Stop()
+	for {
+		attempt, cancel := context.WithTimeout(ctx, retryAfter)
+		err := log.Propose(attempt, data)
+		cancel()
+		if err != nil {
+			retry.Reset(10 * time.Millisecond) // refused (no leader yet, a full queue): a short pause
+		} else {
+			retry.Reset(retryAfter)
+		}
+		select {
+		case index := <-ch:
+			return index, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-c.done:
+			return 0, c.err
+		case <-retry.C:
+		}
 	}
 }
 
