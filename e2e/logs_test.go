@@ -32,9 +32,13 @@ func TestDevLogsACleanStopCleanly(t *testing.T) {
 		if keys := duplicateKeys(t, line); len(keys) > 0 {
 			t.Errorf("keys %v twice in %s", keys, line)
 		}
-		var entry struct{ Level string }
+		var entry struct{ Level, Msg string }
 		if err := json.Unmarshal([]byte(line), &entry); err != nil {
 			t.Fatalf("not JSON: %v: %s", err, line)
+		}
+		if slowMachineWarnings[entry.Msg] {
+			t.Logf("a warning about this machine's speed, not the run: %s", line)
+			continue
 		}
 		if entry.Level == "WARN" || entry.Level == "ERROR" {
 			t.Errorf("a clean run logged %s: %s", entry.Level, line)
@@ -43,6 +47,13 @@ func TestDevLogsACleanStopCleanly(t *testing.T) {
 	if lines == 0 {
 		t.Fatalf("cairn dev logged no JSON line:\n%s", logs.String())
 	}
+}
+
+// slowMachineWarnings are the WARN lines that report a slow disk or an overloaded machine (as etcd's "slow
+// fdatasync" does): right for an operator, and no sign that the run went wrong on a loaded CI machine.
+var slowMachineWarnings = map[string]bool{
+	"slow bbolt commit": true,
+	"leader failed to send out heartbeat on time; took too long, leader is overloaded likely from slow disk": true,
 }
 
 // duplicateKeys lists the top-level keys a JSON object line repeats (encoding/json keeps the last silently).
