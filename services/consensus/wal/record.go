@@ -51,6 +51,15 @@ func appendRecord(buf []byte, typ recordType, payload []byte) []byte {
 	return append(buf, payload...)
 }
 
+// entryRecordsSize is the number of bytes appendEntryRecord adds for ents.
+func entryRecordsSize(ents []*raftpb.Entry) int {
+	size := 0
+	for _, e := range ents {
+		size += headerSize + entryHeaderSize + len(e.GetData())
+	}
+	return size
+}
+
 // appendEntryRecord frames an entry without building its payload separately.
 func appendEntryRecord(buf []byte, e *raftpb.Entry) []byte {
 	start := len(buf)
@@ -62,10 +71,10 @@ func appendEntryRecord(buf []byte, e *raftpb.Entry) []byte {
 	buf = append(buf, e.GetData()...)
 	payload = buf[start+headerSize:]
 	binary.LittleEndian.PutUint32(buf[start:start+4], uint32(len(payload)))
-	crc := crc32.Update(0, crcTable, []byte{byte(recordEntry)})
-	crc = crc32.Update(crc, crcTable, payload)
-	binary.LittleEndian.PutUint32(buf[start+4:start+8], crc)
+	// The CRC covers the type byte and the payload, which follow each other in buf: no slice of the type
+	// byte alone (it escaped, one allocation a record).
 	buf[start+8] = byte(recordEntry)
+	binary.LittleEndian.PutUint32(buf[start+4:start+8], crc32.Checksum(buf[start+8:], crcTable))
 	return buf
 }
 

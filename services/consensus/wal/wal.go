@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/cairn-kv/cairn/internal/datadir"
@@ -194,7 +195,9 @@ func (w *WAL) Append(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb
 	if w.closed {
 		return errors.New("wal: closed")
 	}
-	buf := w.buf[:0]
+	// One growth to the batch's size: appending a batch larger than any before record by record regrew the
+	// buffer by a quarter at a time, copying it each time (a fifth of a leader's CPU under 100 KiB puts).
+	buf := slices.Grow(w.buf[:0], entryRecordsSize(ents)+headerSize+hardStateSize)
 	if snap != nil && snap.GetMetadata().GetIndex() > 0 {
 		payload, err := encodeSnapshot(snap, true)
 		if err != nil {
