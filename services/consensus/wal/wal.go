@@ -216,9 +216,17 @@ func (w *WAL) Append(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb
 		buf = appendRecord(buf, recordHardState, encodeHardState(hs))
 		w.hardState = hs
 	}
+	err := w.writeLocked(buf, false)
+	// A burst of large values can leave a buffer of tens of MiB; keep only one of an ordinary batch's size.
 	w.buf = buf
-	return w.writeLocked(buf, false)
+	if cap(buf) > maxKeptBuffer {
+		w.buf = nil
+	}
+	return err
 }
+
+// maxKeptBuffer is the largest append buffer the WAL keeps between batches.
+const maxKeptBuffer = 4 << 20
 
 // Sync makes everything appended durable with one fdatasync; it does nothing when nothing is unsynced.
 func (w *WAL) Sync() error {

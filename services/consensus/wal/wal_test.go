@@ -473,6 +473,31 @@ func TestAppendGrowsItsBufferOnce(t *testing.T) {
 	}
 }
 
+// TestAppendKeepsOnlyAnOrdinaryBuffer: the buffer of an ordinary batch is kept for the next, the tens of MiB a
+// burst of large values needed are not.
+func TestAppendKeepsOnlyAnOrdinaryBuffer(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		count, size int
+		kept        bool
+	}{
+		{"100 entries of 1 KiB", 100, 1 << 10, true},
+		{"64 entries of 100 KiB", 64, 100 << 10, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := mustCreate(t, t.TempDir(), Options{SegmentSize: 1 << 30})
+			defer w.Close()
+			if err := w.Append(nil, hardState(1, 1, 0), bigEntries(1, tc.count, tc.size)); err != nil {
+				t.Fatal(err)
+			}
+			if kept := w.buf != nil; kept != tc.kept {
+				t.Errorf("after %d entries of %d bytes the buffer (capacity %d) kept: %v, want %v",
+					tc.count, tc.size, cap(w.buf), kept, tc.kept)
+			}
+		})
+	}
+}
+
 // BenchmarkAppendLargestBatch appends 64 entries of 100 KiB into an empty buffer each time: the cost of a
 // batch larger than any before (how a leader's batches grow under 1000 clients' 100 KiB puts).
 func BenchmarkAppendLargestBatch(b *testing.B) {
