@@ -42,18 +42,24 @@ func WatchCommits(ctx context.Context, log commitlog.Log) *Commits {
 	return c
 }
 
-// Propose proposes data through log and waits until it is committed on the watched member, returning its
-// index. data must be unique among the proposals waiting at the same time.
-func (c *Commits) Propose(ctx context.Context, log commitlog.Log, data []byte) (uint64, error) {
-	ch := make(chan uint64, 1)
+// await registers a wait for data's commit: the channel receives its index; forget ends the wait.
+func (c *Commits) await(data []byte) (ch chan uint64, forget func()) {
+	ch = make(chan uint64, 1)
 	c.mu.Lock()
 	c.waiting[string(data)] = ch
 	c.mu.Unlock()
-	defer func() {
+	return ch, func() {
 		c.mu.Lock()
 		delete(c.waiting, string(data))
 		c.mu.Unlock()
-	}()
+	}
+}
+
+// Propose proposes data through log and waits until it is committed on the watched member, returning its
+// index. data must be unique among the proposals waiting at the same time.
+func (c *Commits) Propose(ctx context.Context, log commitlog.Log, data []byte) (uint64, error) {
+	ch, forget := c.await(data)
+	defer forget()
 	if err := log.Propose(ctx, data); err != nil {
 		return 0, err
 	}
@@ -73,15 +79,8 @@ func (c *Commits) Propose(ctx context.Context, log commitlog.Log, data []byte) (
 // commit, or at once when it is refused, until ctx ends; data may therefore commit more than once, and the
 // index of the first commit is returned.
 func (c *Commits) ProposeUntilCommitted(ctx context.Context, log commitlog.Log, data []byte, retryAfter time.Duration) (uint64, error) {
-	ch := make(chan uint64, 1)
-	c.mu.Lock()
-	c.waiting[string(data)] = ch
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.waiting, string(data))
-		c.mu.Unlock()
-	}()
+	ch, forget := c.await(data)
+	defer forget()
 	retry := time.NewTimer(retryAfter)
 	defer retry.Stop()
 	for {
