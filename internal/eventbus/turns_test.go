@@ -261,15 +261,7 @@ func TestHeartbeatsSlowWhileIdle(t *testing.T) {
 		t.Cleanup(func() { _ = sub.Unsubscribe() })
 		var all collector
 		subscribeCollectors(t, bus.Connect(t, "records"), map[*collector]bool{&all: false})
-		var pubs []*Publisher
-		for _, member := range []uint64{0x1, 0x2} {
-			c := cfg
-			c.MemberID = member
-			pub := NewPublisher(bus.Connect(t, "pub"), c, nil, quietLogger())
-			pub.Start()
-			t.Cleanup(func() { _ = pub.Stop(context.Background()) })
-			pubs = append(pubs, pub)
-		}
+		pubs := startPublishers(t, bus, cfg, 0x1, 0x2)
 		count := func(window time.Duration) int {
 			mu.Lock()
 			before := beats
@@ -385,15 +377,7 @@ func TestStandbysBeatRarely(t *testing.T) {
 		t.Cleanup(func() { _ = sub.Unsubscribe() })
 		var all collector
 		subscribeCollectors(t, bus.Connect(t, "records"), map[*collector]bool{&all: false})
-		var pubs []*Publisher
-		for _, member := range []uint64{0x1, 0x2, 0x3} {
-			c := cfg
-			c.MemberID = member
-			pub := NewPublisher(bus.Connect(t, "pub"), c, nil, quietLogger())
-			pub.Start()
-			t.Cleanup(func() { _ = pub.Stop(context.Background()) })
-			pubs = append(pubs, pub)
-		}
+		pubs := startPublishers(t, bus, cfg, 0x1, 0x2, 0x3)
 		time.Sleep(2 * cfg.TakeoverAfter) // settled: member 1 sends, 2 and 3 stand by
 		mu.Lock()
 		clear(beats)
@@ -430,4 +414,20 @@ func TestStandbysBeatRarely(t *testing.T) {
 			t.Fatalf("member 3 took its turn %v after members 1 and 2 stopped, want between TakeoverAfter and 5 TakeoverAfter", took)
 		}
 	})
+}
+
+// startPublishers starts a publisher per member, each cfg with its MemberID, on its own connection to bus; the
+// test's cleanup stops them.
+func startPublishers(t *testing.T, bus *eventbustest.Bus, cfg PublisherConfig, members ...uint64) []*Publisher {
+	t.Helper()
+	var pubs []*Publisher
+	for _, member := range members {
+		c := cfg
+		c.MemberID = member
+		pub := NewPublisher(bus.Connect(t, "pub"), c, nil, quietLogger())
+		pub.Start()
+		t.Cleanup(func() { _ = pub.Stop(context.Background()) })
+		pubs = append(pubs, pub)
+	}
+	return pubs
 }

@@ -63,13 +63,21 @@ func (c *Commits) Propose(ctx context.Context, log commitlog.Log, data []byte) (
 	if err := log.Propose(ctx, data); err != nil {
 		return 0, err
 	}
+	index, _, err := c.wait(ctx, ch, nil)
+	return index, err
+}
+
+// wait waits for ch's index, ctx's end, the watch's end or retry (nil: never); retried reports the last.
+func (c *Commits) wait(ctx context.Context, ch <-chan uint64, retry <-chan time.Time) (index uint64, retried bool, err error) {
 	select {
 	case index := <-ch:
-		return index, nil
+		return index, false, nil
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, false, ctx.Err()
 	case <-c.done:
-		return 0, c.err
+		return 0, false, c.err
+	case <-retry:
+		return 0, true, nil
 	}
 }
 
@@ -92,14 +100,8 @@ func (c *Commits) ProposeUntilCommitted(ctx context.Context, log commitlog.Log, 
 		} else {
 			retry.Reset(retryAfter)
 		}
-		select {
-		case index := <-ch:
-			return index, nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-c.done:
-			return 0, c.err
-		case <-retry.C:
+		if index, retried, err := c.wait(ctx, ch, retry.C); !retried {
+			return index, err
 		}
 	}
 }
