@@ -106,3 +106,12 @@ type Log interface {
 	// Status reports this member's consensus state.
 	Status(ctx context.Context) (Status, error)
 }
+
+// AsyncProposer is a Log whose proposals need not be waited for: a remote log (consensusclient) implements it
+// so that a proposer keeps no goroutine per proposal in flight.
+type AsyncProposer interface {
+	// ProposeThen is Propose that returns at once (or once the log has room, as Propose would wait for it);
+	// done is called once with what Propose would have returned, possibly on another goroutine, and must not
+	// block.
+	ProposeThen(ctx context.Context, data []byte, done func(error))
+}

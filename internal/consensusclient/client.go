@@ -63,8 +63,9 @@ type Client struct {
 }
 
 var (
-	_ commitlog.Log = (*Client)(nil)
-	_ Membership    = (*Client)(nil)
+	_ commitlog.Log           = (*Client)(nil)
+	_ commitlog.AsyncProposer = (*Client)(nil)
+	_ Membership              = (*Client)(nil)
 )
 
 // New returns a client of cfg.Target; it connects on first use.
@@ -111,6 +112,22 @@ func (c *Client) Propose(ctx context.Context, data []byte) error {
 	}
 	defer func() { <-c.inflight }()
 	return propose(ctx, c.propose, data)
+}
+
+// ProposeThen implements commitlog.AsyncProposer: Propose that waits for nothing but a free place in the
+// window of unacknowledged proposals (back-pressure); done gets the acknowledgement from the link's receiving
+// goroutine.
+func (c *Client) ProposeThen(ctx context.Context, data []byte, done func(error)) {
+	select {
+	case c.inflight <- struct{}{}:
+	case <-ctx.Done():
+		done(ctx.Err())
+		return
+	}
+	proposeThen(ctx, c.propose, data, func(err error) {
+		<-c.inflight
+		done(err)
+	})
 }
 
 // Committed implements commitlog.Log, resuming after broken connections.

@@ -21,6 +21,7 @@ import (
 var (
 	_ consensusclient.Membership = (*consensus.Node)(nil)
 	_ commitlog.Log              = (*consensusclient.Client)(nil)
+	_ commitlog.AsyncProposer    = (*consensusclient.Client)(nil)
 )
 
 func dial(t *testing.T, m *consensustest.Member) *consensusclient.Client {
@@ -128,6 +129,15 @@ func TestRemoteErrorsAreEtcds(t *testing.T) {
 	}{
 		{"proposal too large", func() error { return client.Propose(ctx, make([]byte, 2048)) }, rpctypes.ErrGRPCRequestTooLarge},
 		{"empty proposal", func() error { return client.Propose(ctx, nil) }, consensus.ErrEmptyProposal},
+		{"proposal accepted, not waited for", func() error { return proposeThen(t, client, ctx, []byte("x")) }, nil},
+		{"proposal too large, not waited for", func() error { return proposeThen(t, client, ctx, make([]byte, 2048)) },
+			rpctypes.ErrGRPCRequestTooLarge},
+		{"empty proposal, not waited for", func() error { return proposeThen(t, client, ctx, nil) }, consensus.ErrEmptyProposal},
+		{"proposal whose context ended, not waited for", func() error {
+			ended, cancel := context.WithCancel(ctx)
+			cancel()
+			return proposeThen(t, client, ended, []byte("x"))
+		}, context.Canceled},
 		{"remove an unknown member", func() error {
 			_, err := client.MemberRemove(ctx, &etcdserverpb.MemberRemoveRequest{ID: 42})
 			return err
@@ -155,6 +165,9 @@ func TestRemoteErrorsAreEtcds(t *testing.T) {
 		})
 		if err := client.Propose(ctx, []byte("x")); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
 			t.Fatalf("Propose = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
+		}
+		if err := proposeThen(t, client, ctx, []byte("x")); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
+			t.Fatalf("ProposeThen = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
 		}
 		if _, err := client.ReadIndex(ctx); !errors.Is(err, rpctypes.ErrGRPCNoLeader) {
 			t.Fatalf("ReadIndex = %v, want %v", err, rpctypes.ErrGRPCNoLeader)
@@ -213,5 +226,24 @@ func TestRemoteCommittedResumesAfterTheMemberRestarts(t *testing.T) {
 		if e.Index != uint64(i+1) {
 			t.Fatalf("position %d holds index %d: the resumed stream skipped or repeated entries", i, e.Index)
 		}
+	}
+}
+
+// proposeThen proposes data with ProposeThen and waits for its one answer.
+func proposeThen(t *testing.T, client *consensusclient.Client, ctx context.Context, data []byte) error {
+	t.Helper()
+	answers := make(chan error, 2)
+	client.ProposeThen(ctx, data, func(err error) { answers <- err })
+	select {
+	case err := <-answers:
+		select {
+		case again := <-answers:
+			t.Fatalf("ProposeThen answered twice: %v, then %v", err, again)
+		case <-time.After(20 * time.Millisecond):
+		}
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatal("ProposeThen did not answer within 10s")
+		return nil
 	}
 }

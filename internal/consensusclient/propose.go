@@ -47,6 +47,17 @@ func propose(ctx context.Context, l *link.Client, data []byte) error {
 	return err
 }
 
+// proposeThen is propose that does not wait: done gets what propose would have returned, from the link's
+// receiving goroutine (or this one when the call was not sent).
+func proposeThen(ctx context.Context, l *link.Client, data []byte, done func(error)) {
+	l.Go(ctx, consensuspb.ProposeMethod, data, func(_ []byte, err error) {
+		if err != nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		done(err)
+	})
+}
+
 // readIndex asks for a read index and waits for it.
 func readIndex(ctx context.Context, l *link.Client) (uint64, error) {
 	answer, err := l.Call(ctx, consensuspb.ReadIndexMethod, nil)

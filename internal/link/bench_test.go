@@ -109,3 +109,39 @@ func BenchmarkCallTraced(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGo compares a call whose caller waits (Call) with one answered to a function (Go), 256 in flight, on
+// a worker as a propose is: Go needs no goroutine per call in flight, so no stack.
+//
+//	go test -run '^$' -bench 'BenchmarkGo$' -benchmem -benchtime 20000x ./internal/link/
+func BenchmarkGo(b *testing.B) {
+	const inflight = 256
+	for _, mode := range []string{"call", "go"} {
+		b.Run(mode, func(b *testing.B) {
+			ts := startBenchServer(b, nil)
+			c := NewClient(ClientConfig{Addr: ts, Preamble: testPreamble, Lanes: 1, Name: "bench"})
+			defer c.Close()
+			body := make([]byte, 64)
+			window := make(chan struct{}, inflight)
+			var wg sync.WaitGroup
+			b.ReportAllocs()
+			for b.Loop() {
+				window <- struct{}{}
+				wg.Add(1)
+				done := func(_ []byte, err error) {
+					if err != nil {
+						b.Error(err)
+					}
+					<-window
+					wg.Done()
+				}
+				if mode == "go" {
+					c.Go(context.Background(), methodWorker, body, done)
+					continue
+				}
+				go func() { done(c.Call(context.Background(), methodWorker, body)) }()
+			}
+			wg.Wait()
+		})
+	}
+}

@@ -116,6 +116,37 @@ func (c *Client) Call(ctx context.Context, method uint64, body []byte) ([]byte, 
 	return c.call(ctx, method, body, sampled)
 }
 
+// Go sends body as a call of method and returns at once; done is called once, with what Call would have
+// returned, from the link's receiving goroutine (or its sweep, or the caller's own when the call was not sent),
+// so it must not block. No goroutine waits for the answer. Unlike Call, an ended ctx does not abandon the call:
+// it waits for its answer, its deadline (failed by the sweep) or the connection's end, and the caller tells an
+// answer that came too late by its own bookkeeping.
+func (c *Client) Go(ctx context.Context, method uint64, body []byte, done func(answer []byte, err error)) {
+	if err := ctx.Err(); err != nil {
+		done(nil, status.FromContextError(err).Err())
+		return
+	}
+	sampled := trace.SpanContextFromContext(ctx).IsSampled()
+	if c.tracer != nil && sampled {
+		var span trace.Span
+		ctx, span = c.tracer.Start(ctx, c.spanName(method), trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("net.peer.name", c.cfg.Addr)))
+		inner := done
+		done = func(answer []byte, err error) {
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			span.End()
+			inner(answer, err)
+		}
+	}
+	h, deadline := c.frameHeader(ctx, method, sampled)
+	l := &c.lanes[h.id%uint64(len(c.lanes))]
+	if err := l.send(&h, body, waiting{done: done, deadline: deadline}); err != nil {
+		done(nil, err)
+	}
+}
+
 func (c *Client) spanName(method uint64) string {
 	return spanName(c.cfg.Name, c.cfg.MethodNames, method)
 }
@@ -123,6 +154,24 @@ func (c *Client) spanName(method uint64) string {
 // call sends the call; sampled says whether ctx carries a sampled trace context, which the frame header then
 // carries.
 func (c *Client) call(ctx context.Context, method uint64, body []byte, sampled bool) ([]byte, error) {
+	h, deadline := c.frameHeader(ctx, method, sampled)
+	l := &c.lanes[h.id%uint64(len(c.lanes))]
+	ch := make(chan answer, 1)
+	if err := l.send(&h, body, waiting{answer: ch, deadline: deadline}); err != nil {
+		return nil, err
+	}
+	select {
+	case a := <-ch:
+		return a.body, a.err
+	case <-ctx.Done():
+		l.abandon(h.id)
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// frameHeader is the header of a new call of method under ctx, with a fresh id, and the call's deadline (Unix
+// nanoseconds, 0 for none); a call with a deadline starts the sweep.
+func (c *Client) frameHeader(ctx context.Context, method uint64, sampled bool) (header, int64) {
 	h := header{method: method}
 	var deadline int64
 	if d, ok := ctx.Deadline(); ok || c.cfg.Bound > 0 {
@@ -141,18 +190,7 @@ func (c *Client) call(ctx context.Context, method uint64, body []byte, sampled b
 		h.trace = c.cfg.Telemetry.Inject(ctx)
 	}
 	h.id = c.next.Add(1)
-	l := &c.lanes[h.id%uint64(len(c.lanes))]
-	ch, err := l.send(&h, body, deadline)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case a := <-ch:
-		return a.body, a.err
-	case <-ctx.Done():
-		l.abandon(h.id)
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
+	return h, deadline
 }
 
 // sweep fails the calls the server left unanswered past their deadline, until the client closes. While no
@@ -198,11 +236,21 @@ type answer struct {
 	err  error
 }
 
-// waiting is a call sent and not yet answered: where its answer goes, and its deadline (Unix nanoseconds, 0
-// for none).
+// waiting is a call sent and not yet answered: where its answer goes (the channel of a Call, or the function
+// of a Go), and its deadline (Unix nanoseconds, 0 for none).
 type waiting struct {
 	answer   chan answer
+	done     func([]byte, error)
 	deadline int64
+}
+
+// deliver hands a to the call's waiter. A Go's function runs here, so deliver is called without l.mu held.
+func (w waiting) deliver(a answer) {
+	if w.done != nil {
+		w.done(a.body, a.err)
+		return
+	}
+	w.answer <- a
 }
 
 // lane is one connection, opened on first use and again after it breaks.
@@ -256,25 +304,24 @@ func (l *lane) connection() (*framed.Conn, error) {
 	return conn, nil
 }
 
-// send registers the call of h and body (answered by deadline) and sends it, opening the connection if
-// needed; it returns where the answer will come.
-func (l *lane) send(h *header, body []byte, deadline int64) (<-chan answer, error) {
+// send registers the call of h and body as w and sends it, opening the connection if needed. When it returns
+// nil the answer goes to w; an error is the call's (w gets nothing).
+func (l *lane) send(h *header, body []byte, w waiting) error {
 	head, err := appendFrameHead(make([]byte, 0, 32), h)
 	if err != nil {
-		return nil, NotSent(status.Error(grpccodes.Internal, err.Error()))
+		return NotSent(status.Error(grpccodes.Internal, err.Error()))
 	}
 	conn, err := l.connection()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	ch := make(chan answer, 1)
 	l.mu.Lock()
 	if l.conn != conn { // it broke meanwhile: its receiver has failed what it had; this call was not sent
 		l.mu.Unlock()
-		return nil, NotSent(status.Errorf(grpccodes.Unavailable, "link to %s: connection broke before the call was sent", l.client.cfg.Addr))
+		return NotSent(status.Errorf(grpccodes.Unavailable, "link to %s: connection broke before the call was sent", l.client.cfg.Addr))
 	}
 	pending := l.pending
-	l.add(pending, h.id, waiting{answer: ch, deadline: deadline})
+	l.add(pending, h.id, w)
 	others := len(pending) > 1
 	l.mu.Unlock()
 	send := conn.Send
@@ -286,15 +333,15 @@ func (l *lane) send(h *header, body []byte, deadline int64) (<-chan answer, erro
 		_, stillPending := l.take(pending, h.id)
 		l.mu.Unlock()
 		if !stillPending {
-			return ch, nil // the receiver failed it already
+			return nil // the receiver failed it already
 		}
 		broke := status.Errorf(grpccodes.Unavailable, "link to %s: connection broke while sending: %v", l.client.cfg.Addr, err)
 		if errors.Is(err, framed.ErrNotQueued) { // none of the frame went out
-			return nil, NotSent(broke)
+			return NotSent(broke)
 		}
-		return nil, broke
+		return broke
 	}
-	return ch, nil
+	return nil
 }
 
 // receive hands each answer to its caller until the connection ends, then fails the calls still waiting: as
@@ -322,11 +369,15 @@ func (l *lane) receive(conn *framed.Conn, pending map[uint64]waiting) {
 				l.conn = nil
 			}
 			_ = conn.Close()
+			failed := make([]waiting, 0, len(pending))
 			for id, w := range pending {
-				w.answer <- answer{err: err}
+				failed = append(failed, w)
 				l.take(pending, id)
 			}
 			l.mu.Unlock()
+			for _, w := range failed {
+				w.deliver(answer{err: err})
+			}
 			return
 		}
 		if h.kind != kindAnswer {
@@ -337,9 +388,9 @@ func (l *lane) receive(conn *framed.Conn, pending map[uint64]waiting) {
 		l.mu.Unlock()
 		if ok {
 			if h.status != nil {
-				w.answer <- answer{err: FromStatus(statusOf(h.status))}
+				w.deliver(answer{err: FromStatus(statusOf(h.status))})
 			} else {
-				w.answer <- answer{body: body}
+				w.deliver(answer{body: body})
 			}
 		}
 	}
@@ -361,14 +412,18 @@ func (l *lane) expire(limit int64) {
 	l.mu.Lock()
 	conn := l.conn
 	var expired []uint64
+	var failed []waiting
 	for id, w := range l.pending {
 		if w.deadline != 0 && w.deadline < limit {
-			w.answer <- answer{err: l.client.cfg.Expired}
+			failed = append(failed, w)
 			l.take(l.pending, id)
 			expired = append(expired, id)
 		}
 	}
 	l.mu.Unlock()
+	for _, w := range failed {
+		w.deliver(answer{err: l.client.cfg.Expired})
+	}
 	for _, id := range expired {
 		if conn != nil {
 			cancelAt(conn, id)
