@@ -132,9 +132,9 @@ func TestGoFailsCallsInFlightWhenTheConnectionBreaks(t *testing.T) {
 	}
 }
 
-// TestGoLeavesNoGoroutineWaiting checks that many calls in flight through Go keep no caller goroutine: they
-// are all answered from the link's own goroutines.
-func TestGoLeavesNoGoroutineWaiting(t *testing.T) {
+// TestGoAnswersManyInFlight checks that many calls in flight together through Go, with no goroutine of the
+// caller waiting, are each answered once and correctly from the link's own goroutines.
+func TestGoAnswersManyInFlight(t *testing.T) {
 	ts := startServer(t)
 	c := newClient(t, ts.addr)
 	const calls = 200

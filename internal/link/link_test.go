@@ -25,6 +25,7 @@ const (
 	methodRefuse  = 3 // refuses as storage does when unhealthy: not sent
 	methodBlock   = 4 // waits until released or its context ends
 	methodLater   = 5 // answered from another goroutine, under Call.Context
+	methodBrief   = 6 // answers the body from a brief worker
 	methodUnknown = 9
 )
 
@@ -56,6 +57,7 @@ func startServerWith(t testing.TB, secure *tlsconfig.Link) *testServer {
 	srv := NewServer(ServerConfig{Name: "test", Bound: 10 * time.Second})
 	srv.Handle(methodEcho, func(c *Call) { c.Reply(nil, c.Body) })
 	srv.Handle(methodWorker, func(c *Call) { c.Go(func(context.Context) { c.Reply(nil, []byte("w:"), c.Body) }) })
+	srv.Handle(methodBrief, func(c *Call) { c.GoBrief(func(context.Context) { c.Reply(nil, []byte("b:"), c.Body) }) })
 	srv.Handle(methodRefuse, func(c *Call) {
 		c.Fail(NotSent(status.Error(codes.Unavailable, "cairn storage unavailable: store failed")))
 	})
@@ -133,6 +135,7 @@ func TestCallsAnswer(t *testing.T) {
 	}{
 		{"on the receiving goroutine", methodEcho, "ping", codes.OK},
 		{"on a worker", methodWorker, "w:ping", codes.OK},
+		{"on a brief worker", methodBrief, "b:ping", codes.OK},
 		{"from another owner", methodLater, "later", codes.OK},
 		{"unknown method", methodUnknown, "", codes.Unimplemented},
 	} {
@@ -279,7 +282,8 @@ func TestWorkersRetireWhenIdle(t *testing.T) {
 		{"busy within the idle time they stay", time.Hour, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ss := &session{server: NewServer(ServerConfig{Name: "test", WorkerIdle: tc.idle}), work: make(chan func())}
+			ss := &session{server: NewServer(ServerConfig{Name: "test", WorkerIdle: tc.idle}), work: make(chan func()),
+				brief: make(chan func())}
 			var running sync.WaitGroup
 			release := make(chan struct{})
 			for range 8 { // as Call.Go does when no worker is idle
@@ -305,4 +309,30 @@ func TestWorkersRetireWhenIdle(t *testing.T) {
 			ss.stop() // closes the work channel and waits for every worker
 		})
 	}
+}
+
+// TestBriefWorkersStayFew checks that a burst of calls run with GoBrief runs them all on no more than
+// BriefWorkers goroutines, and that stopping the connection ends them.
+func TestBriefWorkersStayFew(t *testing.T) {
+	const calls, workers = 500, 2
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ss := &session{server: NewServer(ServerConfig{Name: "test", BriefWorkers: workers}), ctx: ctx,
+		calls: map[uint64]*Call{}, work: make(chan func()), brief: make(chan func(), briefQueue)}
+	var ran sync.WaitGroup
+	ran.Add(calls)
+	for id := range uint64(calls) { // as the receiving goroutine dispatches them
+		call := &Call{ID: id, session: ss}
+		call.GoBrief(func(ctx context.Context) {
+			if ctx.Err() != nil {
+				t.Errorf("call %d ran with an ended context: %v", id, ctx.Err())
+			}
+			ran.Done()
+		})
+	}
+	ran.Wait()
+	if got := ss.briefs.Load(); got != workers {
+		t.Fatalf("%d brief workers started for %d calls, want %d", got, calls, workers)
+	}
+	ss.stop() // closes the queues and waits for every worker
 }

@@ -3,6 +3,7 @@ package link
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,9 @@ type ServerConfig struct {
 	// WorkerIdle is how long a kept worker waits for a call before it exits (5 s when 0), so that the stacks a
 	// burst of calls grew do not stay after it (a storage kept ~1,100 after etcd's benchmark of 1000 clients).
 	WorkerIdle time.Duration
+	// BriefWorkers bounds the workers a connection keeps for Call.GoBrief (GOMAXPROCS when 0); they stay until
+	// the connection ends.
+	BriefWorkers int
 	// End is the error of the end frame a stopping server sends (Unavailable when nil); it is marked NotSent.
 	End error
 	// Linger bounds how long a stopping server waits for the client to close a connection it ended (2 s when 0).
@@ -63,6 +67,9 @@ type Server struct {
 func NewServer(cfg ServerConfig) *Server {
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = defaultMaxWorkers
+	}
+	if cfg.BriefWorkers <= 0 {
+		cfg.BriefWorkers = runtime.GOMAXPROCS(0)
 	}
 	if cfg.WorkerIdle <= 0 {
 		cfg.WorkerIdle = defaultWorkerIdle
@@ -93,7 +100,7 @@ func (s *Server) Handle(method uint64, h Handler) { s.handlers[method] = h }
 func (s *Server) Serve(conn *framed.Conn, stopping <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	ss := &session{server: s, ctx: ctx, conn: conn, stopping: stopping, calls: map[uint64]*Call{},
-		work: make(chan func()), flush: make(chan struct{}, 1)}
+		work: make(chan func()), brief: make(chan func(), briefQueue), flush: make(chan struct{}, 1)}
 	ended := make(chan struct{})
 	go func() { defer close(ended); ss.receive() }()
 	flusherDone := make(chan struct{})
@@ -125,6 +132,7 @@ type session struct {
 	conn     *framed.Conn
 	stopping <-chan struct{}
 	work     chan func()
+	brief    chan func()   // Call.GoBrief's queue, taken by the brief workers
 	flush    chan struct{} // an answer was queued from outside the connection's goroutines
 
 	mu      sync.Mutex
@@ -134,7 +142,12 @@ type session struct {
 	workers sync.WaitGroup // worker goroutines
 	running atomic.Int64   // calls dispatched and not yet answered
 	kept    atomic.Int64   // worker goroutines kept
+	briefs  atomic.Int64   // brief workers started
 }
+
+// briefQueue is how many calls Call.GoBrief queues for a connection's brief workers before the receiving
+// goroutine waits for room (back-pressure on the connection).
+const briefQueue = 256
 
 // receive dispatches each call of the connection until it ends; once stopping, calls are dropped (the end
 // frame tells the client they were not started). The answers given on this goroutine wait, while more calls
@@ -251,7 +264,16 @@ func (ss *session) stop() {
 	}
 	ss.mu.Unlock()
 	close(ss.work)
+	close(ss.brief)
 	ss.workers.Wait()
+}
+
+// briefWorker runs the calls of Call.GoBrief until the connection stops.
+func (ss *session) briefWorker() {
+	defer ss.workers.Done()
+	for f := range ss.brief {
+		f()
+	}
 }
 
 // Call is one call a Handler takes.
@@ -346,6 +368,26 @@ func (c *Call) Go(f func(ctx context.Context)) {
 	default:
 		ss.workers.Add(1)
 		go ss.newWorker(run)
+	}
+}
+
+// GoBrief is Go for f that never waits long (it may hand the answer to someone else, as a storage write is
+// answered by the apply loop): f runs on one of a few workers the connection keeps (ServerConfig.BriefWorkers)
+// instead of a worker of its own, so a burst of such calls does not grow a goroutine, and a stack, per call.
+// When the workers are behind by more than a queue's worth, the receiving goroutine waits for them. Only the
+// handler calls GoBrief, before it returns.
+func (c *Call) GoBrief(f func(ctx context.Context)) {
+	ctx := c.Context()
+	ss := c.session
+	if ss.briefs.Load() < int64(ss.server.cfg.BriefWorkers) {
+		ss.briefs.Add(1) // only the receiving goroutine starts brief workers
+		ss.workers.Add(1)
+		go ss.briefWorker()
+	}
+	ss.brief <- func() {
+		c.onWorker.Store(true)
+		f(ctx)
+		c.onWorker.Store(false)
 	}
 }
 

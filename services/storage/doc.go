@@ -15,8 +15,9 @@
 // connections on the same port as gRPC (told apart by their preamble, storagepb.PipelinePreamble; calls of the
 // internal/link layer, with SubmitRequest and RangeRequest bodies): a serializable one-key range is answered by the
 // connection's reading goroutine itself, anything else on a worker; a write that needs nothing but its apply
-// (a Put, DeleteRange or writing Txn, values not sealed) is proposed from the worker and answered by the apply
-// loop, so no goroutine waits per write in flight; answers share writes while calls keep coming. A plain range is answered in its wire encoding written straight from the stored KeyValues
+// (a Put, DeleteRange or writing Txn, values not sealed) is proposed by one of the link's few brief workers
+// (link.Call.GoBrief), without waiting for consensus's acknowledgement (commitlog.AsyncProposer), and answered
+// by the apply loop, so no goroutine waits, or is started, per write in flight; answers share writes while calls keep coming. A plain range is answered in its wire encoding written straight from the stored KeyValues
 // (mvcc.Store.RangeEncoded) into a pooled buffer that is written out as it is, so a LIST is copied once and never
 // decoded or re-encoded (with encryption at rest, each value is decrypted into that buffer instead of copied). When storage stops, each pipeline answers the calls it started, then ends with the link's
 // end frame (Unavailable "cairn storage unavailable: stopping") so the frontend knows the rest were not started.

@@ -33,22 +33,28 @@ func (s *Storage) servePipeline(conn *framed.Conn) {
 	srv.Serve(conn, s.stopping)
 }
 
-// pipelineSubmit serves a Submit call on a worker. A write whose answer needs nothing but its apply
-// (answersFromApply) is answered by the apply loop: the worker goes back to the pool once it is proposed.
+// pipelineSubmit serves a Submit call. A write whose answer needs nothing but its apply (answersFromApply) is
+// proposed by one of the link's brief workers and answered by the apply loop: nothing waits for it, and a burst
+// of writes grows no goroutine per write. Anything else runs on a worker of its own, which may wait (a write
+// past the quota too: raising the NOSPACE alarm waits for its apply).
 func (s *Storage) pipelineSubmit(call *link.Call) {
 	s.served.pipeline.Add(1)
-	call.Go(func(ctx context.Context) {
-		req := &storagepb.SubmitRequest{}
-		if err := proto.Unmarshal(call.Body, req); err != nil {
-			call.Fail(status.Errorf(codes.InvalidArgument, "cairn storage: pipeline submit not decodable: %v", err))
-			return
-		}
-		if req.KeeperClaim == nil && s.answersFromApply(req.Request) {
-			s.startSubmit(ctx, req.Request, req.KeeperEpoch, func(resp *storagepb.SubmitResponse, err error) {
-				answerSubmit(call, resp, err)
+	req := &storagepb.SubmitRequest{}
+	if err := proto.Unmarshal(call.Body, req); err != nil {
+		call.Fail(status.Errorf(codes.InvalidArgument, "cairn storage: pipeline submit not decodable: %v", err))
+		return
+	}
+	if req.KeeperClaim == nil && s.answersFromApply(req.Request) {
+		if _, over := s.overQuota(req.Request); !over {
+			call.GoBrief(func(ctx context.Context) {
+				s.startSubmit(ctx, req.Request, req.KeeperEpoch, func(resp *storagepb.SubmitResponse, err error) {
+					answerSubmit(call, resp, err)
+				})
 			})
 			return
 		}
+	}
+	call.Go(func(ctx context.Context) {
 		resp, err := s.submitRequest(ctx, req)
 		answerSubmit(call, resp, err)
 	})

@@ -205,15 +205,8 @@ func proposeError(ctx context.Context, err error) error {
 // checkQuota is etcd's quota check before proposing: a write that would grow the database past the quota raises
 // the NOSPACE alarm for this member and is refused.
 func (s *Storage) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) error {
-	if s.cfg.QuotaBackendBytes < 0 {
-		return nil
-	}
-	cost := mvcc.RequestCost(req)
-	if cost == 0 {
-		return nil
-	}
-	size := s.currentStore().CommittedSize()
-	if size+int64(cost) < s.cfg.QuotaBackendBytes {
+	size, over := s.overQuota(req)
+	if !over {
 		return nil
 	}
 	alarm := &pb.InternalRaftRequest{ID: s.ids.next(), Alarm: &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE,
@@ -223,6 +216,19 @@ func (s *Storage) checkQuota(ctx context.Context, req *pb.InternalRaftRequest) e
 		s.logger.Warn("raising the NOSPACE alarm failed", "db_size", size, "quota", s.cfg.QuotaBackendBytes, "err", err)
 	}
 	return rpctypes.ErrGRPCNoSpace
+}
+
+// overQuota reports whether req would grow the database (of size now) past the quota.
+func (s *Storage) overQuota(req *pb.InternalRaftRequest) (size int64, over bool) {
+	if s.cfg.QuotaBackendBytes < 0 {
+		return 0, false
+	}
+	cost := mvcc.RequestCost(req)
+	if cost == 0 {
+		return 0, false
+	}
+	size = s.currentStore().CommittedSize()
+	return size, size+int64(cost) >= s.cfg.QuotaBackendBytes
 }
 
 func wrapResponse(res *mvcc.Result) (*storagepb.SubmitResponse, error) {
