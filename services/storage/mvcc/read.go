@@ -21,7 +21,26 @@ type valueReader interface {
 type wtxReader struct{ s *Store }
 
 func (r wtxReader) load(rev revision) (*mvccpb.KeyValue, error) {
+	if value, ok := r.s.pendingValue(rev); ok {
+		// Not committed yet (a key written again soon, as under a benchmark's one key): the pending buffer's
+		// bytes are never modified, so the KeyValue may share them instead of copying, and no cursor searches.
+		return decodeSharedKV(rev, value)
+	}
 	return decodeKV(rev, r.s.wtx.Bucket(bucketKey).Get(revKey(rev, false)))
+}
+
+// pendingValue returns the stored (marshalled) KeyValue of rev from the pending buffer, if rev is above the
+// committed revision; its bytes are never modified. The caller holds the store's lock.
+func (s *Store) pendingValue(rev revision) ([]byte, bool) {
+	if rev.main <= s.committedRev {
+		return nil, false
+	}
+	p := s.pending
+	i := sort.Search(len(p), func(i int) bool { return !rev.greaterThan(p[i].rev) })
+	if i == len(p) || p[i].rev != rev {
+		return nil, false
+	}
+	return p[i].value, true
 }
 
 // readView reads committed revisions through its own bbolt read transaction, opened on first use, and newer ones
@@ -46,12 +65,11 @@ func (v *readView) load(rev revision) (*mvccpb.KeyValue, error) {
 // the view is closed and must not be modified.
 func (v *readView) loadEncoded(rev revision) ([]byte, error) {
 	if rev.main > v.s.committedRev {
-		p := v.s.pending
-		i := sort.Search(len(p), func(i int) bool { return !rev.greaterThan(p[i].rev) })
-		if i == len(p) || p[i].rev != rev {
+		value, ok := v.s.pendingValue(rev)
+		if !ok {
 			return nil, fmt.Errorf("revision %d.%d missing from the pending buffer", rev.main, rev.sub)
 		}
-		return p[i].value, nil
+		return value, nil
 	}
 	if err := v.begin(); err != nil {
 		return nil, err
