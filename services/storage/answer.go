@@ -69,7 +69,7 @@ func (s *Storage) startSubmit(ctx context.Context, req *pb.InternalRaftRequest, 
 }
 
 // proposeThen is propose that does not wait: then is called once, from the apply loop with the result once this
-// storage applied entry, or with propose's error when proposing failed or ctx ended first.
+// storage applied entry, or with propose's error when proposing failed or ctx's deadline passed first.
 func (s *Storage) proposeThen(ctx context.Context, entry *storagepb.Entry, then func(*mvcc.Result, error)) {
 	if reason := s.unhealthyReason(); reason != "" {
 		then(nil, unavailable(reason))
@@ -87,8 +87,16 @@ func (s *Storage) proposeThen(ctx context.Context, entry *storagepb.Entry, then 
 	}
 	s.metrics.pending.Inc()
 	var proposed atomic.Int64 // when Propose returned, for the wait_commit span; the apply may come first
+	until, _ := ctx.Deadline()
+	// Exactly one of the apply, a failed proposal and the deadline takes the waiter, and answers. The deadline
+	// comes from the waiters' one timer, not from a watch on ctx per write: a call its caller abandoned is
+	// answered (to nobody) when it is applied, or at its deadline.
 	s.waiters.registerFunc(id, func(a applied) {
 		s.metrics.pending.Dec()
+		if a.res == nil {
+			then(nil, ctxError(ctx)) // the deadline passed first
+			return
+		}
 		if s.stages.Sampled(ctx) {
 			from := time.Unix(0, proposed.Load())
 			if from.After(a.start) {
@@ -98,14 +106,7 @@ func (s *Storage) proposeThen(ctx context.Context, entry *storagepb.Entry, then 
 			s.stages.Span(ctx, "storage.wait_applied", a.end, time.Now())
 		}
 		then(a.res, nil)
-	})
-	// Exactly one of the apply, a failed proposal and ctx's end takes the waiter (waiters.take), and answers.
-	context.AfterFunc(ctx, func() {
-		if s.waiters.take(id) {
-			s.metrics.pending.Dec()
-			then(nil, ctxError(ctx))
-		}
-	})
+	}, until)
 	proposeCtx, span := s.stages.Start(ctx, "storage.propose")
 	if span.IsRecording() {
 		span.SetAttributes(obs.AttrBytes.Int(len(data)))

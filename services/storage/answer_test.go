@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
+	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/commitlog/commitlogtest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
@@ -24,6 +25,14 @@ import (
 type heldLog struct{ *commitlogtest.Log }
 
 func (heldLog) Propose(ctx context.Context, _ []byte) error { return ctx.Err() }
+
+// heldAsyncLog is heldLog that acknowledges proposals without being waited for (commitlog.AsyncProposer), from
+// a goroutine of its own, as a remote log does.
+type heldAsyncLog struct{ heldLog }
+
+func (heldAsyncLog) ProposeThen(ctx context.Context, _ []byte, done func(error)) {
+	go done(ctx.Err())
+}
 
 // goroutinesIn counts the goroutines whose stack holds frame.
 func goroutinesIn(frame string) int {
@@ -113,35 +122,49 @@ func TestPipelineWritesAnsweredFromApply(t *testing.T) {
 	}
 }
 
-// TestPipelineWritesParkNoGoroutine: writes waiting for their apply hold no goroutine on storage, and each
-// ends with its deadline when it is never applied.
+// TestPipelineWritesParkNoGoroutine: writes waiting for their apply hold no goroutine on storage (none in
+// propose, no link worker of their own), whether the log is waited for or not, and each ends with its deadline
+// when it is never applied.
 func TestPipelineWritesParkNoGoroutine(t *testing.T) {
-	m := startMember(t, testConfig(t, 1), heldLog{newMemlog(t, 1)}, nil)
-	p := dialPipeline(t, m)
-	const writes = 200
-	var wg sync.WaitGroup
-	errs := make(chan error, writes)
-	for i := range writes {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			defer cancel()
-			_, err := p.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")}})
-			errs <- err
+	for _, tc := range []struct {
+		name string
+		log  func(t *testing.T) commitlog.Log
+	}{
+		{"log waited for", func(t *testing.T) commitlog.Log { return heldLog{newMemlog(t, 1)} }},
+		{"log not waited for", func(t *testing.T) commitlog.Log { return heldAsyncLog{heldLog{newMemlog(t, 1)}} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startMember(t, testConfig(t, 1), tc.log(t), nil)
+			p := dialPipeline(t, m)
+			const writes = 200
+			var wg sync.WaitGroup
+			errs := make(chan error, writes)
+			for i := range writes {
+				wg.Go(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+					defer cancel()
+					_, err := p.Submit(ctx, &pb.InternalRaftRequest{Put: &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte("v")}})
+					errs <- err
+				})
+			}
+			waittest.Until(t, 3*time.Second, 5*time.Millisecond, "every write waiting for its apply", func() bool {
+				return m.waiting() == writes
+			})
+			if parked := goroutinesIn("services/storage.(*Storage).propose("); parked != 0 {
+				t.Errorf("%d goroutines wait in propose while %d writes wait for their apply, want none", parked, writes)
+			}
+			if workers := goroutinesIn("internal/link.(*session).newWorker("); workers != 0 {
+				t.Errorf("%d link workers kept for %d writes that wait for their apply, want none", workers, writes)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				// storage's deadline (the caller's, sent with the call) or the caller's own, whichever ends first
+				if err == nil || (err.Error() != rpctypes.ErrGRPCTimeout.Error() && status.Code(err) != codes.DeadlineExceeded) {
+					t.Fatalf("a write never applied: %v, want %v or DeadlineExceeded", err, rpctypes.ErrGRPCTimeout)
+				}
+			}
+			waittest.Until(t, 3*time.Second, 5*time.Millisecond, "no waiter left", func() bool { return m.waiting() == 0 })
 		})
 	}
-	waittest.Until(t, 3*time.Second, 5*time.Millisecond, "every write waiting for its apply", func() bool {
-		return m.waiting() == writes
-	})
-	if parked := goroutinesIn("services/storage.(*Storage).propose("); parked != 0 {
-		t.Errorf("%d goroutines wait in propose while %d writes wait for their apply, want none", parked, writes)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		// storage's deadline (the caller's, sent with the call) or the caller's own, whichever ends first
-		if err == nil || (err.Error() != rpctypes.ErrGRPCTimeout.Error() && status.Code(err) != codes.DeadlineExceeded) {
-			t.Fatalf("a write never applied: %v, want %v or DeadlineExceeded", err, rpctypes.ErrGRPCTimeout)
-		}
-	}
-	waittest.Until(t, 3*time.Second, 5*time.Millisecond, "no waiter left", func() bool { return m.waiting() == 0 })
 }

@@ -249,6 +249,7 @@ func (s *Storage) stop(ctx context.Context) error {
 		s.cancel()
 	}
 	s.done.Wait()
+	s.waiters.stop()
 	s.storeMu.Lock()
 	defer s.storeMu.Unlock()
 	err := s.store.Close()
