@@ -91,7 +91,7 @@ func (s *Storage) proposeThen(ctx context.Context, entry *storagepb.Entry, then 
 	// Exactly one of the apply, a failed proposal and the deadline takes the waiter, and answers. The deadline
 	// comes from the waiters' one timer, not from a watch on ctx per write: a call its caller abandoned is
 	// answered (to nobody) when it is applied, or at its deadline.
-	s.waiters.registerFunc(id, func(a applied) {
+	s.waiters.registerFunc(waiter{entry: entry, encoded: data, done: func(a applied) {
 		s.metrics.pending.Dec()
 		if a.res == nil {
 			then(nil, ctxError(ctx)) // the deadline passed first
@@ -106,7 +106,7 @@ func (s *Storage) proposeThen(ctx context.Context, entry *storagepb.Entry, then 
 			s.stages.Span(ctx, "storage.wait_applied", a.end, time.Now())
 		}
 		then(a.res, nil)
-	}, until)
+	}}, until)
 	proposeCtx, span := s.stages.Start(ctx, "storage.propose")
 	if span.IsRecording() {
 		span.SetAttributes(obs.AttrBytes.Int(len(data)))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
@@ -91,14 +92,17 @@ func (s *Storage) applyEntry(ctx context.Context, e *commitlog.Entry) error {
 }
 
 func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
-	var entry storagepb.Entry
-	if err := proto.Unmarshal(e.Data, &entry); err != nil || entry.Request == nil {
-		// Not ours or corrupt: skip it, identically on every member, rather than wedge the log.
-		s.logger.Error("undecodable log entry skipped", "index", e.Index, "term", e.Term, "err", err)
-		if err := st.ApplyNoop(e.Index, e.Term); err != nil {
-			return errStoreFailed
+	entry, ok := s.ownProposal(e.Data)
+	if !ok {
+		entry = &storagepb.Entry{}
+		if err := proto.Unmarshal(e.Data, entry); err != nil || entry.Request == nil {
+			// Not ours or corrupt: skip it, identically on every member, rather than wedge the log.
+			s.logger.Error("undecodable log entry skipped", "index", e.Index, "term", e.Term, "err", err)
+			if err := st.ApplyNoop(e.Index, e.Term); err != nil {
+				return errStoreFailed
+			}
+			return nil
 		}
-		return nil
 	}
 	applyCtx, span := s.stages.Start(s.tel.Extract(context.Background(), entry.Trace), "storage.apply")
 	defer span.End()
@@ -243,4 +247,80 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// ownProposal returns the entry this storage proposed and still waits for whose encoding is data, so that the
+// apply does not decode again what the proposer already holds decoded (a leader's storage proposes most
+// writes). It reads only the request ID and proposer from data; the bytes must be the proposed ones exactly.
+func (s *Storage) ownProposal(data []byte) (*storagepb.Entry, bool) {
+	id, proposer := peekEntry(data)
+	if proposer != s.cfg.MemberID || id == 0 {
+		return nil, false
+	}
+	return s.waiters.proposed(id, data)
+}
+
+// Field numbers peekEntry reads: storagepb.Entry's request and proposer_member, InternalRaftRequest's ID.
+const (
+	entryFieldRequest  = 1
+	entryFieldProposer = 3
+	requestFieldID     = 1
+)
+
+// peekEntry reads the request ID and proposer member of an encoded storagepb.Entry (0 for what it does not
+// find) without decoding the rest.
+func peekEntry(data []byte) (id, proposer uint64) {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return 0, 0
+		}
+		data = data[n:]
+		switch {
+		case num == entryFieldRequest && typ == protowire.BytesType:
+			request, n := protowire.ConsumeBytes(data)
+			if n < 0 {
+				return 0, 0
+			}
+			id = peekRequestID(request)
+			data = data[n:]
+		case num == entryFieldProposer && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(data)
+			if n < 0 {
+				return 0, 0
+			}
+			proposer = v
+			data = data[n:]
+		default:
+			n := protowire.ConsumeFieldValue(num, typ, data)
+			if n < 0 {
+				return 0, 0
+			}
+			data = data[n:]
+		}
+	}
+	return id, proposer
+}
+
+// peekRequestID reads the ID of an encoded InternalRaftRequest (0 when it has none).
+func peekRequestID(data []byte) uint64 {
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			return 0
+		}
+		data = data[n:]
+		if num == requestFieldID && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(data)
+			if n < 0 {
+				return 0
+			}
+			return v
+		}
+		if n = protowire.ConsumeFieldValue(num, typ, data); n < 0 {
+			return 0
+		}
+		data = data[n:]
+	}
+	return 0
 }

@@ -152,7 +152,7 @@ func (s *Storage) propose(ctx context.Context, entry *storagepb.Entry) (*mvcc.Re
 	if err != nil {
 		return nil, err
 	}
-	applied := s.waiters.register(req.ID)
+	applied := s.waiters.register(entry, data)
 	defer s.waiters.cancel(req.ID)
 	s.metrics.pending.Inc()
 	defer s.metrics.pending.Dec()

@@ -1,9 +1,11 @@
 package storage
 
 import (
+	"bytes"
 	"sync"
 	"time"
 
+	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
 
@@ -14,11 +16,19 @@ import (
 // per write cost a child context and ~470 bytes.
 type waiters struct {
 	mu        sync.Mutex
-	m         map[uint64]func(applied)
+	m         map[uint64]waiter
 	deadlines []deadline  // min-heap; entries whose write was answered are dropped when they reach the top
 	timer     *time.Timer // made on first use; fires expire
 	armedFor  int64       // the deadline the timer is set for, Unix nanoseconds; 0: not set
 	stopped   bool
+}
+
+// waiter is what waits for one proposed write: done, and the entry as proposed and its encoding, which the
+// apply uses instead of decoding the committed bytes again when they are the same (proposed).
+type waiter struct {
+	done    func(applied)
+	entry   *storagepb.Entry
+	encoded []byte
 }
 
 // deadline is when the write of id, if still waiting, is answered as expired.
@@ -35,21 +45,22 @@ type applied struct {
 	start, end time.Time
 }
 
-func newWaiters() *waiters { return &waiters{m: make(map[uint64]func(applied))} }
+func newWaiters() *waiters { return &waiters{m: make(map[uint64]waiter)} }
 
-// register returns the channel that receives id's apply.
-func (w *waiters) register(id uint64) <-chan applied {
+// register returns the channel that receives the apply of entry (its request's ID), proposed as encoded.
+func (w *waiters) register(entry *storagepb.Entry, encoded []byte) <-chan applied {
 	ch := make(chan applied, 1)
-	w.registerFunc(id, func(a applied) { ch <- a }, time.Time{})
+	w.registerFunc(waiter{done: func(a applied) { ch <- a }, entry: entry, encoded: encoded}, time.Time{})
 	return ch
 }
 
-// registerFunc has the apply loop call done with id's apply, or expire call it with an empty applied once
-// until passes first (never when until is zero); done must not block.
-func (w *waiters) registerFunc(id uint64, done func(applied), until time.Time) {
+// registerFunc has the apply loop call wt.done with the apply of wt.entry (its request's ID), or expire call it
+// with an empty applied once until passes first (never when until is zero); done must not block.
+func (w *waiters) registerFunc(wt waiter, until time.Time) {
+	id := wt.entry.Request.ID
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.m[id] = done
+	w.m[id] = wt
 	if until.IsZero() || w.stopped {
 		return
 	}
@@ -86,13 +97,25 @@ func (w *waiters) take(id uint64) bool {
 // trigger hands a to the waiter of id, if one is waiting, with a.end set to now.
 func (w *waiters) trigger(id uint64, a applied) {
 	w.mu.Lock()
-	done := w.m[id]
+	wt, ok := w.m[id]
 	delete(w.m, id)
 	w.mu.Unlock()
-	if done != nil {
+	if ok {
 		a.end = time.Now()
-		done(a)
+		wt.done(a)
 	}
+}
+
+// proposed returns the entry of the write id still waiting, if encoded is how it was proposed: the apply of
+// that entry can use it as it is. Nothing modifies a proposed entry.
+func (w *waiters) proposed(id uint64, encoded []byte) (*storagepb.Entry, bool) {
+	w.mu.Lock()
+	wt, ok := w.m[id]
+	w.mu.Unlock()
+	if !ok || !bytes.Equal(wt.encoded, encoded) {
+		return nil, false
+	}
+	return wt.entry, true
 }
 
 // expire answers the waiters whose deadline has passed, and sets the timer for the next one still waiting.
@@ -102,9 +125,9 @@ func (w *waiters) expire() {
 	w.mu.Lock()
 	for len(w.deadlines) > 0 && w.deadlines[0].at <= now {
 		id := w.pop().id
-		if done, ok := w.m[id]; ok {
+		if wt, ok := w.m[id]; ok {
 			delete(w.m, id)
-			due = append(due, done)
+			due = append(due, wt.done)
 		}
 	}
 	w.armedFor = 0

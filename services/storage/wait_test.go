@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/storage/mvcc"
 )
@@ -23,7 +26,8 @@ func TestWaitersExpireOnlyWhatStillWaits(t *testing.T) {
 		if in > 0 {
 			until = time.Now().Add(in)
 		}
-		w.registerFunc(id, func(a applied) {
+		entry := &storagepb.Entry{Request: &pb.InternalRaftRequest{ID: id}}
+		w.registerFunc(waiter{entry: entry, done: func(a applied) {
 			mu.Lock()
 			defer mu.Unlock()
 			if a.res == nil {
@@ -31,7 +35,7 @@ func TestWaitersExpireOnlyWhatStillWaits(t *testing.T) {
 			} else {
 				appliedIDs = append(appliedIDs, id)
 			}
-		}, until)
+		}}, until)
 	}
 	register(1, 300*time.Millisecond)
 	register(2, 100*time.Millisecond) // earlier than the timer is set for: it is set again
