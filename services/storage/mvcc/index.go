@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"sync"
 
 	"github.com/google/btree"
 )
@@ -65,6 +66,9 @@ func (h *keyHistory) compact(atRev int64, keep map[revision]struct{}) {
 type keyIndex struct {
 	tree *btree.BTreeG[*keyHistory]
 	live int // keys whose latest revision is not a tombstone
+	// probes are the keyHistory values a lookup searches the tree with (only their key set): one allocated per
+	// lookup was ~180 bytes per put, and concurrent readers each need their own.
+	probes sync.Pool
 }
 
 func newKeyIndex() *keyIndex {
@@ -72,7 +76,14 @@ func newKeyIndex() *keyIndex {
 }
 
 func (ix *keyIndex) get(key []byte) *keyHistory {
-	h, _ := ix.tree.Get(&keyHistory{key: key})
+	probe, _ := ix.probes.Get().(*keyHistory)
+	if probe == nil {
+		probe = &keyHistory{}
+	}
+	probe.key = key
+	h, _ := ix.tree.Get(probe)
+	probe.key = nil // the pool keeps no caller's key alive
+	ix.probes.Put(probe)
 	return h
 }
 
