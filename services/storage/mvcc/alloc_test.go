@@ -42,3 +42,27 @@ func TestKeyIndexGetFindsWhatWasPut(t *testing.T) {
 		t.Fatalf("a pooled probe kept the key %q", probe.key)
 	}
 }
+
+// TestReusePendingKeepsOnlySmallBuffers checks that a commit keeps the pending buffer of a batch up to
+// keptPending entries, emptied and holding no write's bytes, and drops a larger one.
+func TestReusePendingKeepsOnlySmallBuffers(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		size  int
+		keeps bool
+	}{{"small batch", 16, true}, {"at the bound", keptPending, true}, {"large batch", keptPending + 1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pending := make([]pendingKV, tc.size)
+			for i := range pending {
+				pending[i] = pendingKV{rev: revision{main: int64(i)}, key: []byte("k"), value: []byte("v")}
+			}
+			got := reusePending(pending)
+			if len(got) != 0 || (cap(got) == tc.size) != tc.keeps {
+				t.Fatalf("reusePending: len %d cap %d; want empty, buffer kept %v", len(got), cap(got), tc.keeps)
+			}
+			if tc.keeps && (pending[0].value != nil || pending[tc.size-1].key != nil) {
+				t.Fatal("the kept buffer still holds a write's bytes")
+			}
+		})
+	}
+}
