@@ -2,7 +2,8 @@
 // into a totally ordered, durable log of committed entries, and storage, which applies that log into MVCC.
 //
 // Consensus implements Log (in-process for `cairn dev` and tests, or as a gRPC client of a remote consensus
-// process); storage consumes it. Entries are opaque bytes to consensus: only storage knows how to decode them.
+// process); storage consumes it. A Log may also implement AsyncProposer (the remote one does), so that a
+// proposer need not wait for each proposal's acknowledgement. Entries are opaque bytes to consensus: only storage knows how to decode them.
 //
 // The promises, which every implementation keeps:
 //   - An entry is delivered by Committed only after it is committed, that is fsynced on a quorum of voters

@@ -5,7 +5,9 @@
 //   - Propose and ReadIndex go on one shared propose link, calls of the internal/link layer on the member's
 //     Consensus port: each call is a frame written by the caller's goroutine (calls in flight together share a
 //     write), with at most Config.MaxInflight proposals unacknowledged; a full window blocks Propose
-//     (back-pressure). The proposer's trace context travels in each call's header. A proposal that certainly
+//     (back-pressure). ProposeThen (commitlog.AsyncProposer) is Propose answered to a function from the
+//     link's receiving goroutine, so a proposer keeps no goroutine per proposal in flight. The proposer's trace
+//     context travels in each call's header. A proposal that certainly
 //     did not reach consensus fails with an error marked link.ErrNotSent.
 //   - Committed follows a committed link (a framed connection of its own).
 //   - Committed resumes by itself after a broken connection, from the next index it has not delivered, so

@@ -12,12 +12,14 @@
 // Client side (Client.Call): a call takes a fresh id, goes out from the caller's own goroutine (sharing a write
 // with the calls sent at the same moment: framed.Conn.SendBatched) and waits for its answer; no goroutine is
 // started per call. A call whose context ends sends a cancel frame and returns; one left unanswered past its
-// deadline is failed by one sweep per Client.
+// deadline is failed by one sweep per Client. Client.Go is a call whose answer goes to a function, called from
+// the link's receiving goroutine, so that nothing waits per call in flight (storage's proposals).
 //
 // Server side (Server.Serve): one receiving goroutine per connection hands each call to its method's Handler,
 // which answers at once (the answer waits for the write that carries the answers of the calls already read) or
-// runs the call on one of the connection's workers (Call.Go; workers are kept and reused), or answers later from
-// elsewhere (Call.Context for the call's bounded context). When the server stops it starts no more calls,
+// runs the call on one of the connection's workers (Call.Go; workers are kept and reused), runs work that never
+// waits long on one of the connection's few brief workers (Call.GoBrief, fed by a bounded queue), or answers
+// later from elsewhere (Call.Context for the call's bounded context). When the server stops it starts no more calls,
 // waits for those it started, and ends the connection with an end frame: every call not answered on it was not
 // started.
 //
