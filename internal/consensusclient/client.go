@@ -186,16 +186,14 @@ func (c *Client) committedOnce(ctx context.Context, next *uint64, deliver func([
 		if err != nil {
 			return delivered, status.Errorf(codes.Unavailable, "consensusclient: committed link broke: %v", err)
 		}
-		resp := &consensuspb.CommittedResponse{}
-		if err := proto.Unmarshal(frame, resp); err != nil {
+		clear(batch) // no delivered frame stays alive through the batch's buffer
+		var resp *consensuspb.CommittedResponse
+		batch, resp, err = decodeCommitted(frame, batch[:0])
+		if err != nil {
 			return delivered, status.Errorf(codes.Unavailable, "consensusclient: committed link: %v", err)
 		}
 		if e := resp.GetError(); e != nil {
 			return delivered, status.ErrorProto(e)
-		}
-		batch = batch[:0]
-		for _, e := range resp.GetEntries() {
-			batch = append(batch, EntryFromProto(e))
 		}
 		if len(batch) == 0 {
 			continue
