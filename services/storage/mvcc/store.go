@@ -144,20 +144,6 @@ type Store struct {
 	committerDone chan struct{}
 }
 
-// keptPending is the most pending entries whose buffer a commit keeps for the next batch: grown afresh from
-// nothing after every commit, it cost two entries' room (128 bytes) per write on every member.
-const keptPending = 1024
-
-// reusePending empties pending for the next batch, keeping its buffer unless it is larger than keptPending.
-// Readers use the buffer only under the store's lock, which the caller holds for writing.
-func reusePending(pending []pendingKV) []pendingKV {
-	if cap(pending) > keptPending {
-		return nil
-	}
-	clear(pending) // keep no write's bytes alive
-	return pending[:0]
-}
-
 type pendingKV struct {
 	rev   revision
 	key   []byte // revision key
