@@ -64,20 +64,34 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // submit returns an error, done is never called. A full queue blocks submit: that is the back-pressure
 // every proposer feels.
 func (n *Node) submit(ctx context.Context, data []byte, done func(error)) error {
+	p, err := n.newProposal(ctx, data, done)
+	if err != nil {
+		return err
+	}
+	return n.enqueue(ctx, p)
+}
+
+// newProposal checks a proposal and makes it, with its consensus.propose span when ctx's trace is sampled.
+func (n *Node) newProposal(ctx context.Context, data []byte, done func(error)) (*proposal, error) {
 	switch {
 	case len(data) == 0:
-		return ErrEmptyProposal
+		return nil, ErrEmptyProposal
 	case len(data) > n.cfg.MaxRequestBytes:
-		return rpctypes.ErrGRPCRequestTooLarge
+		return nil, rpctypes.ErrGRPCRequestTooLarge
 	case n.lead.Load() == 0:
 		n.metrics.proposals(1, rpctypes.ErrGRPCNoLeader)
-		return rpctypes.ErrGRPCNoLeader
+		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	p := &proposal{data: data, done: done}
 	if _, span := n.stages.Start(ctx, "consensus.propose"); span.IsRecording() {
 		span.SetAttributes(obs.AttrBytes.Int(len(data)))
 		p.parent, p.span = ctx, span
 	}
+	return p, nil
+}
+
+// enqueue queues p for the raft loop, waiting while the queue is full until ctx ends or the node stops.
+func (n *Node) enqueue(ctx context.Context, p *proposal) error {
 	select {
 	case n.proposeC <- p:
 		return nil

@@ -24,13 +24,19 @@ type raftLoop struct {
 	n  *Node
 	rn *raft.RawNode
 
-	batch          []*proposal
+	batch []*proposal
+	// proposing are the entries a leader proposes its batches with, reused from batch to batch; their Data is
+	// nil between batches.
+	proposing      []*raftpb.Entry
 	traces         *proposalTraces
 	confHistory    []confPoint
 	storageApplied uint64
 	// persisted is the last index of the log fsynced to the WAL here.
 	persisted uint64
 }
+
+// maxKeptProposals bounds the entries kept for proposing: a larger batch gets entries of its own.
+const maxKeptProposals = maxDrain + 1
 
 // confPoint is the configuration in force from index on, kept so a snapshot at any index since the last
 // one can record the configuration at that index.
@@ -117,10 +123,7 @@ func (l *raftLoop) proposeBatch() {
 		l.finishBatch(batch, rpctypes.ErrGRPCNoLeader)
 		return
 	}
-	ents := make([]*raftpb.Entry, len(batch))
-	for i, p := range batch {
-		ents[i] = &raftpb.Entry{Data: p.data}
-	}
+	ents := l.proposedEntries(batch, st.RaftState == raft.StateLeader)
 	var sampled obs.Batch
 	for _, p := range batch {
 		if p.parent != nil {
@@ -132,6 +135,9 @@ func (l *raftLoop) proposeBatch() {
 	step := l.n.stages.StartBatch("consensus.raft_step", &sampled)
 	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(l.n.memberID), Entries: ents})
 	step.End()
+	for _, e := range l.proposing {
+		e.Data = nil // raft copied it; the proposer's buffer must not stay pinned here
+	}
 	if err != nil {
 		l.finishBatch(batch, proposeError(err, st))
 		return
@@ -142,6 +148,27 @@ func (l *raftLoop) proposeBatch() {
 		}
 	}
 	l.finishBatch(batch, nil)
+}
+
+// proposedEntries returns the entries of a batch of proposals. A leader's raft copies every proposed entry into
+// its log (raft.appendEntry), so a leader's are made from entries kept for the next batch; a follower forwards
+// the message to the leader as it is, so its entries are new ones.
+func (l *raftLoop) proposedEntries(batch []*proposal, leader bool) []*raftpb.Entry {
+	if !leader || len(batch) > maxKeptProposals {
+		ents := make([]*raftpb.Entry, len(batch))
+		for i, p := range batch {
+			ents[i] = &raftpb.Entry{Data: p.data}
+		}
+		return ents
+	}
+	for len(l.proposing) < len(batch) {
+		l.proposing = append(l.proposing, &raftpb.Entry{})
+	}
+	ents := l.proposing[:len(batch)]
+	for i, p := range batch {
+		ents[i].Data = p.data
+	}
+	return ents
 }
 
 func (l *raftLoop) finishBatch(batch []*proposal, err error) {
