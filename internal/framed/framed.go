@@ -324,8 +324,8 @@ func (c *Conn) ReceiveBorrowed() ([]byte, error) {
 		switch {
 		case n > keptFrameSize:
 			frame = make([]byte, n)
-		case cap(c.frame) < int(n):
-			c.frame = make([]byte, n)
+		case cap(c.frame) < int(n): // grown by half at least, so frames growing a little each time do not each allocate
+			c.frame = make([]byte, n, max(int(n), min(cap(c.frame)*3/2, keptFrameSize)))
 			fallthrough
 		default:
 			frame = c.frame[:n]
