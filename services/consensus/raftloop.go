@@ -33,6 +33,9 @@ type raftLoop struct {
 	storageApplied uint64
 	// persisted is the last index of the log fsynced to the WAL here.
 	persisted uint64
+	// walSnapshot is the index of the last snapshot saved to the WAL; raft's storage may hold a later one,
+	// taken to trim the log in memory (maybeSnapshot).
+	walSnapshot uint64
 }
 
 // maxKeptProposals bounds the entries kept for proposing: a larger batch gets entries of its own.
@@ -51,7 +54,12 @@ func newRaftLoop(n *Node, rn *raft.RawNode, initial confPoint) (*raftLoop, error
 	if err != nil {
 		return nil, fmt.Errorf("consensus: raft storage last index: %w", err)
 	}
-	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(n.stages), confHistory: []confPoint{initial}, persisted: persisted}, nil
+	snap, err := n.storage.Snapshot() // the WAL's, which raft's storage was rebuilt from
+	if err != nil {
+		return nil, fmt.Errorf("consensus: raft storage snapshot: %w", err)
+	}
+	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(n.stages), confHistory: []confPoint{initial},
+		persisted: persisted, walSnapshot: snap.GetMetadata().GetIndex()}, nil
 }
 
 // run is the raft loop of raft's README: take inputs, then for each Ready persist, send, hand on the
