@@ -165,7 +165,7 @@ func (c *Client) committedOnce(ctx context.Context, next *uint64, deliver func([
 	delivered := false
 	var batch []commitlog.Entry
 	for {
-		frame, err := conn.Receive()
+		frame, err := conn.ReceiveBorrowed() // reused for the next frame: Unmarshal copies the entries' data
 		if err != nil {
 			return delivered, status.Errorf(codes.Unavailable, "consensusclient: committed link broke: %v", err)
 		}
