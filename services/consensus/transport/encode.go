@@ -39,15 +39,15 @@ type encodedEntries struct {
 // entryEncoder encodes the entries of the messages of one Send: a leader's appends to followers that are in
 // step carry the same entries, which are encoded once and shared by every follower's message.
 type entryEncoder struct {
-	recent []encodedEntries
+	recent []*encodedEntries
 }
 
 // encode returns ents encoded as raftpb.Message's entries field, from an earlier call when it had the same
 // entries (the same *Entry values: raft hands out its log's own).
-func (e *entryEncoder) encode(ents []*raftpb.Entry) ([]byte, error) {
+func (e *entryEncoder) encode(ents []*raftpb.Entry) (*encodedEntries, error) {
 	for _, r := range e.recent {
 		if slices.Equal(r.ents, ents) {
-			return r.encoded, nil
+			return r, nil
 		}
 	}
 	size := 0
@@ -64,26 +64,30 @@ func (e *entryEncoder) encode(ents []*raftpb.Entry) ([]byte, error) {
 			return nil, fmt.Errorf("entry %d: %w", ent.GetIndex(), err)
 		}
 	}
-	e.recent = append(e.recent, encodedEntries{ents: ents, encoded: encoded})
-	return encoded, nil
+	r := &encodedEntries{ents: ents, encoded: encoded}
+	e.recent = append(e.recent, r)
+	return r, nil
 }
 
 // encodeMessage encodes m as one element of a MessageBatch's messages: head is the field's tag and length and
-// m without its entries, entries (shared, not to be changed) its entries. m's Entries is set aside while its
-// other fields are marshalled: m must not be read elsewhere meanwhile (raft's loop owns it).
-func encodeMessage(m *raftpb.Message, enc *entryEncoder) (head, entries []byte, err error) {
+// m without its entries, then come its entries (nil when it has none; shared, not to be changed). m's Entries
+// is set aside while its other fields are marshalled: m must not be read elsewhere meanwhile (raft's loop owns
+// it).
+func encodeMessage(m *raftpb.Message, enc *entryEncoder) (head []byte, entries *encodedEntries, err error) {
+	var encoded []byte
 	if len(m.Entries) > 0 {
 		if entries, err = enc.encode(m.Entries); err != nil {
 			return nil, nil, err
 		}
+		encoded = entries.encoded
 	}
 	ents := m.Entries
 	m.Entries = nil
 	defer func() { m.Entries = ents }()
 	size := proto.Size(m)
-	head = make([]byte, 0, protowire.SizeTag(batchMessages)+protowire.SizeVarint(uint64(size+len(entries)))+size)
+	head = make([]byte, 0, protowire.SizeTag(batchMessages)+protowire.SizeVarint(uint64(size+len(encoded)))+size)
 	head = protowire.AppendTag(head, batchMessages, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(size+len(entries)))
+	head = protowire.AppendVarint(head, uint64(size+len(encoded)))
 	if head, err = (proto.MarshalOptions{}).MarshalAppend(head, m); err != nil {
 		return nil, nil, err
 	}

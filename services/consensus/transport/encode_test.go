@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
+	"unsafe"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -45,7 +46,10 @@ func frameOf(t testing.TB, from, clusterID uint64, msgs []*raftpb.Message) []byt
 		if err != nil {
 			t.Fatal(err)
 		}
-		frame = append(append(frame, head...), ents...)
+		frame = append(frame, head...)
+		if ents != nil {
+			frame = append(frame, ents.encoded...)
+		}
 	}
 	return frame
 }
@@ -166,9 +170,17 @@ func BenchmarkEncodeBatch(b *testing.B) {
 						b.Fatal(err)
 					}
 					head = appendBatchHead(head[:0], 1, 2)
-					parts = append(parts[:0], head, msgHead, ents)
+					parts = append(parts[:0], head, msgHead, ents.encoded)
 				}
 			}
 		})
+	}
+}
+
+// TestOutboundIsSmall: a queue's buffer (Config.QueueSize messages per peer and class, 4096 by default) is
+// allocated whole and scanned by the collector, so a queued message stays four words.
+func TestOutboundIsSmall(t *testing.T) {
+	if size := unsafe.Sizeof(outbound{}); size > 4*unsafe.Sizeof(uintptr(0)) {
+		t.Errorf("outbound is %d bytes, want at most 4 words", size)
 	}
 }

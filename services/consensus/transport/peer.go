@@ -132,16 +132,24 @@ func (p *peer) activeSince() time.Time {
 }
 
 // outbound is an encoded message waiting for its link: head, then entries (see encodeMessage); a snapshot's is
-// the marshalled message, in head. A commitOnly one (an append without entries, which
-// only moves the follower's commit index) may wait up to Config.CommitHold for the next append to ride with,
-// when the last two appends with entries went out within CommitHold of each other and of now (writes are
-// flowing that fast).
+// the marshalled message, in head. It is as small as it can be: a queue holds thousands, allocated with the
+// queue. An append without entries only moves the follower's commit index (commitOnly): it may wait up to
+// Config.CommitHold for the next append to ride with, when the last two appends with entries went out within
+// CommitHold of each other and of now (writes are flowing that fast).
 type outbound struct {
-	head, entries []byte
-	commitOnly    bool
+	head    []byte
+	entries *encodedEntries
 }
 
-func (o outbound) size() int { return len(o.head) + len(o.entries) }
+func (o outbound) size() int {
+	if o.entries == nil {
+		return len(o.head)
+	}
+	return len(o.head) + len(o.entries.encoded)
+}
+
+// commitOnly reports whether o, queued in class c, is an append without entries.
+func (o outbound) commitOnly(c class) bool { return c == classAppend && o.entries == nil }
 
 // enqueue queues an encoded message; false means the queue was full.
 func (p *peer) enqueue(m *raftpb.Message, out outbound) bool {
@@ -153,12 +161,12 @@ func (p *peer) enqueue(m *raftpb.Message, out outbound) bool {
 			return false
 		}
 	}
-	c, commitOnly := classControl, false
+	c := classControl
 	if m.GetType() == raftpb.MsgApp {
-		c, commitOnly = classAppend, len(m.GetEntries()) == 0
+		c = classAppend
 	}
 	select {
-	case p.queues[c] <- outbound{head: out.head, entries: out.entries, commitOnly: commitOnly}:
+	case p.queues[c] <- out:
 		return true
 	default:
 		return false
@@ -263,8 +271,8 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 		size := len(batchHead)
 		for _, m := range msgs {
 			parts = append(parts, m.head)
-			if len(m.entries) > 0 {
-				parts = append(parts, m.entries)
+			if m.entries != nil {
+				parts = append(parts, m.entries.encoded)
 			}
 			size += m.size()
 		}
@@ -297,7 +305,7 @@ func linkEnd(conn *framed.Conn) error {
 // drain appends first and whatever else is queued to msgs, up to maxBatchBytes; onlyCommits says whether every
 // message taken was a commit-only append.
 func (p *peer) drain(c class, msgs []outbound, first outbound) (_ []outbound, onlyCommits bool) {
-	onlyCommits = first.commitOnly
+	onlyCommits = first.commitOnly(c)
 	msgs = append(msgs, first)
 	size := 0
 	for _, m := range msgs {
@@ -308,7 +316,7 @@ func (p *peer) drain(c class, msgs []outbound, first outbound) (_ []outbound, on
 		case next := <-p.queues[c]:
 			msgs = append(msgs, next)
 			size += next.size()
-			onlyCommits = onlyCommits && next.commitOnly
+			onlyCommits = onlyCommits && next.commitOnly(c)
 		default:
 			return msgs, onlyCommits
 		}
