@@ -30,10 +30,13 @@ func appendBatchHead(frame []byte, from, clusterID uint64) []byte {
 	return protowire.AppendVarint(frame, clusterID)
 }
 
-// encodedEntries are the entries of one message, encoded as raftpb.Message's entries field.
+// encodedEntries are the entries of one message, encoded as raftpb.Message's entries field in parts: each
+// entry's fields but its data, in a buffer shared by all, then its data, which is the log's own (raft never
+// changes an entry's data once it is in the log), so no entry's data is copied to be sent.
 type encodedEntries struct {
-	ents    []*raftpb.Entry
-	encoded []byte
+	ents  []*raftpb.Entry
+	parts [][]byte
+	size  int // of all parts
 }
 
 // entryEncoder encodes the entries of the messages of one Send: a leader's appends to followers that are in
@@ -42,31 +45,104 @@ type entryEncoder struct {
 	recent []*encodedEntries
 }
 
-// encode returns ents encoded as raftpb.Message's entries field, from an earlier call when it had the same
-// entries (the same *Entry values: raft hands out its log's own).
+// raftpb.Entry's fields.
+const (
+	entryType  protowire.Number = 1
+	entryTerm  protowire.Number = 2
+	entryIndex protowire.Number = 3
+	entryData  protowire.Number = 4
+)
+
+// encode returns ents encoded, from an earlier call when it had the same entries (the same *Entry values:
+// raft hands out its log's own).
 func (e *entryEncoder) encode(ents []*raftpb.Entry) (*encodedEntries, error) {
 	for _, r := range e.recent {
 		if slices.Equal(r.ents, ents) {
 			return r, nil
 		}
 	}
-	size := 0
+	headsSize := 0
 	for _, ent := range ents {
-		n := proto.Size(ent)
-		size += protowire.SizeTag(messageEntries) + protowire.SizeBytes(n)
+		headsSize += entryHeadSize(ent)
 	}
-	encoded := make([]byte, 0, size)
+	heads := make([]byte, 0, headsSize)
+	r := &encodedEntries{ents: ents, parts: make([][]byte, 0, 2*len(ents))}
 	for _, ent := range ents {
-		encoded = protowire.AppendTag(encoded, messageEntries, protowire.BytesType)
-		encoded = protowire.AppendVarint(encoded, uint64(proto.Size(ent)))
-		var err error
-		if encoded, err = (proto.MarshalOptions{}).MarshalAppend(encoded, ent); err != nil {
-			return nil, fmt.Errorf("entry %d: %w", ent.GetIndex(), err)
+		if len(ent.ProtoReflect().GetUnknown()) > 0 { // not from this raft: encoded whole, as proto would
+			whole, err := appendEntry(nil, ent)
+			if err != nil {
+				return nil, fmt.Errorf("entry %d: %w", ent.GetIndex(), err)
+			}
+			r.parts = append(r.parts, whole)
+			r.size += len(whole)
+			continue
+		}
+		start := len(heads)
+		heads = appendEntryHead(heads, ent)
+		r.parts = append(r.parts, heads[start:])
+		r.size += len(heads) - start
+		if len(ent.Data) > 0 {
+			r.parts = append(r.parts, ent.Data)
+			r.size += len(ent.Data)
 		}
 	}
-	r := &encodedEntries{ents: ents, encoded: encoded}
 	e.recent = append(e.recent, r)
 	return r, nil
+}
+
+// entryHeadSize is the size of what appendEntryHead appends for ent.
+func entryHeadSize(ent *raftpb.Entry) int {
+	n := entryFieldsSize(ent)
+	return protowire.SizeTag(messageEntries) + protowire.SizeVarint(uint64(n)) + n - len(ent.Data)
+}
+
+// entryFieldsSize is the size of ent marshalled, as proto.Size would say for an entry without unknown fields.
+func entryFieldsSize(ent *raftpb.Entry) int {
+	n := 0
+	if ent.Type != nil {
+		n += protowire.SizeTag(entryType) + protowire.SizeVarint(uint64(*ent.Type))
+	}
+	if ent.Term != nil {
+		n += protowire.SizeTag(entryTerm) + protowire.SizeVarint(*ent.Term)
+	}
+	if ent.Index != nil {
+		n += protowire.SizeTag(entryIndex) + protowire.SizeVarint(*ent.Index)
+	}
+	if ent.Data != nil {
+		n += protowire.SizeTag(entryData) + protowire.SizeBytes(len(ent.Data))
+	}
+	return n
+}
+
+// appendEntryHead appends ent as one element of raftpb.Message's entries, as proto.Marshal writes it (fields
+// in number order), up to its data: the data follows as a part of its own. ent has no unknown fields.
+func appendEntryHead(b []byte, ent *raftpb.Entry) []byte {
+	b = protowire.AppendTag(b, messageEntries, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(entryFieldsSize(ent)))
+	if ent.Type != nil {
+		b = protowire.AppendTag(b, entryType, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(*ent.Type))
+	}
+	if ent.Term != nil {
+		b = protowire.AppendTag(b, entryTerm, protowire.VarintType)
+		b = protowire.AppendVarint(b, *ent.Term)
+	}
+	if ent.Index != nil {
+		b = protowire.AppendTag(b, entryIndex, protowire.VarintType)
+		b = protowire.AppendVarint(b, *ent.Index)
+	}
+	if ent.Data != nil {
+		b = protowire.AppendTag(b, entryData, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(len(ent.Data)))
+	}
+	return b
+}
+
+// appendEntry appends ent as one element of raftpb.Message's entries, marshalled by proto.
+func appendEntry(b []byte, ent *raftpb.Entry) ([]byte, error) {
+	b = protowire.AppendTag(b, messageEntries, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(proto.Size(ent)))
+	return proto.MarshalOptions{}.MarshalAppend(b, ent)
 }
 
 // encodeMessage encodes m as one element of a MessageBatch's messages: head is the field's tag and length and
@@ -74,20 +150,20 @@ func (e *entryEncoder) encode(ents []*raftpb.Entry) (*encodedEntries, error) {
 // is set aside while its other fields are marshalled: m must not be read elsewhere meanwhile (raft's loop owns
 // it).
 func encodeMessage(m *raftpb.Message, enc *entryEncoder) (head []byte, entries *encodedEntries, err error) {
-	var encoded []byte
+	entriesSize := 0
 	if len(m.Entries) > 0 {
 		if entries, err = enc.encode(m.Entries); err != nil {
 			return nil, nil, err
 		}
-		encoded = entries.encoded
+		entriesSize = entries.size
 	}
 	ents := m.Entries
 	m.Entries = nil
 	defer func() { m.Entries = ents }()
 	size := proto.Size(m)
-	head = make([]byte, 0, protowire.SizeTag(batchMessages)+protowire.SizeVarint(uint64(size+len(encoded)))+size)
+	head = make([]byte, 0, protowire.SizeTag(batchMessages)+protowire.SizeVarint(uint64(size+entriesSize))+size)
 	head = protowire.AppendTag(head, batchMessages, protowire.BytesType)
-	head = protowire.AppendVarint(head, uint64(size+len(encoded)))
+	head = protowire.AppendVarint(head, uint64(size+entriesSize))
 	if head, err = (proto.MarshalOptions{}).MarshalAppend(head, m); err != nil {
 		return nil, nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/consensuspb"
@@ -48,7 +49,9 @@ func frameOf(t testing.TB, from, clusterID uint64, msgs []*raftpb.Message) []byt
 		}
 		frame = append(frame, head...)
 		if ents != nil {
-			frame = append(frame, ents.encoded...)
+			for _, part := range ents.parts {
+				frame = append(frame, part...)
+			}
 		}
 	}
 	return frame
@@ -125,6 +128,49 @@ func TestBatchEncoding(t *testing.T) {
 	}
 }
 
+// TestEntriesEncodedAsProtoWould: an entry list's parts, end to end, are the bytes proto.Marshal writes for the
+// entries field, whichever fields an entry has (unknown ones included), and the data parts are the entries' own.
+func TestEntriesEncodedAsProtoWould(t *testing.T) {
+	unknown := &raftpb.Entry{Term: new(uint64(1)), Index: new(uint64(5)), Data: []byte("x")}
+	unknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7))
+	tests := []struct {
+		name string
+		ents []*raftpb.Entry
+	}{
+		{"normal", entries(1, 3, 300)},
+		{"large index and data", entries(1<<40, 2, 200<<10)},
+		{"no data", []*raftpb.Entry{{Term: new(uint64(2)), Index: new(uint64(3))}}},
+		{"empty data", []*raftpb.Entry{{Term: new(uint64(2)), Index: new(uint64(3)), Data: []byte{}}}},
+		{"conf change", []*raftpb.Entry{{Type: raftpb.EntryConfChange.Enum(), Index: new(uint64(4)), Data: []byte("cc")}}},
+		{"no fields", []*raftpb.Entry{{}}},
+		{"unknown fields", []*raftpb.Entry{entries(4, 1, 10)[0], unknown}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var want []byte
+			for _, ent := range tc.ents {
+				body, err := proto.Marshal(ent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want = protowire.AppendBytes(protowire.AppendTag(want, messageEntries, protowire.BytesType), body)
+			}
+			var enc entryEncoder
+			got, err := enc.encode(tc.ents)
+			if err != nil {
+				t.Fatal(err)
+			}
+			joined := bytes.Join(got.parts, nil)
+			if !bytes.Equal(joined, want) || got.size != len(want) {
+				t.Fatalf("encoded %x (size %d), want %x", joined, got.size, want)
+			}
+			if d := tc.ents[0].Data; len(d) > 0 && tc.name != "unknown fields" && &got.parts[1][0] != &d[0] {
+				t.Error("the first entry's data was copied; want the entry's own in the parts")
+			}
+		})
+	}
+}
+
 // TestDecodeBatchRefusesBadFrames: a frame that is not a MessageBatch is an error, not a panic.
 func TestDecodeBatchRefusesBadFrames(t *testing.T) {
 	good := frameOf(t, 1, 2, ready(1, 10))
@@ -170,7 +216,7 @@ func BenchmarkEncodeBatch(b *testing.B) {
 						b.Fatal(err)
 					}
 					head = appendBatchHead(head[:0], 1, 2)
-					parts = append(parts[:0], head, msgHead, ents.encoded)
+					parts = append(append(parts[:0], head, msgHead), ents.parts...)
 				}
 			}
 		})

@@ -145,7 +145,7 @@ func (o outbound) size() int {
 	if o.entries == nil {
 		return len(o.head)
 	}
-	return len(o.head) + len(o.entries.encoded)
+	return len(o.head) + o.entries.size
 }
 
 // commitOnly reports whether o, queued in class c, is an append without entries.
@@ -272,7 +272,7 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 		for _, m := range msgs {
 			parts = append(parts, m.head)
 			if m.entries != nil {
-				parts = append(parts, m.entries.encoded)
+				parts = append(parts, m.entries.parts...)
 			}
 			size += m.size()
 		}
