@@ -39,6 +39,11 @@ const maxPending = 64 << 20
 // copyLimit is the largest part a Send copies into the shared buffer; larger ones are written in place.
 const copyLimit = 8 << 10
 
+// CopyLimit is the largest part Send copies before it returns; a larger part is written in place, from the
+// caller's memory. A caller that would pass many small parts of a large frame joins them itself: copied one by
+// one, they would grow the connection's write buffer past what it keeps between writes.
+const CopyLimit = copyLimit
+
 // What a connection keeps between writes: small parts are copied into buffers of tailSize bytes (or more); once
 // written, up to keptTails of them are kept for the next writes, unless one grew past keptTailSize, and so are
 // the write's lists unless they grew past maxKeptList entries (one large batch must not pin its memory for the

@@ -30,7 +30,7 @@
 //
 // Send marshals messages in the caller's goroutine (raft's loop), as raft asks, so no entry is marshalled
 // while the loop changes it; the entries that one Send carries to several followers are encoded once and
-// shared by their frames, an entry's data is written from the log itself (raft never changes it there), and a
+// shared by their frames, a large entry's data is written from the log itself (raft never changes it there), and a
 // batch's messages are written as parts of its frame, not copied into it. A
 // receiver decodes a batch in the link's reused read buffer (framed.Conn.ReceiveBorrowed): only what raft keeps
 // is copied out of it. Received messages are handed to Raft.Process, which may block: that is how a

@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/framed"
 )
 
 // The wire format is consensuspb.MessageBatch's, written and read here field by field so that no message is
@@ -30,9 +32,11 @@ func appendBatchHead(frame []byte, from, clusterID uint64) []byte {
 	return protowire.AppendVarint(frame, clusterID)
 }
 
-// encodedEntries are the entries of one message, encoded as raftpb.Message's entries field in parts: each
-// entry's fields but its data, in a buffer shared by all, then its data, which is the log's own (raft never
-// changes an entry's data once it is in the log), so no entry's data is copied to be sent.
+// encodedEntries are the entries of one message, encoded as raftpb.Message's entries field in parts: a buffer
+// shared by the entries holds everything but the data of large entries (over framed.CopyLimit), which are
+// parts of their own, the log's own slices (raft never changes an entry's data once it is in the log): a large
+// entry is written from the log, with no copy, and small ones make a few large parts rather than many small
+// ones, which framed.Conn.Send would copy one by one into its write buffer.
 type encodedEntries struct {
 	ents  []*raftpb.Entry
 	parts [][]byte
@@ -61,34 +65,44 @@ func (e *entryEncoder) encode(ents []*raftpb.Entry) (*encodedEntries, error) {
 			return r, nil
 		}
 	}
-	headsSize := 0
+	shared := 0
 	for _, ent := range ents {
-		headsSize += entryHeadSize(ent)
+		shared += entryHeadSize(ent)
+		if !inPlace(ent) {
+			shared += len(ent.Data)
+		}
 	}
-	heads := make([]byte, 0, headsSize)
-	r := &encodedEntries{ents: ents, parts: make([][]byte, 0, 2*len(ents))}
+	buf := make([]byte, 0, shared)
+	r := &encodedEntries{ents: ents}
+	start := 0 // of the part buf is filling
 	for _, ent := range ents {
-		if len(ent.ProtoReflect().GetUnknown()) > 0 { // not from this raft: encoded whole, as proto would
-			whole, err := appendEntry(nil, ent)
-			if err != nil {
+		if len(ent.ProtoReflect().GetUnknown()) > 0 { // not from this raft: marshalled whole, as proto would
+			var err error
+			if buf, err = appendEntry(buf, ent); err != nil {
 				return nil, fmt.Errorf("entry %d: %w", ent.GetIndex(), err)
 			}
-			r.parts = append(r.parts, whole)
-			r.size += len(whole)
 			continue
 		}
-		start := len(heads)
-		heads = appendEntryHead(heads, ent)
-		r.parts = append(r.parts, heads[start:])
-		r.size += len(heads) - start
-		if len(ent.Data) > 0 {
-			r.parts = append(r.parts, ent.Data)
-			r.size += len(ent.Data)
+		buf = appendEntryHead(buf, ent)
+		if !inPlace(ent) {
+			buf = append(buf, ent.Data...)
+			continue
 		}
+		r.parts = append(r.parts, buf[start:], ent.Data)
+		start = len(buf)
+	}
+	if start < len(buf) {
+		r.parts = append(r.parts, buf[start:])
+	}
+	for _, part := range r.parts {
+		r.size += len(part)
 	}
 	e.recent = append(e.recent, r)
 	return r, nil
 }
+
+// inPlace reports whether ent's data is written from the log rather than copied into the shared buffer.
+func inPlace(ent *raftpb.Entry) bool { return len(ent.Data) > framed.CopyLimit }
 
 // entryHeadSize is the size of what appendEntryHead appends for ent.
 func entryHeadSize(ent *raftpb.Entry) int {

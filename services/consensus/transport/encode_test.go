@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/consensuspb"
+	"github.com/cairn-kv/cairn/internal/framed"
 )
 
 // entries returns n entries from index first on, each with size bytes of data.
@@ -129,21 +131,25 @@ func TestBatchEncoding(t *testing.T) {
 }
 
 // TestEntriesEncodedAsProtoWould: an entry list's parts, end to end, are the bytes proto.Marshal writes for the
-// entries field, whichever fields an entry has (unknown ones included), and the data parts are the entries' own.
+// entries field, whichever fields an entry has (unknown ones included); a large entry's data is a part of its
+// own, the entry's own slice, and small entries are joined in one part.
 func TestEntriesEncodedAsProtoWould(t *testing.T) {
 	unknown := &raftpb.Entry{Term: new(uint64(1)), Index: new(uint64(5)), Data: []byte("x")}
 	unknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 7))
 	tests := []struct {
-		name string
-		ents []*raftpb.Entry
+		name  string
+		ents  []*raftpb.Entry
+		parts int
 	}{
-		{"normal", entries(1, 3, 300)},
-		{"large index and data", entries(1<<40, 2, 200<<10)},
-		{"no data", []*raftpb.Entry{{Term: new(uint64(2)), Index: new(uint64(3))}}},
-		{"empty data", []*raftpb.Entry{{Term: new(uint64(2)), Index: new(uint64(3)), Data: []byte{}}}},
-		{"conf change", []*raftpb.Entry{{Type: raftpb.EntryConfChange.Enum(), Index: new(uint64(4)), Data: []byte("cc")}}},
-		{"no fields", []*raftpb.Entry{{}}},
-		{"unknown fields", []*raftpb.Entry{entries(4, 1, 10)[0], unknown}},
+		{"small", entries(1, 3, 300), 1},
+		{"large index and data", entries(1<<40, 2, 200<<10), 4},
+		{"small between large", append(append(entries(1, 1, 20<<10), entries(2, 2, 10)...), entries(4, 1, 20<<10)...), 4},
+		{"large at the end", append(entries(1, 2, 10), entries(3, 1, framed.CopyLimit+1)...), 2},
+		{"no data", []*raftpb.Entry{{Term: new(uint64(2)), Index: new(uint64(3))}}, 1},
+		{"empty data", []*raftpb.Entry{{Term: new(uint64(2)), Index: new(uint64(3)), Data: []byte{}}}, 1},
+		{"conf change", []*raftpb.Entry{{Type: raftpb.EntryConfChange.Enum(), Index: new(uint64(4)), Data: []byte("cc")}}, 1},
+		{"no fields", []*raftpb.Entry{{}}, 1},
+		{"unknown fields", []*raftpb.Entry{entries(4, 1, 10)[0], unknown}, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -164,8 +170,17 @@ func TestEntriesEncodedAsProtoWould(t *testing.T) {
 			if !bytes.Equal(joined, want) || got.size != len(want) {
 				t.Fatalf("encoded %x (size %d), want %x", joined, got.size, want)
 			}
-			if d := tc.ents[0].Data; len(d) > 0 && tc.name != "unknown fields" && &got.parts[1][0] != &d[0] {
-				t.Error("the first entry's data was copied; want the entry's own in the parts")
+			for _, ent := range tc.ents {
+				aliased := slices.ContainsFunc(got.parts, func(part []byte) bool {
+					return len(part) > 0 && len(ent.Data) > 0 && &part[0] == &ent.Data[0]
+				})
+				if large := len(ent.Data) > framed.CopyLimit; aliased != large {
+					t.Errorf("entry %d (%d bytes of data): written from the log %v, want %v", ent.GetIndex(),
+						len(ent.Data), aliased, large)
+				}
+			}
+			if len(got.parts) != tc.parts {
+				t.Errorf("%d parts, want %d", len(got.parts), tc.parts)
 			}
 		})
 	}
