@@ -86,10 +86,11 @@ func (n *Node) submitCall(call *link.Call) error {
 	} else {
 		ctx = call.ConnContext() // no trace, no span: the connection's context, made once
 	}
-	p, err := n.newProposal(ctx, call.Body, func(err error) { answerProposal(call, err) })
+	p, err := n.newProposal(ctx, call.Body)
 	if err != nil {
 		return err
 	}
+	p.call = call
 	select {
 	case n.proposeC <- p:
 		return nil

@@ -183,6 +183,8 @@ func (l *raftLoop) finishBatch(batch []*proposal, err error) {
 	l.n.metrics.proposals(len(batch), err)
 	for _, p := range batch {
 		p.finish(err)
+		*p = proposal{}
+		l.n.proposals.Put(p)
 	}
 	clear(batch)
 }
