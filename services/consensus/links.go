@@ -148,13 +148,18 @@ type committedEncoder struct {
 	free    chan []byte          // written frames' buffers
 }
 
-// maxKeptFrame bounds a frame buffer kept for the next batches.
-const maxKeptFrame = 1 << 20
+// maxKeptFrame bounds a frame buffer kept for the next batches, and keptFrames how many are kept: a frame
+// larger than framed.CopyLimit is written from its buffer, which comes back only once written, so a few are in
+// flight while the storage reads slower than the log grows.
+const (
+	maxKeptFrame = 1 << 20
+	keptFrames   = 4
+)
 
 // encode returns batch's frame, and the release to pass to Send with it.
 func (c *committedEncoder) encode(batch []commitlog.Entry) (frame []byte, release func(), err error) {
 	if c.free == nil {
-		c.free = make(chan []byte, 2)
+		c.free = make(chan []byte, keptFrames)
 	}
 	for len(c.entries) < len(batch) {
 		c.entries = append(c.entries, &consensuspb.Entry{})
@@ -170,6 +175,9 @@ func (c *committedEncoder) encode(batch []commitlog.Entry) (frame []byte, releas
 	select {
 	case frame = <-c.free:
 	default:
+	}
+	if size := proto.Size(&c.resp); cap(frame) < size {
+		frame = make([]byte, 0, size+size/2) // room for the next batches, which may be a little larger
 	}
 	frame, err = proto.MarshalOptions{}.MarshalAppend(frame[:0], &c.resp)
 	for i := range batch {
