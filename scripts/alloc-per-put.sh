@@ -49,7 +49,10 @@ measure() {
 		metrics=${metrics%/}
 		if [[ $name == consensus ]]; then
 			role=follower
-			curl -s "$metrics/metrics" | grep -qx 'etcd_server_is_leader 1' && role=leader
+			# grep reads to the end (no -q): a curl cut off by SIGPIPE would fail the pipeline under pipefail
+			if curl -s "$metrics/metrics" | grep -x 'etcd_server_is_leader 1' >/dev/null; then
+				role=leader
+			fi
 		fi
 		curl -s "$metrics/debug/pprof/heap" >"$work/heap"
 		local bytes
