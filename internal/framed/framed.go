@@ -57,7 +57,7 @@ const (
 
 // keptFrameSize bounds the frame buffer ReceiveBorrowed keeps between frames: a larger frame gets a buffer of its
 // own, not kept, so one large batch does not pin its memory for the link's life.
-const keptFrameSize = 1 << 20
+const keptFrameSize = 256 << 10
 
 // ErrClosed is returned by Send and Receive after Close.
 var ErrClosed = errors.New("framed: connection closed")

@@ -152,7 +152,7 @@ type committedEncoder struct {
 // larger than framed.CopyLimit is written from its buffer, which comes back only once written, so a few are in
 // flight while the storage reads slower than the log grows.
 const (
-	maxKeptFrame = 1 << 20
+	maxKeptFrame = 256 << 10
 	keptFrames   = 4
 )
 
