@@ -8,7 +8,7 @@
 // progress writes at once, from its own goroutine; senders that arrive while a write is in progress leave their
 // frames to it, so under load one write carries many frames and at rest a frame goes out without a hand-off.
 //
-// A Conn is safe for concurrent Send; Receive is for one goroutine. A failed write or read breaks the Conn: every
+// A Conn is safe for concurrent Send; Receive and ReceiveBorrowed are for one goroutine. A failed write or read breaks the Conn: every
 // later Send fails with the error, and Done is closed.
 package framed
 
@@ -39,6 +39,11 @@ const maxPending = 64 << 20
 // copyLimit is the largest part a Send copies into the shared buffer; larger ones are written in place.
 const copyLimit = 8 << 10
 
+// CopyLimit is the largest part Send copies before it returns; a larger part is written in place, from the
+// caller's memory. A caller that would pass many small parts of a large frame joins them itself: copied one by
+// one, they would grow the connection's write buffer past what it keeps between writes.
+const CopyLimit = copyLimit
+
 // What a connection keeps between writes: small parts are copied into buffers of tailSize bytes (or more); once
 // written, up to keptTails of them are kept for the next writes, unless one grew past keptTailSize, and so are
 // the write's lists unless they grew past maxKeptList entries (one large batch must not pin its memory for the
@@ -49,6 +54,10 @@ const (
 	keptTails    = 2
 	maxKeptList  = 1024
 )
+
+// keptFrameSize bounds the frame buffer ReceiveBorrowed keeps between frames: a larger frame gets a buffer of its
+// own, not kept, so one large batch does not pin its memory for the link's life.
+const keptFrameSize = 256 << 10
 
 // ErrClosed is returned by Send and Receive after Close.
 var ErrClosed = errors.New("framed: connection closed")
@@ -63,6 +72,8 @@ type Conn struct {
 	buffered atomic.Int64
 	raw      net.Conn // written to and half-closed: nc, or the connection nc wraps
 	reader   *bufio.Reader
+	head     [4]byte // a frame's length as read (a local array would escape through io.ReadFull)
+	frame    []byte  // ReceiveBorrowed's buffer for frames that do not fit the reader's; the receiver's alone
 
 	mu       sync.Mutex
 	room     *sync.Cond // signalled when a write finishes
@@ -286,13 +297,9 @@ func (c *Conn) failLocked(err error) {
 
 // Receive returns the next frame, in a buffer of its own that the caller keeps.
 func (c *Conn) Receive() ([]byte, error) {
-	var head [4]byte
-	if _, err := io.ReadFull(c.reader, head[:]); err != nil {
-		return nil, c.readFailed(err)
-	}
-	n := binary.BigEndian.Uint32(head[:])
-	if n > MaxFrame {
-		return nil, c.readFailed(fmt.Errorf("framed: frame of %d bytes exceeds %d", n, MaxFrame))
+	n, err := c.readHead()
+	if err != nil {
+		return nil, err
 	}
 	frame := make([]byte, n)
 	if _, err := io.ReadFull(c.reader, frame); err != nil {
@@ -300,6 +307,53 @@ func (c *Conn) Receive() ([]byte, error) {
 	}
 	c.buffered.Store(int64(c.reader.Buffered()))
 	return frame, nil
+}
+
+// ReceiveBorrowed returns the next frame in memory the Conn reuses: the frame is valid only until the next
+// Receive or ReceiveBorrowed, so it suits a caller that is done with each frame before it asks for the next
+// (proto.Unmarshal copies every bytes field it keeps). A frame that arrived whole in the read buffer is
+// returned in place, without a copy; a larger one goes to a buffer kept for the next frames. A steady stream
+// of frames then allocates nothing per frame, where Receive allocates each one.
+func (c *Conn) ReceiveBorrowed() ([]byte, error) {
+	n, err := c.readHead()
+	if err != nil {
+		return nil, err
+	}
+	var frame []byte
+	if int(n) <= c.reader.Size() {
+		// Peek waits for the whole frame; the slice stays valid until the next read, and Discard is not one.
+		if frame, err = c.reader.Peek(int(n)); err == nil {
+			_, err = c.reader.Discard(int(n))
+		}
+	} else {
+		switch {
+		case n > keptFrameSize:
+			frame = make([]byte, n)
+		case cap(c.frame) < int(n): // grown by half at least, so frames growing a little each time do not each allocate
+			c.frame = make([]byte, n, max(int(n), min(cap(c.frame)*3/2, keptFrameSize)))
+			fallthrough
+		default:
+			frame = c.frame[:n]
+		}
+		_, err = io.ReadFull(c.reader, frame)
+	}
+	if err != nil {
+		return nil, c.readFailed(err)
+	}
+	c.buffered.Store(int64(c.reader.Buffered()))
+	return frame, nil
+}
+
+// readHead reads a frame's length.
+func (c *Conn) readHead() (uint32, error) {
+	if _, err := io.ReadFull(c.reader, c.head[:]); err != nil {
+		return 0, c.readFailed(err)
+	}
+	n := binary.BigEndian.Uint32(c.head[:])
+	if n > MaxFrame {
+		return 0, c.readFailed(fmt.Errorf("framed: frame of %d bytes exceeds %d", n, MaxFrame))
+	}
+	return n, nil
 }
 
 func (c *Conn) readFailed(err error) error {

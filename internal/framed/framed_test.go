@@ -243,3 +243,68 @@ func TestWrittenBuffersAreReused(t *testing.T) {
 		t.Errorf("%.1f allocations per small frame, want 0 (the written buffer reused)", allocs)
 	}
 }
+
+// TestReceiveBorrowed: frames of every size around the read buffer's and the kept buffer's, mixed with frames
+// read by Receive, arrive whole and in order; a borrowed frame is intact until the next receive.
+func TestReceiveBorrowed(t *testing.T) {
+	client, server := pair(t)
+	sizes := []int{0, 1, 300, server.reader.Size() - 1, server.reader.Size(), server.reader.Size() + 1, 100 << 10,
+		300, keptFrameSize, keptFrameSize + 1, 10, 2 << 20, 5}
+	go func() {
+		for i, size := range sizes {
+			if err := client.Send(nil, bytes.Repeat([]byte{byte(i + 1)}, size)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i, size := range sizes {
+		receive := server.ReceiveBorrowed
+		if i%4 == 3 {
+			receive = server.Receive
+		}
+		got, err := receive()
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if want := bytes.Repeat([]byte{byte(i + 1)}, size); !bytes.Equal(got, want) {
+			t.Fatalf("frame %d: %d bytes, want %d bytes of %d", i, len(got), size, i+1)
+		}
+	}
+}
+
+// TestReceiveBorrowedAllocatesNothing: a steady stream of frames, small ones read in place and larger ones into
+// the kept buffer, costs no allocation per frame (AllocsPerRun counts the whole process: the sender's too).
+func TestReceiveBorrowedAllocatesNothing(t *testing.T) {
+	for _, size := range []int{300, 200 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) {
+			client, server := pair(t)
+			const frames = 100
+			body := make([]byte, size)
+			sent := make(chan error, 1)
+			go func() {
+				for range frames {
+					if err := client.Send(nil, body); err != nil {
+						sent <- err
+						return
+					}
+				}
+				sent <- nil
+			}()
+			if _, err := server.ReceiveBorrowed(); err != nil { // the first frame may size the kept buffer
+				t.Fatal(err)
+			}
+			allocs := testing.AllocsPerRun(frames-2, func() {
+				if got, err := server.ReceiveBorrowed(); err != nil || len(got) != size {
+					t.Fatalf("got %d bytes, %v; want %d", len(got), err, size)
+				}
+			})
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			if allocs > 0 {
+				t.Errorf("%.1f allocations per frame, want 0", allocs)
+			}
+		})
+	}
+}

@@ -45,6 +45,7 @@ func runProposers(b *testing.B, ctx context.Context, commits *consensustest.Comm
 	benchRun++
 	latencies := make([][]time.Duration, proposers)
 	var wg sync.WaitGroup
+	b.ReportAllocs() // the whole process's: three members, their transport, WALs and committed streams
 	b.ResetTimer()
 	start := time.Now()
 	for p := range proposers {

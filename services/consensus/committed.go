@@ -75,11 +75,12 @@ func (d *deliverable) reset(i uint64) { d.advance(i) }
 // entry's Data is the log's own copy: the caller may keep it but must not modify it.
 func (n *Node) Committed(ctx context.Context, fromIndex uint64, deliver func([]commitlog.Entry) error) error {
 	next := max(fromIndex, 1)
+	var kept []commitlog.Entry // deliver does not keep a batch: its slice serves the next one
 	for {
 		if err := n.deliver.wait(ctx, next, n.stopping); err != nil {
 			return err
 		}
-		batch, after, err := n.readCommitted(next, n.deliver.index())
+		batch, after, err := n.readCommitted(next, n.deliver.index(), kept[:0])
 		if err != nil {
 			return err
 		}
@@ -88,13 +89,20 @@ func (n *Node) Committed(ctx context.Context, fromIndex uint64, deliver func([]c
 				return err
 			}
 		}
+		clear(batch) // not to pin the entries' data
+		if cap(batch) <= maxKeptCommittedBatch {
+			kept = batch
+		}
 		next = after
 	}
 }
 
-// readCommitted reads committed entries from next up to available, and returns them with the index to
-// read next. When next was compacted away it returns the snapshot entry instead.
-func (n *Node) readCommitted(next, available uint64) ([]commitlog.Entry, uint64, error) {
+// maxKeptCommittedBatch bounds the entries of the batch slice Committed keeps for the next batch.
+const maxKeptCommittedBatch = 4096
+
+// readCommitted reads committed entries from next up to available, and returns them, appended to batch, with
+// the index to read next. When next was compacted away it returns the snapshot entry instead.
+func (n *Node) readCommitted(next, available uint64, batch []commitlog.Entry) ([]commitlog.Entry, uint64, error) {
 	first, err := n.storage.FirstIndex()
 	if err != nil {
 		return nil, next, fmt.Errorf("consensus: raft storage first index: %w", err)
@@ -108,7 +116,7 @@ func (n *Node) readCommitted(next, available uint64) ([]commitlog.Entry, uint64,
 		if err != nil {
 			return nil, next, err
 		}
-		return []commitlog.Entry{e}, e.Index + 1, nil
+		return append(batch, e), e.Index + 1, nil
 	}
 	ents, err := n.storage.Entries(next, available+1, maxCommittedBatchBytes)
 	if errors.Is(err, raft.ErrCompacted) {
@@ -117,11 +125,10 @@ func (n *Node) readCommitted(next, available uint64) ([]commitlog.Entry, uint64,
 	if err != nil {
 		return nil, next, fmt.Errorf("consensus: read entries %d..%d: %w", next, available, err)
 	}
-	batch := make([]commitlog.Entry, len(ents))
-	for i, e := range ents {
-		batch[i] = committedEntry(e)
+	for _, e := range ents {
+		batch = append(batch, committedEntry(e))
 	}
-	return batch, next + uint64(len(batch)), nil
+	return batch, next + uint64(len(ents)), nil
 }
 
 func committedEntry(e *raftpb.Entry) commitlog.Entry {

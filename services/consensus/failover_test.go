@@ -108,8 +108,20 @@ func TestKilledLeaderIsReplacedAndCatchesUpAfterRestart(t *testing.T) {
 	})
 }
 
+// TestPartitionedFollowerCatchesUpBySnapshot: a follower cut off while the leader's log moved past the catch-up
+// window catches up by a snapshot, whether the leader's log was compacted at a snapshot saved to the WAL
+// (SnapshotCount) or trimmed in memory between two.
 func TestPartitionedFollowerCatchesUpBySnapshot(t *testing.T) {
-	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 200, SnapshotCatchUpEntries: 100})
+	for _, tc := range []struct {
+		name          string
+		snapshotCount uint64
+	}{{"saved snapshots", 200}, {"trimmed in memory", 1 << 30}} {
+		t.Run(tc.name, func(t *testing.T) { partitionedFollowerCatchesUp(t, tc.snapshotCount) })
+	}
+}
+
+func partitionedFollowerCatchesUp(t *testing.T, snapshotCount uint64) {
+	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: snapshotCount, SnapshotCatchUpEntries: 100})
 	leader := c.WaitLeader(5 * time.Second)
 	follower := others(c, leader)[0]
 	c.Partition(follower)
@@ -312,6 +324,41 @@ func TestCommittedFromACompactedIndexStartsWithASnapshot(t *testing.T) {
 		}
 	}
 	_ = leader
+}
+
+// TestLogTrimmedInMemoryBetweenSnapshots: long before SnapshotCount entries, the log in memory is trimmed to the
+// catch-up window (Committed then starts with a snapshot, and what follows it has no hole), while the WAL keeps
+// its own snapshot: a restarted member replays the whole log from the WAL.
+func TestLogTrimmedInMemoryBetweenSnapshots(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 1 << 30, SnapshotCatchUpEntries: 10})
+	c.WaitLeader(5 * time.Second)
+	_, highest := proposeAll(t, c.Members(), 1200, 8, "trim")
+	for _, m := range c.Members() {
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, m.Name+" to trim its log", func() bool {
+			return readLog(t, m.Node(), 1)[0].Kind == commitlog.KindSnapshot
+		})
+		log := readLog(t, m.Node(), highest)
+		snap := log[0]
+		if snap.Snapshot == nil || snap.Snapshot.Index != snap.Index || snap.Snapshot.SourceStorageURL == "" {
+			t.Fatalf("%s: first entry %+v is not a usable snapshot reference", m.Name, snap)
+		}
+		if kept := highest - snap.Index; kept > 10+1000+100 {
+			t.Errorf("%s: %d entries kept above the snapshot, want about the catch-up window (10) and the slack", m.Name, kept)
+		}
+		for i, e := range log[1:] {
+			if e.Index != snap.Index+uint64(i)+1 {
+				t.Fatalf("%s: entry %d follows the snapshot at %d with a hole", m.Name, e.Index, snap.Index)
+			}
+		}
+	}
+	victim := c.Members()[0]
+	victim.Kill()
+	if err := victim.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if first := readLog(t, victim.Node(), 1)[0]; first.Kind == commitlog.KindSnapshot {
+		t.Fatalf("%s after a restart: the log starts with a snapshot at %d; the WAL saved none", victim.Name, first.Index)
+	}
 }
 
 var _ = consensus.ErrRemoved

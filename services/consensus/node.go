@@ -54,6 +54,8 @@ type Node struct {
 	proposeC chan *proposal
 	recvC    chan *raftpb.Message
 	controlC chan func()
+	// proposals are finished proposals, emptied by the raft loop, for newProposal to reuse.
+	proposals sync.Pool
 
 	loop *raftLoop // owned by the loop goroutine once started
 

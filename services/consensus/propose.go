@@ -13,6 +13,7 @@ import (
 
 	grpccodes "google.golang.org/grpc/codes"
 
+	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 )
 
@@ -28,8 +29,9 @@ type proposal struct {
 	parent context.Context
 	span   trace.Span
 	// done is called once, by the raft loop, when raft took the proposal (nil) or refused it. It must not
-	// block.
+	// block. A proposal of the propose link has call instead, answered the same way.
 	done func(error)
+	call *link.Call
 }
 
 func (p *proposal) finish(err error) {
@@ -39,6 +41,10 @@ func (p *proposal) finish(err error) {
 			p.span.SetStatus(codes.Error, err.Error())
 		}
 		p.span.End()
+	}
+	if p.call != nil {
+		answerProposal(p.call, err)
+		return
 	}
 	p.done(err)
 }
@@ -64,20 +70,41 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 // submit returns an error, done is never called. A full queue blocks submit: that is the back-pressure
 // every proposer feels.
 func (n *Node) submit(ctx context.Context, data []byte, done func(error)) error {
+	p, err := n.newProposal(ctx, data)
+	if err != nil {
+		return err
+	}
+	p.done = done
+	return n.enqueue(ctx, p)
+}
+
+// newProposal checks a proposal and makes it, with its consensus.propose span when ctx's trace is sampled;
+// the caller sets done or call. Proposals are recycled (Node.proposals): the raft loop puts one back once
+// finished, so a write costs none.
+func (n *Node) newProposal(ctx context.Context, data []byte) (*proposal, error) {
 	switch {
 	case len(data) == 0:
-		return ErrEmptyProposal
+		return nil, ErrEmptyProposal
 	case len(data) > n.cfg.MaxRequestBytes:
-		return rpctypes.ErrGRPCRequestTooLarge
+		return nil, rpctypes.ErrGRPCRequestTooLarge
 	case n.lead.Load() == 0:
 		n.metrics.proposals(1, rpctypes.ErrGRPCNoLeader)
-		return rpctypes.ErrGRPCNoLeader
+		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	p := &proposal{data: data, done: done}
+	p, _ := n.proposals.Get().(*proposal)
+	if p == nil {
+		p = &proposal{}
+	}
+	p.data = data
 	if _, span := n.stages.Start(ctx, "consensus.propose"); span.IsRecording() {
 		span.SetAttributes(obs.AttrBytes.Int(len(data)))
 		p.parent, p.span = ctx, span
 	}
+	return p, nil
+}
+
+// enqueue queues p for the raft loop, waiting while the queue is full until ctx ends or the node stops.
+func (n *Node) enqueue(ctx context.Context, p *proposal) error {
 	select {
 	case n.proposeC <- p:
 		return nil

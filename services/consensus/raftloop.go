@@ -24,13 +24,22 @@ type raftLoop struct {
 	n  *Node
 	rn *raft.RawNode
 
-	batch          []*proposal
+	batch []*proposal
+	// proposing are the entries a leader proposes its batches with, reused from batch to batch; their Data is
+	// nil between batches.
+	proposing      []*raftpb.Entry
 	traces         *proposalTraces
 	confHistory    []confPoint
 	storageApplied uint64
 	// persisted is the last index of the log fsynced to the WAL here.
 	persisted uint64
+	// walSnapshot is the index of the last snapshot saved to the WAL; raft's storage may hold a later one,
+	// taken to trim the log in memory (maybeSnapshot).
+	walSnapshot uint64
 }
+
+// maxKeptProposals bounds the entries kept for proposing: a larger batch gets entries of its own.
+const maxKeptProposals = maxDrain + 1
 
 // confPoint is the configuration in force from index on, kept so a snapshot at any index since the last
 // one can record the configuration at that index.
@@ -45,7 +54,12 @@ func newRaftLoop(n *Node, rn *raft.RawNode, initial confPoint) (*raftLoop, error
 	if err != nil {
 		return nil, fmt.Errorf("consensus: raft storage last index: %w", err)
 	}
-	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(n.stages), confHistory: []confPoint{initial}, persisted: persisted}, nil
+	snap, err := n.storage.Snapshot() // the WAL's, which raft's storage was rebuilt from
+	if err != nil {
+		return nil, fmt.Errorf("consensus: raft storage snapshot: %w", err)
+	}
+	return &raftLoop{n: n, rn: rn, traces: newProposalTraces(n.stages), confHistory: []confPoint{initial},
+		persisted: persisted, walSnapshot: snap.GetMetadata().GetIndex()}, nil
 }
 
 // run is the raft loop of raft's README: take inputs, then for each Ready persist, send, hand on the
@@ -117,10 +131,7 @@ func (l *raftLoop) proposeBatch() {
 		l.finishBatch(batch, rpctypes.ErrGRPCNoLeader)
 		return
 	}
-	ents := make([]*raftpb.Entry, len(batch))
-	for i, p := range batch {
-		ents[i] = &raftpb.Entry{Data: p.data}
-	}
+	ents := l.proposedEntries(batch, st.RaftState == raft.StateLeader)
 	var sampled obs.Batch
 	for _, p := range batch {
 		if p.parent != nil {
@@ -132,6 +143,9 @@ func (l *raftLoop) proposeBatch() {
 	step := l.n.stages.StartBatch("consensus.raft_step", &sampled)
 	err := l.rn.Step(&raftpb.Message{Type: raftpb.MsgProp.Enum(), From: new(l.n.memberID), Entries: ents})
 	step.End()
+	for _, e := range l.proposing {
+		e.Data = nil // raft copied it; the proposer's buffer must not stay pinned here
+	}
 	if err != nil {
 		l.finishBatch(batch, proposeError(err, st))
 		return
@@ -144,10 +158,33 @@ func (l *raftLoop) proposeBatch() {
 	l.finishBatch(batch, nil)
 }
 
+// proposedEntries returns the entries of a batch of proposals. A leader's raft copies every proposed entry into
+// its log (raft.appendEntry), so a leader's are made from entries kept for the next batch; a follower forwards
+// the message to the leader as it is, so its entries are new ones.
+func (l *raftLoop) proposedEntries(batch []*proposal, leader bool) []*raftpb.Entry {
+	if !leader || len(batch) > maxKeptProposals {
+		ents := make([]*raftpb.Entry, len(batch))
+		for i, p := range batch {
+			ents[i] = &raftpb.Entry{Data: p.data}
+		}
+		return ents
+	}
+	for len(l.proposing) < len(batch) {
+		l.proposing = append(l.proposing, &raftpb.Entry{})
+	}
+	ents := l.proposing[:len(batch)]
+	for i, p := range batch {
+		ents[i].Data = p.data
+	}
+	return ents
+}
+
 func (l *raftLoop) finishBatch(batch []*proposal, err error) {
 	l.n.metrics.proposals(len(batch), err)
 	for _, p := range batch {
 		p.finish(err)
+		*p = proposal{}
+		l.n.proposals.Put(p)
 	}
 	clear(batch)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 
@@ -93,38 +94,84 @@ func (l *raftLoop) currentSnapshot() (*raftpb.Snapshot, error) {
 	return snap, nil
 }
 
-// maybeSnapshot takes a snapshot once SnapshotCount entries were applied since the last one, and compacts
-// the log below it, keeping SnapshotCatchUpEntries.
+// maybeSnapshot takes a snapshot once SnapshotCount entries were applied since the last one saved to the WAL,
+// and compacts the log below it, keeping SnapshotCatchUpEntries. Between two, once the log in memory holds
+// trimSlack entries more than that below the applied index, it trims it to SnapshotCatchUpEntries again, with a
+// snapshot kept in memory only (it holds no state, and the WAL still replays from its own): the log's memory,
+// most of a consensus process's live heap under writes, then stays near the catch-up window instead of
+// growing by SnapshotCount entries between snapshots, and followers still catch up from entries within it.
 func (l *raftLoop) maybeSnapshot() error {
 	index := l.snapshotIndex()
 	current, err := l.currentSnapshot()
 	if err != nil {
 		return err
 	}
-	last := current.GetMetadata().GetIndex()
-	if index <= last || index-last < l.n.cfg.SnapshotCount {
+	if index <= current.GetMetadata().GetIndex() {
 		return nil
 	}
-	if _, err := l.takeSnapshot(index); err != nil {
-		return err
+	first, err := l.n.storage.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("consensus: raft storage first index: %w", err)
+	}
+	catchUp := l.n.cfg.SnapshotCatchUpEntries
+	switch {
+	case index-l.walSnapshot >= l.n.cfg.SnapshotCount:
+		if _, err := l.takeSnapshot(index); err != nil {
+			return err
+		}
+	case index >= first+catchUp+trimSlack(catchUp):
+		if _, err := l.recordSnapshot(index); err != nil {
+			return err
+		}
+	default:
+		return nil
 	}
 	compactIndex := uint64(0)
-	if index > l.n.cfg.SnapshotCatchUpEntries {
-		compactIndex = index - l.n.cfg.SnapshotCatchUpEntries
+	if index > catchUp {
+		compactIndex = index - catchUp
 	}
-	if first, _ := l.n.storage.FirstIndex(); compactIndex > first {
+	if compactIndex > first {
 		if err := l.n.storage.Compact(compactIndex); err != nil && !errors.Is(err, raft.ErrCompacted) {
 			return fmt.Errorf("consensus: compact raft log to %d: %w", compactIndex, err)
 		}
 	}
-	l.n.log.Info("compacted the log", "member-id", fmt.Sprintf("%x", l.n.memberID), "snapshot-index", index,
-		"compacted-index", compactIndex)
+	level := slog.LevelDebug
+	if l.walSnapshot == index {
+		level = slog.LevelInfo
+	}
+	l.n.log.Log(context.Background(), level, "compacted the log", "member-id", fmt.Sprintf("%x", l.n.memberID),
+		"snapshot-index", index, "compacted-index", compactIndex, "saved", l.walSnapshot == index)
 	return nil
 }
 
-// takeSnapshot records a raft snapshot at index, which must be above the current one, and releases the
-// WAL segments it covers.
+// trimSlack is how many entries more than catchUp the log in memory may hold below the applied index before it
+// is trimmed: a quarter of catchUp, and at least minTrimSlack, so a trim (a snapshot in memory and a copy of
+// the kept entries' pointers) comes at most every so many entries.
+func trimSlack(catchUp uint64) uint64 { return max(catchUp/4, minTrimSlack) }
+
+const minTrimSlack = 1000
+
+// takeSnapshot records a raft snapshot at index, which must be above the current one, saves it to the WAL and
+// releases the WAL segments it covers.
 func (l *raftLoop) takeSnapshot(index uint64) (*raftpb.Snapshot, error) {
+	snap, err := l.recordSnapshot(index)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.n.wal.SaveSnapshot(snap); err != nil {
+		return nil, fmt.Errorf("consensus: member %x: save snapshot at %d: %w", l.n.memberID, index, err)
+	}
+	if err := l.n.wal.ReleaseTo(index); err != nil {
+		return nil, err
+	}
+	l.walSnapshot = index
+	l.pruneConfHistory(index)
+	return snap, nil
+}
+
+// recordSnapshot records a raft snapshot at index, which must be above the current one, in raft's storage
+// only: what raft sends a follower the log no longer has, and what Committed delivers below the log.
+func (l *raftLoop) recordSnapshot(index uint64) (*raftpb.Snapshot, error) {
 	point := l.confAt(index)
 	data, err := encodeSnapshotData(l.n.memberID, l.n.cfg.AdvertiseStorageURL, point.members)
 	if err != nil {
@@ -134,13 +181,6 @@ func (l *raftLoop) takeSnapshot(index uint64) (*raftpb.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("consensus: create snapshot at %d: %w", index, err)
 	}
-	if err := l.n.wal.SaveSnapshot(snap); err != nil {
-		return nil, fmt.Errorf("consensus: member %x: save snapshot at %d: %w", l.n.memberID, index, err)
-	}
-	if err := l.n.wal.ReleaseTo(index); err != nil {
-		return nil, err
-	}
-	l.pruneConfHistory(index)
 	return snap, nil
 }
 
@@ -199,6 +239,7 @@ func (l *raftLoop) installSnapshot(snap *raftpb.Snapshot) error {
 	l.confHistory = []confPoint{{index: index, confState: snap.GetMetadata().GetConfState(), members: members}}
 	l.n.syncPeers(old, members)
 	l.n.deliver.reset(index)
+	l.walSnapshot = index // persist saved it
 	l.n.log.Info("installed a snapshot from the leader", "member-id", fmt.Sprintf("%x", l.n.memberID),
 		"snapshot-index", index, "snapshot-term", snap.GetMetadata().GetTerm())
 	return l.n.wal.ReleaseTo(index)

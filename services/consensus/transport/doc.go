@@ -29,7 +29,11 @@
 //     told (Raft.ReportRemoved) so the member can stop itself. Messages from another cluster are refused.
 //
 // Send marshals messages in the caller's goroutine (raft's loop), as raft asks, so no entry is marshalled
-// while the loop changes it. Received messages are handed to Raft.Process, which may block: that is how a
+// while the loop changes it; the entries that one Send carries to several followers are encoded once and
+// shared by their frames, a large entry's data is written from the log itself (raft never changes it there), and a
+// batch's messages are written as parts of its frame, not copied into it. A
+// receiver decodes a batch in the link's reused read buffer (framed.Conn.ReceiveBorrowed): only what raft keeps
+// is copied out of it. Received messages are handed to Raft.Process, which may block: that is how a
 // slow raft loop slows its senders.
 //
 // Metrics are etcd's peer-network series (etcd_network_peer_*, labelled with the peer's member ID as etcd's) and

@@ -131,31 +131,42 @@ func (p *peer) activeSince() time.Time {
 	return time.Time{}
 }
 
-// outbound is a marshalled message waiting for its link. A commitOnly one (an append without entries, which
-// only moves the follower's commit index) may wait up to Config.CommitHold for the next append to ride with,
-// when the last two appends with entries went out within CommitHold of each other and of now (writes are
-// flowing that fast).
+// outbound is an encoded message waiting for its link: head, then entries (see encodeMessage); a snapshot's is
+// the marshalled message, in head. It is as small as it can be: a queue holds thousands, allocated with the
+// queue. An append without entries only moves the follower's commit index (commitOnly): it may wait up to
+// Config.CommitHold for the next append to ride with, when the last two appends with entries went out within
+// CommitHold of each other and of now (writes are flowing that fast).
 type outbound struct {
-	body       []byte
-	commitOnly bool
+	head    []byte
+	entries *encodedEntries
 }
 
-// enqueue queues a marshalled message; false means the queue was full.
-func (p *peer) enqueue(m *raftpb.Message, body []byte) bool {
+func (o outbound) size() int {
+	if o.entries == nil {
+		return len(o.head)
+	}
+	return len(o.head) + o.entries.size
+}
+
+// commitOnly reports whether o, queued in class c, is an append without entries.
+func (o outbound) commitOnly(c class) bool { return c == classAppend && o.entries == nil }
+
+// enqueue queues an encoded message; false means the queue was full.
+func (p *peer) enqueue(m *raftpb.Message, out outbound) bool {
 	if m.GetType() == raftpb.MsgSnap {
 		select {
-		case p.snapshots <- body:
+		case p.snapshots <- out.head:
 			return true
 		default:
 			return false
 		}
 	}
-	c, commitOnly := classControl, false
+	c := classControl
 	if m.GetType() == raftpb.MsgApp {
-		c, commitOnly = classAppend, len(m.GetEntries()) == 0
+		c = classAppend
 	}
 	select {
-	case p.queues[c] <- outbound{body: body, commitOnly: commitOnly}:
+	case p.queues[c] <- out:
 		return true
 	default:
 		return false
@@ -215,8 +226,12 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 	// why) even when nothing is being sent.
 	ended := make(chan error, 1)
 	go func() { ended <- linkEnd(conn) }()
-	batch := &consensuspb.MessageBatch{From: p.t.cfg.MemberID}
-	var held *time.Timer // running while batch.Messages holds only commit-only appends
+	var msgs []outbound      // the batch being gathered
+	var parts [][]byte       // the frame of a batch: its head, then each message's head and entries
+	var batchHead []byte     // always far below framed's copy limit, so Send copies it and it can be reused
+	held := time.NewTimer(0) // running while msgs holds only commit-only appends
+	held.Stop()
+	defer held.Stop()
 	var heldC <-chan time.Time
 	var lastEntries time.Time              // when an append with entries last went out
 	entriesGap := time.Duration(1<<63 - 1) // and how long after the one before
@@ -225,16 +240,16 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 		select {
 		case first := <-p.queues[c]:
 			var onlyCommits bool
-			batch.Messages, onlyCommits = p.drain(c, batch.Messages, first)
+			msgs, onlyCommits = p.drain(c, msgs, first)
 			now := time.Now()
 			switch {
 			case !onlyCommits:
 				flush, entriesGap, lastEntries = true, now.Sub(lastEntries), now
-			case held != nil:
+			case heldC != nil:
 			case entriesGap > p.t.cfg.CommitHold || now.Sub(lastEntries) > p.t.cfg.CommitHold:
 				flush = true // writes are not flowing that fast: the next append may be far off
 			default:
-				held = time.NewTimer(p.t.cfg.CommitHold)
+				held.Reset(p.t.cfg.CommitHold)
 				heldC = held.C
 			}
 		case <-heldC:
@@ -247,21 +262,29 @@ func (p *peer) runStream(c class) (sent bool, err error) {
 		if !flush {
 			continue
 		}
-		if held != nil {
+		if heldC != nil {
 			held.Stop()
-			held, heldC = nil, nil
+			heldC = nil
 		}
-		batch.ClusterId = p.t.clusterID()
-		frame, err := proto.Marshal(batch)
-		batch.Messages = batch.Messages[:0]
-		if err == nil {
-			err = conn.Send(nil, frame)
+		batchHead = appendBatchHead(batchHead[:0], p.t.cfg.MemberID, p.t.clusterID())
+		parts = append(parts[:0], batchHead)
+		size := len(batchHead)
+		for _, m := range msgs {
+			parts = append(parts, m.head)
+			if m.entries != nil {
+				parts = append(parts, m.entries.parts...)
+			}
+			size += m.size()
 		}
+		err := conn.Send(nil, parts...)
+		clear(msgs)
+		clear(parts)
+		msgs = msgs[:0]
 		if err != nil {
 			_ = conn.Close()
 			return sent, <-ended // the receive says why the link ended
 		}
-		p.metrics.sentBytes.Add(float64(len(frame)))
+		p.metrics.sentBytes.Add(float64(size))
 		sent = true
 	}
 }
@@ -281,19 +304,19 @@ func linkEnd(conn *framed.Conn) error {
 
 // drain appends first and whatever else is queued to msgs, up to maxBatchBytes; onlyCommits says whether every
 // message taken was a commit-only append.
-func (p *peer) drain(c class, msgs [][]byte, first outbound) (_ [][]byte, onlyCommits bool) {
-	onlyCommits = first.commitOnly
-	msgs = append(msgs, first.body)
+func (p *peer) drain(c class, msgs []outbound, first outbound) (_ []outbound, onlyCommits bool) {
+	onlyCommits = first.commitOnly(c)
+	msgs = append(msgs, first)
 	size := 0
 	for _, m := range msgs {
-		size += len(m)
+		size += m.size()
 	}
 	for size < maxBatchBytes {
 		select {
 		case next := <-p.queues[c]:
-			msgs = append(msgs, next.body)
-			size += len(next.body)
-			onlyCommits = onlyCommits && next.commitOnly
+			msgs = append(msgs, next)
+			size += next.size()
+			onlyCommits = onlyCommits && next.commitOnly(c)
 		default:
 			return msgs, onlyCommits
 		}

@@ -33,27 +33,30 @@ func (t *Transport) ServeLink(conn *framed.Conn) {
 		}
 		cancel()
 	}()
+	var messages [][]byte // slices of the frame, which is reused for the next one: receive copies what raft keeps
 	for {
-		frame, err := conn.Receive()
+		frame, err := conn.ReceiveBorrowed()
 		if err != nil {
 			return
 		}
-		batch := &consensuspb.MessageBatch{}
-		if err := proto.Unmarshal(frame, batch); err != nil {
+		from, clusterID, batch, err := decodeBatch(frame, messages[:0])
+		messages = batch
+		if err != nil {
 			t.cfg.Logger.Warn("messages link frame not decodable; closing the link", "err", err)
 			return
 		}
-		if err := t.admit(batch.GetFrom(), batch.GetClusterId()); err != nil {
+		if err := t.admit(from, clusterID); err != nil {
 			refuse(conn, err)
 			return
 		}
-		t.series.of(batch.GetFrom()).receivedBytes.Add(float64(len(frame)))
-		for _, body := range batch.GetMessages() {
+		t.series.of(from).receivedBytes.Add(float64(len(frame)))
+		for _, body := range messages {
 			if err := t.receive(ctx, body); err != nil {
 				refuse(conn, err)
 				return
 			}
 		}
+		clear(messages)
 	}
 }
 
@@ -63,7 +66,7 @@ func refuse(conn *framed.Conn, err error) {
 		_ = conn.Send(nil, frame)
 		conn.CloseWrite(time.Second)
 		for { // the sender reads the refusal, then closes: until then take (and drop) what it still sends
-			if _, err := conn.Receive(); err != nil {
+			if _, err := conn.ReceiveBorrowed(); err != nil {
 				return
 			}
 		}

@@ -193,6 +193,7 @@ func (t *Transport) RemovePeer(id uint64) {
 func (t *Transport) Send(msgs []*raftpb.Message) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	var entries entryEncoder
 	for _, m := range msgs {
 		to := m.GetTo()
 		p, ok := t.peers[to]
@@ -200,12 +201,18 @@ func (t *Transport) Send(msgs []*raftpb.Message) {
 			t.reportDropped(m)
 			continue
 		}
-		body, err := proto.Marshal(m)
+		var out outbound
+		var err error
+		if m.GetType() == raftpb.MsgSnap {
+			out.head, err = proto.Marshal(m)
+		} else {
+			out.head, out.entries, err = encodeMessage(m, &entries)
+		}
 		if err != nil {
 			t.cfg.Logger.Error("marshal raft message", "to", fmt.Sprintf("%x", to), "type", m.GetType().String(), "err", err)
 			continue
 		}
-		if !p.enqueue(m, body) {
+		if !p.enqueue(m, out) {
 			t.reportDropped(m)
 			continue
 		}
