@@ -135,13 +135,12 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 // policy, and the interceptors every call goes through (tracing, metrics, auth, and kv's Range relay).
 func (f *Frontend) serverOptions(kv *kvServer) []grpc.ServerOption {
 	return append(append(append(f.tel.StagedServerOptions(f.tel.Stages("frontend", f.cfg.Name), requestOp), rpctune.ClientServerOptions()...), link.PlainServerOptions()...),
-		grpc.ForceServerCodecV2(wiremsg.NewCodec()),
+		grpc.ForceServerCodecV2(countingCodec{CodecV2: wiremsg.NewCodec(), bytes: f.metrics.bytes}),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
-		grpc.StatsHandler(f.metrics.bytes),
 		grpc.ChainUnaryInterceptor(f.metrics.grpc.UnaryServerInterceptor(), f.metrics.unaryInterceptor,
 			f.auth.unaryInterceptor, kv.relayRange),
 		grpc.ChainStreamInterceptor(f.metrics.grpc.StreamServerInterceptor(), f.auth.streamInterceptor),
