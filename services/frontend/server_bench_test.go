@@ -70,3 +70,35 @@ func BenchmarkClientPortPut(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKVPutUntilStorage measures what KV.Put's handler allocates on its way to a storage: the checks, the
+// request submitted and its header, with authentication disabled; the pool has no storage, so the call ends
+// there (errNoStorage), before the pipeline.
+//
+//	go test -run '^$' -bench KVPutUntilStorage -benchmem ./services/frontend/
+func BenchmarkKVPutUntilStorage(b *testing.B) {
+	tokens, err := authtoken.New("simple", 0, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &Frontend{cfg: DefaultConfig(), deps: Deps{}.withDefaults()}
+	f.tel, f.logger = f.deps.Telemetry, f.deps.Logger
+	if f.pool, err = newPool(f.cfg, f.tel, f.logger, nil); err != nil {
+		b.Fatal(err)
+	}
+	defer f.pool.close()
+	f.metrics = newMetrics(f)
+	f.auth = newAuthGate(f, tokens)
+	st := authstate.New()
+	st.Seal()
+	f.auth.state.Store(&gateState{State: st})
+	kv := &kvServer{f: f}
+	req := &pb.PutRequest{Key: []byte("bench/key"), Value: make([]byte, 256)}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := kv.Put(ctx, req); err == nil {
+			b.Fatal("a put with no storage succeeded")
+		}
+	}
+}
