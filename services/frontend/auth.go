@@ -50,7 +50,7 @@ func (f *Frontend) header() *pb.ResponseHeader {
 // change proposes an auth change and, once applied, reads the auth store again so that this frontend checks
 // the next request against it.
 func (s *authServer) change(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
-	resp, err := s.f.submit(ctx, req)
+	resp, err := s.f.submit(ctx, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func (s *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 			return nil, err
 		}
 		resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Header: &pb.RequestHeader{AuthRevision: st.Revision},
-			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: prefix}})
+			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: prefix}}, nil)
 		if errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) && ctx.Err() == nil {
 			continue
 		}

@@ -98,19 +98,28 @@ func checkedAuthFence(ctx context.Context) uint64 {
 // auth store changed since (ErrAuthOldRevision), so the permissions checked here are those it is applied
 // under. An anonymous write carries the read fence of this frontend's copy, which had authentication disabled
 // (else it would have been refused here): storage refuses it if authentication is enabled when it applies it.
-// A read carries the read fence it was checked at (fencedRead). nil when there is nothing to check.
-func (g *authGate) requestHeader(ctx context.Context, readOnly bool) *pb.RequestHeader {
+// A read carries the read fence it was checked at (fencedRead). nil when there is nothing to check. The header
+// is into, when into is not nil (it is overwritten).
+func (g *authGate) requestHeader(ctx context.Context, readOnly bool, into *pb.RequestHeader) *pb.RequestHeader {
+	header := func(user string, authRevision uint64) *pb.RequestHeader {
+		if into == nil {
+			return &pb.RequestHeader{Username: user, AuthRevision: authRevision}
+		}
+		into.Reset()
+		into.Username, into.AuthRevision = user, authRevision
+		return into
+	}
 	if readOnly {
 		if fence := checkedAuthFence(ctx); fence != 0 {
-			return &pb.RequestHeader{Username: callerOf(ctx).user, AuthRevision: fence}
+			return header(callerOf(ctx).user, fence)
 		}
 		return nil
 	}
 	if c := callerOf(ctx); c.user != "" {
-		return &pb.RequestHeader{Username: c.user, AuthRevision: c.rev}
+		return header(c.user, c.rev)
 	}
 	if st := g.state.Load(); st != nil {
-		return &pb.RequestHeader{AuthRevision: st.ReadFence()}
+		return header("", st.ReadFence())
 	}
 	return nil
 }

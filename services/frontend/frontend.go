@@ -26,7 +26,6 @@ import (
 	"github.com/cairn-kv/cairn/api/v3lockpb"
 	"github.com/cairn-kv/cairn/internal/authtoken"
 	"github.com/cairn-kv/cairn/internal/config"
-	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/rpctune"
@@ -115,20 +114,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 // newGRPCServer builds the gRPC server with etcd's limits and keepalive policy.
 func (f *Frontend) newGRPCServer() *grpc.Server {
 	kv := &kvServer{f: f}
-	opts := append(append(append(f.tel.StagedServerOptions(f.tel.Stages("frontend", f.cfg.Name), requestOp), rpctune.ClientServerOptions()...), link.PlainServerOptions()...),
-		grpc.ForceServerCodecV2(wiremsg.NewCodec()),
-		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
-		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(math.MaxUint32),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
-		grpc.StatsHandler(f.metrics.bytes),
-		grpc.ChainUnaryInterceptor(f.metrics.grpc.UnaryServerInterceptor(), f.metrics.unaryInterceptor,
-			f.auth.unaryInterceptor, kv.relayRange),
-		grpc.ChainStreamInterceptor(f.metrics.grpc.StreamServerInterceptor(), f.auth.streamInterceptor),
-		grpc.Creds(clientPortCredentials{}),
-	)
-	s := grpc.NewServer(opts...)
+	s := grpc.NewServer(f.serverOptions(kv)...)
 	pb.RegisterKVServer(s, kv)
 	pb.RegisterClusterServer(s, &clusterServer{f: f})
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
@@ -140,8 +126,25 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	v3lockpb.RegisterLockServer(s, recipes)
 	v3electionpb.RegisterElectionServer(s, recipes)
 	healthpb.RegisterHealthServer(s, f.health)
-	f.metrics.grpc.InitializeMetrics(s) // every method's series from the start, as etcd's
+	f.metrics.grpc.initialize(s) // every method's series from the start, as etcd's
 	return s
+}
+
+// serverOptions are the client port's gRPC server options: transport settings, etcd's limits, keepalive
+// policy, and the interceptors every call goes through (tracing, metrics, auth, and kv's Range relay).
+func (f *Frontend) serverOptions(kv *kvServer) []grpc.ServerOption {
+	calls := &clientCalls{metrics: f.metrics, auth: f.auth, relayRange: kv.relayRange}
+	return append(append(f.tel.StagedServerOptions(f.tel.Stages("frontend", f.cfg.Name), requestOp), rpctune.ClientServerOptions()...),
+		grpc.ForceServerCodecV2(countingCodec{CodecV2: wiremsg.NewCodec(), bytes: f.metrics.bytes}),
+		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
+		grpc.ChainUnaryInterceptor(calls.unary),
+		grpc.ChainStreamInterceptor(calls.stream),
+		grpc.Creds(clientPortCredentials{}),
+	)
 }
 
 // Start binds the client and metrics URLs, serves gRPC and HTTP on each client URL (split by cmux, as etcd

@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -10,8 +11,9 @@ import (
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
-	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 )
 
 // kvServer is etcd's KV service: requests are checked as etcd's API layer checks them, then writes go to a
@@ -19,6 +21,30 @@ import (
 type kvServer struct {
 	pb.UnimplementedKVServer
 	f *Frontend
+	// writes holds *writeRequest values for reuse: a write's InternalRaftRequest is a 300-byte message that
+	// lives only until its Submit is encoded and answered.
+	writes sync.Pool
+}
+
+// writeRequest is a KV write as it is submitted to storage, with room for its header.
+type writeRequest struct {
+	raft   pb.InternalRaftRequest
+	header pb.RequestHeader
+}
+
+// submitWrite submits the write set on a reused request by set (one of its fields), and gives the request
+// back once storage has answered: nothing keeps it after submit returns (its encoding is what was sent).
+func (s *kvServer) submitWrite(ctx context.Context, set func(*pb.InternalRaftRequest)) (*storagepb.SubmitResponse, error) {
+	w, _ := s.writes.Get().(*writeRequest)
+	if w == nil {
+		w = &writeRequest{}
+	}
+	set(&w.raft)
+	resp, err := s.f.submit(ctx, &w.raft, &w.header)
+	w.raft.Reset()
+	w.header.Reset()
+	s.writes.Put(w)
+	return resp, err
 }
 
 func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
@@ -37,13 +63,13 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 // rangeMethod is KV.Range's full gRPC method name.
 const rangeMethod = "/etcdserverpb.KV/Range"
 
-// relayRange is the innermost unary interceptor of the client server. It answers KV.Range with storage's own
-// encoding of the response, after the frontend's header fields, instead of decoding the response and encoding it
-// again (a Kubernetes LIST is megabytes); the client decodes the same message. Other calls go to their handler.
-func (s *kvServer) relayRange(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+// relayRange is KV.Range's handler on the client server (clientCalls.unary gives it every KV.Range). It answers
+// with storage's own encoding of the response, after the frontend's header fields, instead of decoding the
+// response and encoding it again (a Kubernetes LIST is megabytes); the client decodes the same message.
+func (s *kvServer) relayRange(ctx context.Context, req any) (any, error) {
 	r, ok := req.(*pb.RangeRequest)
-	if !ok || info.FullMethod != rangeMethod {
-		return handler(ctx, req)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "cairn frontend: %T sent to KV.Range", req)
 	}
 	var encoded mem.BufferSlice
 	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica, authFence uint64) (err error) {
@@ -96,7 +122,7 @@ func (v *view) rangeOrder(r *pb.RangeRequest) []*storageReplica {
 }
 
 func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Put: r})
+	resp, err := s.submitWrite(ctx, func(req *pb.InternalRaftRequest) { req.Put = r })
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +130,7 @@ func (s *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 }
 
 func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{DeleteRange: r})
+	resp, err := s.submitWrite(ctx, func(req *pb.InternalRaftRequest) { req.DeleteRange = r })
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +138,7 @@ func (s *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 }
 
 func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Txn: r})
+	resp, err := s.submitWrite(ctx, func(req *pb.InternalRaftRequest) { req.Txn = r })
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +146,7 @@ func (s *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 }
 
 func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Compaction: r})
+	resp, err := s.submitWrite(ctx, func(req *pb.InternalRaftRequest) { req.Compaction = r })
 	if err != nil {
 		return nil, err
 	}
@@ -129,14 +155,15 @@ func (s *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.Co
 
 // submit checks req as etcd does and sends it to a storage's Submit: writes to the leader's storage, never
 // retried once they may have been proposed; read-only requests (a Txn of ranges, an Alarm GET) as reads,
-// retried on another storage when one is unavailable. The answer's header is completed.
-func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest) (*storagepb.SubmitResponse, error) {
+// retried on another storage when one is unavailable. The answer's header is completed. A req without a header
+// gets one (authGate.requestHeader), in spareHeader when it is not nil.
+func (f *Frontend) submit(ctx context.Context, req *pb.InternalRaftRequest, spareHeader *pb.RequestHeader) (*storagepb.SubmitResponse, error) {
 	if err := etcdcheck.Write(req, f.cfg.limits()); err != nil {
 		return nil, err
 	}
 	readOnly, serializable := readOnlyRequest(req)
 	if req.Header == nil {
-		req.Header = f.auth.requestHeader(ctx, readOnly)
+		req.Header = f.auth.requestHeader(ctx, readOnly, spareHeader)
 	}
 	// Storage bounds a write by its own request timeout and answers with etcd's error; the pipeline's bound
 	// (storageCallBound) is a little longer so that answer arrives first.

@@ -113,7 +113,7 @@ func askHome[R interface{ GetHeader() *pb.ResponseHeader }](ctx context.Context,
 }
 
 func (s *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Alarm: r})
+	resp, err := s.f.submit(ctx, &pb.InternalRaftRequest{Alarm: r}, nil)
 	if err != nil {
 		return nil, err
 	}

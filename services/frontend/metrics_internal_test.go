@@ -1,0 +1,94 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/wiremsg"
+)
+
+// TestCountingCodecCountsMessages: the client port's codec counts what etcd's codec counts, the marshalled
+// message: a request decoded adds its encoded size to the received bytes, an answer encoded (a relayed Range's
+// spliced parts included) adds its size to the sent bytes.
+func TestCountingCodecCountsMessages(t *testing.T) {
+	bytes := newClientBytes()
+	codec := countingCodec{CodecV2: wiremsg.NewCodec(), bytes: bytes}
+	put := &pb.PutRequest{Key: []byte("key"), Value: make([]byte, 256)}
+	encodedPut, err := proto.Marshal(put)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: 7}}
+	relayed := &wiremsg.Encoded{Parts: mem.BufferSlice{mem.SliceBuffer("header"), mem.SliceBuffer("kvs")}}
+	var wantSent, wantReceived float64
+	for _, step := range []struct {
+		name string
+		do   func() error
+		sent int
+		recv int
+	}{
+		{"decode a put", func() error { return codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(encodedPut)}, &pb.PutRequest{}) },
+			0, len(encodedPut)},
+		{"encode an answer", func() error { _, err := codec.Marshal(answer); return err }, proto.Size(answer), 0},
+		{"encode a relayed range", func() error { _, err := codec.Marshal(relayed); return err }, len("header") + len("kvs"), 0},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		wantSent += float64(step.sent)
+		wantReceived += float64(step.recv)
+		if got := testutil.ToFloat64(bytes.sent); got != wantSent {
+			t.Errorf("after %s: sent %v bytes, want %v", step.name, got, wantSent)
+		}
+		if got := testutil.ToFloat64(bytes.received); got != wantReceived {
+			t.Errorf("after %s: received %v bytes, want %v", step.name, got, wantReceived)
+		}
+	}
+}
+
+// TestGRPCMetricsCountAsTheMiddleware: a call is counted under the code the grpc-ecosystem middleware gives
+// its error (a status error's code, a context error as gRPC converts it, anything else Unknown), on the
+// series of its method, created at zero for every registered method.
+func TestGRPCMetricsCountAsTheMiddleware(t *testing.T) {
+	m := newGRPCMetrics()
+	server := grpc.NewServer()
+	pb.RegisterKVServer(server, answeringKV{})
+	m.initialize(server)
+	if got := testutil.ToFloat64(m.handled.WithLabelValues("unary", "etcdserverpb.KV", "Put", "NotFound")); got != 0 {
+		t.Fatalf("a registered method's series start at %v, want 0", got)
+	}
+	for _, tc := range []struct {
+		err  error
+		want codes.Code
+	}{
+		{nil, codes.OK},
+		{rpctypes.ErrGRPCKeyNotFound, codes.InvalidArgument},
+		{fmt.Errorf("wrapped: %w", rpctypes.ErrGRPCNoLeader), codes.Unavailable},
+		{context.Canceled, codes.Canceled},
+		{context.DeadlineExceeded, codes.DeadlineExceeded},
+		{errors.New("plain"), codes.Unknown},
+		{status.Error(codes.Code(42), "beyond gRPC's codes"), codes.Code(42)},
+	} {
+		series := m.series("/etcdserverpb.KV/Put", false, false)
+		m.done(series, tc.err, time.Millisecond)
+		counted := m.handled.WithLabelValues("unary", "etcdserverpb.KV", "Put", tc.want.String())
+		if got := testutil.ToFloat64(counted); got != 1 {
+			t.Errorf("%v: grpc_code=%s counted %v times, want 1", tc.err, tc.want, got)
+		}
+	}
+	if got, want := testutil.CollectAndCount(m.handling), len(server.GetServiceInfo()["etcdserverpb.KV"].Methods); got != want {
+		t.Errorf("%d handling histograms, want one per KV method, %d", got, want)
+	}
+}
