@@ -133,10 +133,6 @@
 // gateway reaches the gRPC server over an in-memory connection, whatever the client ports serve. Besides /v3/..., each client URL and each --listen-metrics-urls URL serves /metrics,
 // /version, /health (etcd's: healthy only with no alarm, a leader and a working linearizable read; ?exclude=
 // and ?serializable=true as etcd), and /readyz and /livez with etcd's named checks. /metrics has etcd's
-// client-API series: grpc_server_* for every RPC, unary and streaming (as the grpc-ecosystem middleware etcd
-// uses defines and counts them, with every method's series looked up once: grpcmetrics.go), and
-// etcd_network_client_grpc_{sent,received}_bytes_total (counted in the codec, as etcd's codec counts them). A
-// call passes one interceptor of the frontend's (intercept.go: metrics, auth, the Range relay), not a chain,
-// and the client port has no gRPC stats handler unless spans are recorded: a stats handler makes gRPC copy
-// every request's metadata.
+// client-API series: grpc_server_* for every RPC, unary and streaming (the grpc-ecosystem middleware etcd uses),
+// and etcd_network_client_grpc_{sent,received}_bytes_total.
 package frontend

@@ -26,6 +26,7 @@ import (
 	"github.com/cairn-kv/cairn/api/v3lockpb"
 	"github.com/cairn-kv/cairn/internal/authtoken"
 	"github.com/cairn-kv/cairn/internal/config"
+	"github.com/cairn-kv/cairn/internal/link"
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/rpctune"
@@ -126,23 +127,23 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	v3lockpb.RegisterLockServer(s, recipes)
 	v3electionpb.RegisterElectionServer(s, recipes)
 	healthpb.RegisterHealthServer(s, f.health)
-	f.metrics.grpc.initialize(s) // every method's series from the start, as etcd's
+	f.metrics.grpc.InitializeMetrics(s) // every method's series from the start, as etcd's
 	return s
 }
 
 // serverOptions are the client port's gRPC server options: transport settings, etcd's limits, keepalive
 // policy, and the interceptors every call goes through (tracing, metrics, auth, and kv's Range relay).
 func (f *Frontend) serverOptions(kv *kvServer) []grpc.ServerOption {
-	calls := &clientCalls{metrics: f.metrics, auth: f.auth, relayRange: kv.relayRange}
-	return append(append(f.tel.StagedServerOptions(f.tel.Stages("frontend", f.cfg.Name), requestOp), rpctune.ClientServerOptions()...),
+	return append(append(append(f.tel.StagedServerOptions(f.tel.Stages("frontend", f.cfg.Name), requestOp), rpctune.ClientServerOptions()...), link.PlainServerOptions()...),
 		grpc.ForceServerCodecV2(countingCodec{CodecV2: wiremsg.NewCodec(), bytes: f.metrics.bytes}),
 		grpc.MaxRecvMsgSize(int(f.cfg.MaxRequestBytes)+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
-		grpc.ChainUnaryInterceptor(calls.unary),
-		grpc.ChainStreamInterceptor(calls.stream),
+		grpc.ChainUnaryInterceptor(f.metrics.grpc.UnaryServerInterceptor(), f.metrics.unaryInterceptor,
+			f.auth.unaryInterceptor, kv.relayRange),
+		grpc.ChainStreamInterceptor(f.metrics.grpc.StreamServerInterceptor(), f.auth.streamInterceptor),
 		grpc.Creds(clientPortCredentials{}),
 	)
 }

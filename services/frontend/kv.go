@@ -11,9 +11,8 @@ import (
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
-	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 )
 
 // kvServer is etcd's KV service: requests are checked as etcd's API layer checks them, then writes go to a
@@ -63,13 +62,13 @@ func (s *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 // rangeMethod is KV.Range's full gRPC method name.
 const rangeMethod = "/etcdserverpb.KV/Range"
 
-// relayRange is KV.Range's handler on the client server (clientCalls.unary gives it every KV.Range). It answers
-// with storage's own encoding of the response, after the frontend's header fields, instead of decoding the
-// response and encoding it again (a Kubernetes LIST is megabytes); the client decodes the same message.
-func (s *kvServer) relayRange(ctx context.Context, req any) (any, error) {
+// relayRange is the innermost unary interceptor of the client server. It answers KV.Range with storage's own
+// encoding of the response, after the frontend's header fields, instead of decoding the response and encoding it
+// again (a Kubernetes LIST is megabytes); the client decodes the same message. Other calls go to their handler.
+func (s *kvServer) relayRange(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	r, ok := req.(*pb.RangeRequest)
-	if !ok {
-		return nil, status.Errorf(codes.Internal, "cairn frontend: %T sent to KV.Range", req)
+	if !ok || info.FullMethod != rangeMethod {
+		return handler(ctx, req)
 	}
 	var encoded mem.BufferSlice
 	v, served, err := s.readRange(ctx, r, func(ctx context.Context, rep *storageReplica, authFence uint64) (err error) {

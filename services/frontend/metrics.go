@@ -1,21 +1,27 @@
 package frontend
 
 import (
+	"context"
+	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 
 	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // metrics are the frontend's Prometheus series, served on /metrics: etcd's for the client API it serves
-// (grpc_server_* as the grpc-ecosystem middleware etcd uses defines them, grpcMetrics, for unary and streaming RPCs, and
+// (grpc_server_* from the grpc-ecosystem middleware, as etcd's, for unary and streaming RPCs, and
 // etcd_network_client_grpc_{sent,received}_bytes_total) and Cairn's own.
 type metrics struct {
 	registry *prometheus.Registry
 	handled  *obs.Observers
 	retries  prometheus.Counter
-	grpc     *grpcMetrics
+	grpc     *grpcprom.ServerMetrics
 	bytes    *clientBytes
 }
 
@@ -28,7 +34,7 @@ func newMetrics(f *Frontend) *metrics {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "replica_retries_total", Help: "Requests tried again on another replica after one was unavailable."}),
 		// etcd serves grpc_server_handling_seconds with --metrics=extensive; its buckets are the middleware's.
-		grpc:  newGRPCMetrics(),
+		grpc:  grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
 		bytes: newClientBytes(),
 	}
 	if m.registry == nil {
@@ -38,8 +44,7 @@ func newMetrics(f *Frontend) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "frontend", Name: name, Help: help},
 			func() float64 { return value(f.pool.view()) })
 	}
-	m.registry.MustRegister(m.grpc.collectors()...)
-	m.registry.MustRegister(m.handled.Vec(), m.retries, m.bytes.sent, m.bytes.received,
+	m.registry.MustRegister(m.handled.Vec(), m.retries, m.grpc, m.bytes.sent, m.bytes.received,
 		gauge("storage_replicas_healthy", "Storage replicas that answered their last probe healthy.", func(v *view) float64 {
 			n := 0
 			for _, r := range v.leaderFirst {
@@ -60,6 +65,14 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// unaryInterceptor times every unary request.
+func (m *metrics) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	m.handled.Observe(info.FullMethod, status.Code(err).String(), time.Since(start).Seconds())
+	return resp, err
 }
 
 // clientBytes counts the bytes of the messages the client API receives and sends, as etcd's codec counts them

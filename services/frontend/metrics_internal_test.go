@@ -1,19 +1,11 @@
 package frontend
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/internal/wiremsg"
@@ -55,40 +47,5 @@ func TestCountingCodecCountsMessages(t *testing.T) {
 		if got := testutil.ToFloat64(bytes.received); got != wantReceived {
 			t.Errorf("after %s: received %v bytes, want %v", step.name, got, wantReceived)
 		}
-	}
-}
-
-// TestGRPCMetricsCountAsTheMiddleware: a call is counted under the code the grpc-ecosystem middleware gives
-// its error (a status error's code, a context error as gRPC converts it, anything else Unknown), on the
-// series of its method, created at zero for every registered method.
-func TestGRPCMetricsCountAsTheMiddleware(t *testing.T) {
-	m := newGRPCMetrics()
-	server := grpc.NewServer()
-	pb.RegisterKVServer(server, answeringKV{})
-	m.initialize(server)
-	if got := testutil.ToFloat64(m.handled.WithLabelValues("unary", "etcdserverpb.KV", "Put", "NotFound")); got != 0 {
-		t.Fatalf("a registered method's series start at %v, want 0", got)
-	}
-	for _, tc := range []struct {
-		err  error
-		want codes.Code
-	}{
-		{nil, codes.OK},
-		{rpctypes.ErrGRPCKeyNotFound, codes.InvalidArgument},
-		{fmt.Errorf("wrapped: %w", rpctypes.ErrGRPCNoLeader), codes.Unavailable},
-		{context.Canceled, codes.Canceled},
-		{context.DeadlineExceeded, codes.DeadlineExceeded},
-		{errors.New("plain"), codes.Unknown},
-		{status.Error(codes.Code(42), "beyond gRPC's codes"), codes.Code(42)},
-	} {
-		series := m.series("/etcdserverpb.KV/Put", false, false)
-		m.done(series, tc.err, time.Millisecond)
-		counted := m.handled.WithLabelValues("unary", "etcdserverpb.KV", "Put", tc.want.String())
-		if got := testutil.ToFloat64(counted); got != 1 {
-			t.Errorf("%v: grpc_code=%s counted %v times, want 1", tc.err, tc.want, got)
-		}
-	}
-	if got, want := testutil.CollectAndCount(m.handling), len(server.GetServiceInfo()["etcdserverpb.KV"].Methods); got != want {
-		t.Errorf("%d handling histograms, want one per KV method, %d", got, want)
 	}
 }

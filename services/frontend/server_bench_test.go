@@ -41,7 +41,6 @@ func BenchmarkClientPortPut(b *testing.B) {
 	f.auth.state.Store(&gateState{State: st})
 	server := grpc.NewServer(f.serverOptions(&kvServer{f: f})...)
 	pb.RegisterKVServer(server, answeringKV{})
-	f.metrics.grpc.initialize(server)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
