@@ -18,11 +18,10 @@ import (
 )
 
 // defaultChildMemoryLimitMiB is every child's soft memory limit: under etcd's KV benchmark it holds a stack to
-// about 40% less memory than no limit (a quarter less than 48 MiB, the default before) at no more CPU per request
-// than 48 MiB took before a storage answered writes from its apply loop and a frontend kept fewer stream
-// workers; 24 MiB holds another 15% less for about a fifth more CPU per put (the README's Benchmarks section
-// has the figures). A child whose live heap outgrows it raises it (internal/gctune).
-const defaultChildMemoryLimitMiB = 32
+// about 1.5x a 3-member etcd's memory, at no more CPU per request than 32 MiB took before the put path's
+// allocations were halved (the README's Benchmarks section has the figures); 32 MiB holds about a quarter more
+// memory for less collector CPU. A child whose live heap outgrows it raises it (internal/gctune).
+const defaultChildMemoryLimitMiB = 20
 
 func newUpCommand() *cobra.Command {
 	var cfg localstack.Config
