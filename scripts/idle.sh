@@ -11,6 +11,7 @@
 #
 #   scripts/idle.sh                                       # builds bin/cairn; etcd from the user cache dir
 #   CAIRN=/path/cairn ETCD=/path/etcd WINDOW=30 SETTLE=10 GC_PERCENTS="100 400" scripts/idle.sh
+#   UP_FLAGS="--child-memory-limit-mib 32" scripts/idle.sh    # more cairn up flags for every Cairn stack
 #
 # On a shared machine the CPU column moves with the load: the 1-minute load average is printed with each row.
 set -euo pipefail
@@ -77,7 +78,8 @@ etcd_start etcd-idle http "$(etcd_base)"
 measure "etcd 3 members" "${endpoints%%,*}" "${pids[@]: -3}"
 stop_etcd
 for gc in $GC_PERCENTS; do
-	GOGC=$gc up_start "up-gc$gc"
+	# shellcheck disable=SC2086 # UP_FLAGS is a list of words
+	GOGC=$gc up_start "up-gc$gc" ${UP_FLAGS:-}
 	measure "cairn up GOGC=$gc" "${endpoints%%,*}" "${pids[-1]}"
 	stop_last
 done
