@@ -127,31 +127,7 @@ func BenchmarkReceive(b *testing.B) {
 }
 
 func benchmarkReceive(b *testing.B, size int, borrowed bool) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer lis.Close()
-	accepted := make(chan *Conn, 1)
-	go func() {
-		nc, err := lis.Accept()
-		if err != nil {
-			accepted <- nil
-			return
-		}
-		conn, _ := Accept(nc, nil, "BENCH/1", 5*time.Second)
-		accepted <- conn
-	}()
-	client, err := Dial(lis.Addr().String(), "BENCH/1", 5*time.Second, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer client.Close()
-	server := <-accepted
-	if server == nil {
-		b.Fatal("no connection accepted")
-	}
-	defer server.Close()
+	client, server := pair(b)
 	receive := server.Receive
 	if borrowed {
 		receive = server.ReceiveBorrowed

@@ -16,7 +16,7 @@ import (
 const testPreamble = "TEST/1\n"
 
 // pair returns the two ends of a framed loopback TCP connection.
-func pair(t *testing.T) (client, server *Conn) {
+func pair(t testing.TB) (client, server *Conn) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -309,21 +309,30 @@ func TestCommittedFromACompactedIndexStartsWithASnapshot(t *testing.T) {
 	leader := c.WaitLeader(5 * time.Second)
 	_, highest := proposeAll(t, c.Members(), 400, 4, "compact")
 	for _, m := range c.Members() {
-		waittest.Until(t, 10*time.Second, 5*time.Millisecond, m.Name+" to compact", func() bool {
-			return readLog(t, m.Node(), 1)[0].Kind == commitlog.KindSnapshot
-		})
-		log := readLog(t, m.Node(), highest)
-		snap := log[0]
-		if snap.Snapshot == nil || snap.Snapshot.Index != snap.Index || snap.Snapshot.SourceStorageURL == "" {
-			t.Fatalf("%s: first entry %+v is not a usable snapshot reference", m.Name, snap)
-		}
-		for i, e := range log[1:] {
-			if e.Index != snap.Index+uint64(i)+1 {
-				t.Fatalf("%s: entry %d follows the snapshot at %d with a hole", m.Name, e.Index, snap.Index)
-			}
-		}
+		logStartsWithASnapshot(t, m, "compact", highest)
 	}
 	_ = leader
+}
+
+// logStartsWithASnapshot waits until m's log, read up to highest, starts with a usable snapshot reference that
+// the entries after it follow without a hole (what waiting names: "compact", "trim its log"), and returns that
+// snapshot's index.
+func logStartsWithASnapshot(t *testing.T, m *consensustest.Member, waiting string, highest uint64) uint64 {
+	t.Helper()
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, m.Name+" to "+waiting, func() bool {
+		return readLog(t, m.Node(), 1)[0].Kind == commitlog.KindSnapshot
+	})
+	log := readLog(t, m.Node(), highest)
+	snap := log[0]
+	if snap.Snapshot == nil || snap.Snapshot.Index != snap.Index || snap.Snapshot.SourceStorageURL == "" {
+		t.Fatalf("%s: first entry %+v is not a usable snapshot reference", m.Name, snap)
+	}
+	for i, e := range log[1:] {
+		if e.Index != snap.Index+uint64(i)+1 {
+			t.Fatalf("%s: entry %d follows the snapshot at %d with a hole", m.Name, e.Index, snap.Index)
+		}
+	}
+	return snap.Index
 }
 
 // TestLogTrimmedInMemoryBetweenSnapshots: long before SnapshotCount entries, the log in memory is trimmed to the
@@ -334,21 +343,8 @@ func TestLogTrimmedInMemoryBetweenSnapshots(t *testing.T) {
 	c.WaitLeader(5 * time.Second)
 	_, highest := proposeAll(t, c.Members(), 1200, 8, "trim")
 	for _, m := range c.Members() {
-		waittest.Until(t, 10*time.Second, 5*time.Millisecond, m.Name+" to trim its log", func() bool {
-			return readLog(t, m.Node(), 1)[0].Kind == commitlog.KindSnapshot
-		})
-		log := readLog(t, m.Node(), highest)
-		snap := log[0]
-		if snap.Snapshot == nil || snap.Snapshot.Index != snap.Index || snap.Snapshot.SourceStorageURL == "" {
-			t.Fatalf("%s: first entry %+v is not a usable snapshot reference", m.Name, snap)
-		}
-		if kept := highest - snap.Index; kept > 10+1000+100 {
+		if kept := highest - logStartsWithASnapshot(t, m, "trim its log", highest); kept > 10+1000+100 {
 			t.Errorf("%s: %d entries kept above the snapshot, want about the catch-up window (10) and the slack", m.Name, kept)
-		}
-		for i, e := range log[1:] {
-			if e.Index != snap.Index+uint64(i)+1 {
-				t.Fatalf("%s: entry %d follows the snapshot at %d with a hole", m.Name, e.Index, snap.Index)
-			}
 		}
 	}
 	victim := c.Members()[0]
