@@ -19,7 +19,7 @@ import (
 
 // defaultChildMemoryLimitMiB is every child's soft memory limit: under etcd's KV benchmark it holds a stack to
 // about 1.5x a 3-member etcd's memory, at no more CPU per request than 32 MiB took before the put path's
-// allocations were halved (the README's Benchmarks section has the figures); 32 MiB holds about a quarter more
+// collections were halved (the README's Benchmarks section has the figures); 32 MiB holds about a third more
 // memory for less collector CPU. A child whose live heap outgrows it raises it (internal/gctune).
 const defaultChildMemoryLimitMiB = 20
 
