@@ -22,6 +22,9 @@
 #   CAIRN=/path/cairn ETCD=/path/etcd TOTAL=100000 SETTLE=10 GC_SETTINGS="default 400/off 100/off" scripts/mem-under-load.sh
 #   CAIRN=/path/after CAIRN_ALT=/path/before GC_SETTINGS="alt:default default alt:400/32 400/32" scripts/mem-under-load.sh
 #
+# PER_PROCESS=1 adds, under each put row, the peak PSS of each kind of process (the sum over its instances of
+# each one's own peak while the puts ran): which processes hold the stack's memory.
+#
 # On a shared machine the rates and CPU move with the load: the 1-minute load average is printed with each row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,16 +50,51 @@ sample() {
 	done
 }
 
+# sample_each FILE PID...: appends "PID PSS-KiB" of every pid to FILE every second until killed.
+sample_each() {
+	local file=$1 pid
+	shift
+	while true; do
+		for pid in "$@"; do
+			echo "$pid $(pss_kib "$pid")" >>"$file"
+		done
+		sleep 1
+	done
+}
+
+# kind PID: what a process of a stack is: cairn's subcommand (frontend, storage, up...) or the program's name.
+kind() {
+	local argv
+	mapfile -d '' -t argv </proc/"$1"/cmdline 2>/dev/null || { echo gone; return; }
+	if [[ ${argv[0]##*/} == etcd ]]; then echo etcd; else echo "${argv[1]:-${argv[0]##*/}}"; fi
+}
+
+# print_kinds FILE PROCS-FILE: one line per kind of process: instances and the sum of their peak PSS.
+print_kinds() {
+	local pid
+	while read -r pid; do
+		echo "$pid $(kind "$pid")"
+	done <"$2" | awk 'NR == FNR { if ($2 > peak[$1]) peak[$1] = $2; next }
+		{ sum[$2] += peak[$1]; n[$2]++ }
+		END { for (k in sum) printf "  %s x%d %.1f MiB;", k, n[k], sum[k] / 1024; print "" }' "$1" -
+}
+
 # load NAME ENDPOINTS PROCS-FILE BENCH-ARGS...: one benchmark on the stack whose pids PROCS-FILE lists; prints a
 # row.
 load() {
-	local name=$1 endpoints=$2 procs
-	mapfile -t procs <"$3"
+	local name=$1 endpoints=$2 procs_file=$3 procs
+	mapfile -t procs <"$procs_file"
 	shift 3
 	local samples=$work/samples cpu0 cpu1 rps gc0 gc1 gccpu=-
 	: >"$samples"
 	sample "$samples" "${procs[@]}" &
 	sampler=$!
+	local each=$work/each each_sampler=""
+	if [[ ${PER_PROCESS:-} == 1 && $1 == put ]]; then
+		: >"$each"
+		sample_each "$each" "${procs[@]}" &
+		each_sampler=$!
+	fi
 	read -r -a gc0 < <(gc_stats "${procs[@]}")
 	cpu0=$(cpu_ticks "${procs[@]}")
 	rps=$(rate "$endpoints" "" --conns 100 --clients 1000 --total "$TOTAL" "$@") || true # a failed run prints "failed"
@@ -65,6 +103,10 @@ load() {
 	kill "$sampler"
 	wait "$sampler" 2>/dev/null || true
 	sampler=""
+	if [[ -n $each_sampler ]]; then
+		kill "$each_sampler"
+		wait "$each_sampler" 2>/dev/null || true
+	fi
 	if [[ ${gc0[1]} != - && ${gc1[1]} != - ]]; then
 		gccpu=$(printf '%.1f' "$(echo "(${gc1[1]} - ${gc0[1]}) / $TOTAL * 1000000" | bc -l)")
 	fi
@@ -73,6 +115,9 @@ load() {
 		"$(echo "(${gc1[0]} - ${gc0[0]}) * 1000 / $TOTAL" | bc -l)" "$gccpu" \
 		"$(($(sort -n -k1 "$samples" | tail -1 | cut -d' ' -f1) / 1024))" \
 		"$(($(sort -n -k2 "$samples" | tail -1 | cut -d' ' -f2) / 1024))" "$(cut -d' ' -f1 /proc/loadavg)"
+	if [[ -n $each_sampler ]]; then
+		print_kinds "$each" "$procs_file"
+	fi
 }
 
 # measure NAME ENDPOINTS PID...: both benchmarks, then the memory after SETTLE seconds.

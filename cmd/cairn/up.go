@@ -48,7 +48,7 @@ func newUpCommand() *cobra.Command {
 	flags.IntVar(&cfg.Frontends, "frontends", 0, "Number of frontends side by side; default one per member, named after it (its etcd endpoint).")
 	flags.IntVar(&cfg.ClientPort, "client-port", 2379, "Client port of the first frontend; the others get free ports, kept in --data-dir.")
 	flags.StringVar(&cfg.LogLevel, "log-level", "info", "--log-level of every service.")
-	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port.")
+	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port (without it no child samples a heap profile: GODEBUG memprofilerate=0).")
 	flags.StringVar(&cfg.TraceSampleRatio, "trace-sample-ratio", "", "--trace-sample-ratio of every child (0 to 1, parent-based; overrides OTEL_TRACES_SAMPLER).")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
 	flags.IntVar(&cfg.ChildMemoryLimitMiB, "child-memory-limit-mib", defaultChildMemoryLimitMiB, "--memory-limit-mib of every child but the watchhubs and the trace child: a soft limit on each process's memory, raised while its live heap needs more (0: none; a GOMEMLIMIT environment variable overrides it).")

@@ -203,13 +203,45 @@ func TestChildGOMAXPROCS(t *testing.T) {
 				t.Setenv("GOMAXPROCS", old) // restored after the test
 				_ = os.Unsetenv("GOMAXPROCS")
 			}
-			_, children := testStack(t, Config{ChildGOMAXPROCS: tt.procs, Env: tt.extraEnv})
+			// EnablePprof: no GODEBUG entry (TestChildGODEBUG)
+			_, children := testStack(t, Config{ChildGOMAXPROCS: tt.procs, Env: tt.extraEnv, EnablePprof: true})
 			for _, spec := range children {
 				if !slices.Equal(spec.Env, tt.want) {
 					t.Fatalf("%s env %v, want %v", spec.Name, spec.Env, tt.want)
 				}
 			}
 		})
+	}
+}
+
+// TestChildGODEBUG: children sample no heap profile unless they serve one (--enable-pprof) or GODEBUG already
+// sets the rate; the rest of the inherited GODEBUG is kept.
+func TestChildGODEBUG(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		inherited   string
+		enablePprof bool
+		want        string
+		wantSet     bool
+	}{
+		{"off by default", "", false, "memprofilerate=0", true},
+		{"appended to the inherited settings", "gctrace=1", false, "gctrace=1,memprofilerate=0", true},
+		{"on with --enable-pprof", "gctrace=1", true, "gctrace=1", false},
+		{"an inherited rate is kept", "memprofilerate=8192", false, "memprofilerate=8192", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, set := childGODEBUG(tt.inherited, tt.enablePprof)
+			if got != tt.want || set != tt.wantSet {
+				t.Fatalf("childGODEBUG(%q, %v) = %q, %v; want %q, %v", tt.inherited, tt.enablePprof, got, set, tt.want, tt.wantSet)
+			}
+		})
+	}
+	t.Setenv("GODEBUG", "gctrace=0")
+	_, children := testStack(t, Config{ChildGOMAXPROCS: 1})
+	for _, spec := range children {
+		if !slices.Contains(spec.Env, "GODEBUG=gctrace=0,memprofilerate=0") {
+			t.Fatalf("%s env %v: no GODEBUG=gctrace=0,memprofilerate=0", spec.Name, spec.Env)
+		}
 	}
 }
 
