@@ -106,11 +106,10 @@ func (l *raftLoop) run() {
 	}
 }
 
-// lazy reports whether raft is a follower with a leader: its ticks may wait (see tickClock).
-func (l *raftLoop) lazy() bool {
-	st := l.rn.BasicStatus()
-	return st.RaftState == raft.StateFollower && st.Lead != raft.None
-}
+// lazy reports whether raft is a follower with a leader, as its last Ready said: its ticks may wait (see
+// tickClock). It reads what handleReady published, not raft's BasicStatus, which allocates: the loop asks at
+// every turn.
+func (l *raftLoop) lazy() bool { return !l.n.isLeader.Load() && l.n.lead.Load() != raft.None }
 
 // tick hands raft the ticks it is owed at now.
 func (l *raftLoop) tick(now time.Time) {
@@ -149,19 +148,14 @@ func (l *raftLoop) step(m *raftpb.Message) {
 		l.n.log.Debug("raft refused message", "from", fmt.Sprintf("%x", m.GetFrom()), "type", m.GetType().String(), "err", err)
 		return
 	}
-	if resetsElection(m.GetType()) {
-		// A follower that took its leader's heartbeat, append or snapshot of the current term has set its
-		// election count back to zero.
+	if m.GetType() == raftpb.MsgHeartbeat {
+		// A follower that took its leader's heartbeat of the current term has set its election count back to
+		// zero. (Appends and snapshots do too, but the leader heartbeats every interval whether or not it
+		// appends, so the heartbeats alone keep the grid, and only they pay for BasicStatus's allocations.)
 		if st := l.rn.BasicStatus(); st.RaftState == raft.StateFollower && st.Lead == m.GetFrom() && st.GetTerm() == m.GetTerm() {
 			l.ticks.restart(now)
 		}
 	}
-}
-
-// resetsElection reports whether a follower sets its election count back to zero on a message of type t from
-// its leader (raft's stepFollower).
-func resetsElection(t raftpb.MessageType) bool {
-	return t == raftpb.MsgHeartbeat || t == raftpb.MsgApp || t == raftpb.MsgSnap
 }
 
 // proposeBatch steps every queued proposal as one MsgProp and tells each proposer the outcome.

@@ -7,7 +7,7 @@ import "time"
 //
 // Ticks fall on a grid of one interval anchored at base; given counts the ticks handed to raft since base. A
 // follower's ticks only count towards its election timeout, and raft sets that count back to zero whenever the
-// leader's heartbeat or append arrives (restart moves base there). So while a follower hears its leader
+// leader's heartbeat arrives (restart moves base there; the leader heartbeats every interval). So while a follower hears its leader
 // (lazy), the loop hands raft the ticks it is owed only when it wakes anyway (a message) or when the count could
 // first reach the election timeout (electionTicks after base); from there on it wakes every interval, as before.
 // Raft sees the ticks it would have seen, late but in order and before any message it steps: its election timer
