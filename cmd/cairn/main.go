@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/services/consensus"
 )
 
@@ -28,6 +29,10 @@ func main() {
 	}
 }
 
+// runsNATS reports whether the subcommand's process runs a NATS server: every other stops nats-server's process
+// sampler, which would wake it every second for nothing (see eventbus.StopProcessSampler).
+func runsNATS(subcommand string) bool { return subcommand == "nats" || subcommand == "dev" }
+
 // newRootCommand builds the command tree. SIGINT and SIGTERM cancel the context every subcommand gets from
 // cmd.Context(), which is how long-running subcommands learn to stop.
 func newRootCommand() *cobra.Command {
@@ -42,7 +47,12 @@ func newRootCommand() *cobra.Command {
 	root.SetVersionTemplate(versionText())
 	var gc gcFlags
 	gc.register(root.PersistentFlags())
-	root.PersistentPreRunE = func(*cobra.Command, []string) error { return gc.apply() }
+	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if !runsNATS(cmd.Name()) {
+			eventbus.StopProcessSampler()
+		}
+		return gc.apply()
+	}
 	root.PersistentPostRun = func(*cobra.Command, []string) { gc.stop() }
 	root.AddCommand(
 		newConsensusCommand(),

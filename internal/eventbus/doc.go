@@ -12,8 +12,10 @@
 //     their turn comes (the sender went silent or fell a TakeoverAfter behind), send those first, so a takeover
 //     leaves no gap in the usual case. Those standing by send a standby heartbeat only every 2 s, enough to keep
 //     the members above them from taking over too: the next member takes over within a second; when the next is
-//     gone as well, the one after it within 5 s. While turns change, two may send for a moment: a consumer must de-duplicate by index. A consumer that
-//     sees a gap in revisions (or suspects one) fills it from storage's History: the bus is the fast path, storage
+//     gone as well, the one after it within 5 s. In an idle cluster a member standing by does not tick: it wakes
+//     when its turn could come (TakeoverAfter after the sender's last heartbeat) or its standby heartbeat is due.
+//     While turns change, two may send for a moment: a consumer must de-duplicate by index. A consumer that sees a
+//     gap in revisions (or suspects one) fills it from storage's History: the bus is the fast path, storage
 //     the truth.
 //   - With PublisherConfig.OnlyWhenWanted (as Cairn's storages run), applied records are sent only while a
 //     consumer has announced on <prefix>.interest within InterestTTL (3s) that it needs them (AnnounceInterest):

@@ -90,6 +90,20 @@ func (t *turns) mine(now time.Time) bool {
 		now.UnixNano()-t.lowerStandbySeen.Load() >= int64(t.standbyWindow())
 }
 
+// nextCheck returns when it could next matter to look at the turn of a publisher standing by: when, hearing
+// nothing more, it would be its turn (no lower member's heartbeat for TakeoverAfter nor standby heartbeat for
+// standbyWindow), or when its next standby heartbeat is due, whichever comes first.
+func (t *turns) nextCheck() time.Time {
+	turn := time.Unix(0, max(t.lowerSeen.Load()+int64(t.takeover), t.lowerStandbySeen.Load()+int64(t.standbyWindow())))
+	if t.lastStandbyBeat.IsZero() {
+		return time.Unix(0, 0) // its first standby heartbeat is due at once
+	}
+	if beat := t.lastStandbyBeat.Add(t.standbyHeartbeatInterval()); beat.Before(turn) {
+		return beat
+	}
+	return turn
+}
+
 // beatDue reports whether a heartbeat is due at a tick at now: at every tick in this publisher's turn, and every
 // standbyHeartbeatInterval while it stands by.
 func (t *turns) beatDue(now time.Time, mine bool) bool {

@@ -212,58 +212,31 @@ func (p *Publisher) run() {
 	defer close(p.done)
 	if p.turns != nil {
 		defer p.turns.stop()
-		tick := time.NewTicker(p.cfg.HeartbeatInterval)
-		defer tick.Stop()
-		p.runTurns(&heartbeatPace{cfg: p.cfg, tick: tick})
+		pace := &heartbeatPace{cfg: p.cfg, tick: time.NewTicker(p.cfg.HeartbeatInterval)}
+		defer pace.stop()
+		p.runTurns(pace)
 		return
 	}
 	p.runTurns(nil)
 }
 
-// heartbeatPace spaces a publisher's heartbeats: every HeartbeatInterval, and every idleHeartbeatInterval once
-// it has been given nothing for TakeoverAfter (an idle cluster), back to HeartbeatInterval with the next record.
-type heartbeatPace struct {
-	cfg       PublisherConfig
-	tick      *time.Ticker
-	given     uint64    // the index given at the last heartbeat
-	changedAt time.Time // when a heartbeat last found given changed
-	idle      bool
-}
-
-// idleHeartbeatInterval is 2/5 of TakeoverAfter (400 ms by default): well within it, so a live publisher's turn
-// is not taken while the cluster idles, at half the heartbeats.
-func (c PublisherConfig) idleHeartbeatInterval() time.Duration {
-	return max(c.HeartbeatInterval, c.TakeoverAfter*2/5)
-}
-
-// beat is told of each heartbeat at now, when the publisher had been given up to given.
-func (h *heartbeatPace) beat(now time.Time, given uint64) {
-	switch {
-	case given != h.given || h.changedAt.IsZero():
-		h.given, h.changedAt = given, now
-		h.busy()
-	case !h.idle && now.Sub(h.changedAt) >= h.cfg.TakeoverAfter:
-		h.idle = true
-		h.tick.Reset(h.cfg.idleHeartbeatInterval())
-	}
-}
-
-// busy brings back the full pace (the publisher was given a record).
-func (h *heartbeatPace) busy() {
-	if h.idle {
-		h.idle = false
-		h.tick.Reset(h.cfg.HeartbeatInterval)
-	}
-}
-
 // runTurns is run's loop; heartbeat ticks (pace is nil when not taking turns) send this publisher's heartbeat in
 // its turn and notice a change of turn.
 func (p *Publisher) runTurns(pace *heartbeatPace) {
-	var heartbeat <-chan time.Time
+	var ticks <-chan time.Time
 	if pace != nil {
-		heartbeat = pace.tick.C
+		ticks = pace.tick.C
 	}
 	for {
+		heartbeat, standbyWake := ticks, (<-chan time.Time)(nil)
+		switch {
+		case pace == nil:
+		case pace.idle && p.standby != nil:
+			pace.pause()
+			heartbeat, standbyWake = nil, pace.standbyWake(p.turns)
+		default:
+			pace.resume()
+		}
 		select {
 		case q := <-p.queue:
 			if pace != nil {
@@ -271,11 +244,10 @@ func (p *Publisher) runTurns(pace *heartbeatPace) {
 			}
 			p.handle(p.fill(append(p.batch[:0], q)))
 		case now := <-heartbeat:
-			pace.beat(now, p.turns.given.Load())
-			p.turns.tick(now)
-			if mine := p.myTurn(now); p.turns.beatDue(now, mine) {
-				p.sendHeartbeat(mine)
-			}
+			p.heartbeat(pace, now)
+		case now := <-standbyWake:
+			pace.wakeAt = time.Time{}
+			p.heartbeat(pace, now)
 		case <-p.stop:
 			for {
 				select {
@@ -286,6 +258,16 @@ func (p *Publisher) runTurns(pace *heartbeatPace) {
 				}
 			}
 		}
+	}
+}
+
+// heartbeat is a tick of pace at now: it sends this publisher's heartbeat in its turn (a standby heartbeat when
+// one is due) and notices a change of turn.
+func (p *Publisher) heartbeat(pace *heartbeatPace, now time.Time) {
+	pace.beat(now, p.turns.given.Load())
+	p.turns.tick(now)
+	if mine := p.myTurn(now); p.turns.beatDue(now, mine) {
+		p.sendHeartbeat(mine)
 	}
 }
 

@@ -431,3 +431,37 @@ func startPublishers(t *testing.T, bus *eventbustest.Bus, cfg PublisherConfig, m
 	}
 	return pubs
 }
+
+// TestTurnsNextCheck: an idle standby next looks at its turn when, hearing nothing more, it would be its turn,
+// or when its next standby heartbeat is due, whichever comes first.
+func TestTurnsNextCheck(t *testing.T) {
+	base := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+	tests := []struct {
+		name                                string
+		lowerSeen, lowerStandbySeen, beatAt int // ms after base; -1: never
+		want                                time.Time
+	}{
+		{"the sender heard 200 ms ago", 800, -1, 500, at(1800)},
+		{"a standby heartbeat is due first", 800, -1, -500, at(1500)},
+		{"a lower standby holds it longer", 800, 0, 500, at(2500)},
+		{"it never sent a standby heartbeat", 800, -1, -1, time.Unix(0, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := &turns{takeover: time.Second}
+			if tt.lowerSeen >= 0 {
+				tr.lowerSeen.Store(at(tt.lowerSeen).UnixNano())
+			}
+			if tt.lowerStandbySeen >= 0 {
+				tr.lowerStandbySeen.Store(at(tt.lowerStandbySeen).UnixNano())
+			}
+			if tt.beatAt != -1 {
+				tr.lastStandbyBeat = at(tt.beatAt)
+			}
+			if got := tr.nextCheck(); !got.Equal(tt.want) {
+				t.Fatalf("nextCheck = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

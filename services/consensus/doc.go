@@ -16,6 +16,9 @@
 //     WAL with one fsync before any message that depends on them is sent (a leader sends its appends while
 //     it writes, as the README allows); committed entries are then handed on, and Advance is called.
 //     Pre-vote and check-quorum are on, so a partitioned member cannot disrupt the cluster when it returns.
+//     A leader or candidate ticks raft every --heartbeat-interval; a follower that hears its leader is handed
+//     its ticks when it wakes anyway (tickclock.go), so an idle follower wakes for its leader's heartbeats, not
+//     for its own ticks, and still starts an election at its randomized timeout after the leader's last word.
 //   - Committed delivers an entry only once it is committed (fsynced on a quorum of voters) and fsynced
 //     here, in index order, exactly once per call, including the empty entries of new leaders (KindEmpty)
 //     and membership changes (KindConfChange, already applied by consensus). From an index the log was

@@ -31,6 +31,8 @@ type raftLoop struct {
 	traces         *proposalTraces
 	confHistory    []confPoint
 	storageApplied uint64
+	// ticks says when raft is owed a tick (see run).
+	ticks *tickClock
 	// persisted is the last index of the log fsynced to the WAL here.
 	persisted uint64
 	// walSnapshot is the index of the last snapshot saved to the WAL; raft's storage may hold a later one,
@@ -63,15 +65,19 @@ func newRaftLoop(n *Node, rn *raft.RawNode, initial confPoint) (*raftLoop, error
 }
 
 // run is the raft loop of raft's README: take inputs, then for each Ready persist, send, hand on the
-// committed entries, and Advance.
+// committed entries, and Advance. Raft's ticks come from a tickClock: a follower that hears its leader is
+// handed them when it wakes anyway, instead of waking every heartbeat interval to tick.
 func (l *raftLoop) run() {
-	ticker := time.NewTicker(l.n.cfg.HeartbeatInterval)
-	defer ticker.Stop()
+	now := time.Now()
+	l.ticks = newTickClock(l.n.cfg.HeartbeatInterval, l.n.cfg.electionTicks(), now)
+	wakeAt := l.ticks.next(false)
+	timer := time.NewTimer(wakeAt.Sub(now))
+	defer timer.Stop()
 	for {
 		select {
-		case <-ticker.C:
-			l.rn.Tick()
-			l.traces.expire(time.Now())
+		case <-timer.C:
+			wakeAt = time.Time{} // fired: armed again below
+			l.tick(time.Now())
 		case m := <-l.n.recvC:
 			l.step(m)
 		case p := <-l.n.proposeC:
@@ -91,7 +97,29 @@ func (l *raftLoop) run() {
 				return
 			}
 		}
+		// Only an earlier wake moves the timer: moving a pending timer later leaves the Go runtime a wakeup at
+		// its old time, so a later one waits for this one to fire.
+		if next := l.ticks.next(l.lazy()); wakeAt.IsZero() || next.Before(wakeAt) {
+			timer.Reset(time.Until(next))
+			wakeAt = next
+		}
 	}
+}
+
+// lazy reports whether raft is a follower with a leader, as its last Ready said: its ticks may wait (see
+// tickClock). It reads what handleReady published, not raft's BasicStatus, which allocates: the loop asks at
+// every turn.
+func (l *raftLoop) lazy() bool { return !l.n.isLeader.Load() && l.n.lead.Load() != raft.None }
+
+// tick hands raft the ticks it is owed at now.
+func (l *raftLoop) tick(now time.Time) {
+	if !l.ticks.owes(now) {
+		return
+	}
+	for range l.ticks.due(now, l.lazy()) {
+		l.rn.Tick()
+	}
+	l.traces.expire(now)
 }
 
 // drainInputs takes whatever else is already queued, so that one Ready (and one fsync) covers it all.
@@ -111,11 +139,22 @@ func (l *raftLoop) drainInputs() {
 }
 
 func (l *raftLoop) step(m *raftpb.Message) {
+	now := time.Now()
+	l.tick(now) // raft's election count must be current: it decides whether a vote is granted
 	if m.GetType() == raftpb.MsgHeartbeatResp && len(m.GetContext()) > 0 {
 		l.n.reads.acknowledged(m.GetFrom(), m.GetContext())
 	}
 	if err := l.rn.Step(m); err != nil {
 		l.n.log.Debug("raft refused message", "from", fmt.Sprintf("%x", m.GetFrom()), "type", m.GetType().String(), "err", err)
+		return
+	}
+	if m.GetType() == raftpb.MsgHeartbeat {
+		// A follower that took its leader's heartbeat of the current term has set its election count back to
+		// zero. (Appends and snapshots do too, but the leader heartbeats every interval whether or not it
+		// appends, so the heartbeats alone keep the grid, and only they pay for BasicStatus's allocations.)
+		if st := l.rn.BasicStatus(); st.RaftState == raft.StateFollower && st.Lead == m.GetFrom() && st.GetTerm() == m.GetTerm() {
+			l.ticks.restart(now)
+		}
 	}
 }
 

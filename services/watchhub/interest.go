@@ -21,19 +21,30 @@ const interestInterval = time.Second
 func (h *Hub) watched() bool { return h.streamCount.Load() > 0 }
 
 // announceInterest runs until ctx ends, announcing every interestInterval while the hub is watched, and at once
-// when the first stream opens.
+// when the first stream opens. While the hub is unwatched it waits for the first stream alone: its ticker, unread,
+// does not wake the process (a Go timer channel's timer runs only while a goroutine waits on it), so an idle hub
+// has one wakeup a second fewer.
 func (h *Hub) announceInterest(ctx context.Context) {
 	tick := time.NewTicker(interestInterval)
 	defer tick.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if !h.watched() {
-				continue
+		if h.watched() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if !h.watched() {
+					continue
+				}
+			case <-h.firstStream:
 			}
-		case <-h.firstStream:
+		} else {
+			select {
+			case <-ctx.Done():
+				return
+			case <-h.firstStream:
+			}
+			tick.Reset(interestInterval) // the next announcement one interval after this one
 		}
 		if err := eventbus.AnnounceInterest(h.nc, h.cfg.SubjectPrefix); err != nil {
 			h.logger.Debug("announcing interest in applied records failed", "err", err)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Two builds' idle cost in the same window: a default `cairn up` of CAIRN and one of BEFORE run side by side, are
+# left alone for SETTLE seconds and then watched together for WINDOW seconds with no client: the CPU seconds of
+# all processes of each stack and their wakeups a second (voluntary context switches of their threads, see
+# lib/procstat.sh). idle.sh measures one stack after another, so its CPU figures come from different windows, and
+# on a shared or virtual machine the CPU of the same wakeups moves twofold from one window to the next; here both
+# stacks share each window. ROUNDS rounds, the start order swapped each round.
+#
+#   CAIRN=/tmp/after/cairn BEFORE=/tmp/before/cairn scripts/idle-ab.sh
+#   CAIRN=... BEFORE=... ROUNDS=4 WINDOW=60 UP_FLAGS="--child-memory-limit-mib 32" scripts/idle-ab.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WINDOW=${WINDOW:-30}
+SETTLE=${SETTLE:-15}
+ROUNDS=${ROUNDS:-2}
+: "${BEFORE:?set BEFORE to the cairn binary to compare CAIRN with}"
+work=$(mktemp -d)
+# shellcheck source=lib/bench.sh
+source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset)
+# shellcheck source=lib/procstat.sh
+source scripts/lib/procstat.sh
+trap 'bench_cleanup; rm -rf "$work"' EXIT
+ticks=$(getconf CLK_TCK)
+after=$CAIRN
+
+# row NAME CPU0 CPU1 WOKE0 WOKE1: one stack's line.
+row() {
+	printf '%-10s %14.2f %12d\n' "$1" "$(echo "($3 - $2) / $ticks * 30 / $WINDOW" | bc -l)" "$((($5 - $4) / WINDOW))"
+}
+
+echo "side by side, idle for ${WINDOW}s after ${SETTLE}s to settle; $(nproc) cores"
+printf '%-10s %14s %12s %8s\n' "stack" "CPU s per 30s" "wakeups/s" "load"
+for ((round = 1; round <= ROUNDS; round++)); do
+	order=(after before)
+	((round % 2 == 1)) || order=(before after)
+	declare -A top=()
+	for name in "${order[@]}"; do
+		bin=$after
+		[[ $name == before ]] && bin=$BEFORE
+		# shellcheck disable=SC2086 # UP_FLAGS is a list of words
+		CAIRN=$bin up_start "$name-$round" ${UP_FLAGS:-}
+		top[$name]=${pids[-1]}
+	done
+	sleep "$SETTLE"
+	mapfile -t after_pids < <(tree_pids "${top[after]}")
+	mapfile -t before_pids < <(tree_pids "${top[before]}")
+	cpu_a0=$(cpu_ticks "${after_pids[@]}") cpu_b0=$(cpu_ticks "${before_pids[@]}")
+	woke_a0=$(wakeups "${after_pids[@]}") woke_b0=$(wakeups "${before_pids[@]}")
+	sleep "$WINDOW"
+	cpu_a1=$(cpu_ticks "${after_pids[@]}") cpu_b1=$(cpu_ticks "${before_pids[@]}")
+	woke_a1=$(wakeups "${after_pids[@]}") woke_b1=$(wakeups "${before_pids[@]}")
+	row "CAIRN" "$cpu_a0" "$cpu_a1" "$woke_a0" "$woke_a1"
+	row "BEFORE" "$cpu_b0" "$cpu_b1" "$woke_b0" "$woke_b1"
+	echo "round $round, load $(cut -d' ' -f1 /proc/loadavg)"
+	stop_last
+	stop_last
+done
