@@ -4,9 +4,11 @@
 # all processes of each stack and their wakeups a second (voluntary context switches of their threads, see
 # lib/procstat.sh). idle.sh measures one stack after another, so its CPU figures come from different windows, and
 # on a shared or virtual machine the CPU of the same wakeups moves twofold from one window to the next; here both
-# stacks share each window. ROUNDS rounds, the start order swapped each round.
+# stacks share each window. ROUNDS rounds, the start order swapped each round. BEFORE=etcd compares with a
+# 3-member etcd v3.7.3 (defaults) instead: the issue's "idle CPU no more than etcd's", measured in one window.
 #
 #   CAIRN=/tmp/after/cairn BEFORE=/tmp/before/cairn scripts/idle-ab.sh
+#   CAIRN=/tmp/after/cairn BEFORE=etcd ROUNDS=4 scripts/idle-ab.sh
 #   CAIRN=... BEFORE=... ROUNDS=4 WINDOW=60 UP_FLAGS="--child-memory-limit-mib 32" scripts/idle-ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,13 @@ for ((round = 1; round <= ROUNDS; round++)); do
 	order=(after before)
 	((round % 2 == 1)) || order=(before after)
 	declare -A top=()
+	started=${#pids[@]}
 	for name in "${order[@]}"; do
+		if [[ $name == before && $BEFORE == etcd ]]; then
+			etcd_start "etcd-$round" http "$(etcd_base)"
+			top[$name]="${pids[*]: -3}"
+			continue
+		fi
 		bin=$after
 		[[ $name == before ]] && bin=$BEFORE
 		# shellcheck disable=SC2086 # UP_FLAGS is a list of words
@@ -42,16 +50,17 @@ for ((round = 1; round <= ROUNDS; round++)); do
 		top[$name]=${pids[-1]}
 	done
 	sleep "$SETTLE"
-	mapfile -t after_pids < <(tree_pids "${top[after]}")
-	mapfile -t before_pids < <(tree_pids "${top[before]}")
+	# shellcheck disable=SC2086 # a stack's top pids are a list of words
+	mapfile -t after_pids < <(tree_pids ${top[after]})
+	# shellcheck disable=SC2086
+	mapfile -t before_pids < <(tree_pids ${top[before]})
 	cpu_a0=$(cpu_ticks "${after_pids[@]}") cpu_b0=$(cpu_ticks "${before_pids[@]}")
 	woke_a0=$(wakeups "${after_pids[@]}") woke_b0=$(wakeups "${before_pids[@]}")
 	sleep "$WINDOW"
 	cpu_a1=$(cpu_ticks "${after_pids[@]}") cpu_b1=$(cpu_ticks "${before_pids[@]}")
 	woke_a1=$(wakeups "${after_pids[@]}") woke_b1=$(wakeups "${before_pids[@]}")
 	row "CAIRN" "$cpu_a0" "$cpu_a1" "$woke_a0" "$woke_a1"
-	row "BEFORE" "$cpu_b0" "$cpu_b1" "$woke_b0" "$woke_b1"
+	row "$([[ $BEFORE == etcd ]] && echo etcd || echo BEFORE)" "$cpu_b0" "$cpu_b1" "$woke_b0" "$woke_b1"
 	echo "round $round, load $(cut -d' ' -f1 /proc/loadavg)"
-	stop_last
-	stop_last
+	while ((${#pids[@]} > started)); do stop_last; done
 done
