@@ -93,11 +93,15 @@ func startUp(t testing.TB, dir string, args ...string) *upStack {
 	return s
 }
 
-// waitUp waits for the "cairn is up" line and reads the client endpoints from stack.json.
+// upBannerEnd is the last line of what cairn up prints once it is up ("cairn is up", then the TLS, trace and
+// process lines): a test that reads any of them waits for this one.
+const upBannerEnd = "Ctrl-C stops every process"
+
+// waitUp waits for cairn up's whole banner (upBannerEnd) and reads the client endpoints from stack.json.
 func (s *upStack) waitUp(t testing.TB) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(s.outputText(), "cairn is up") {
+	for !strings.Contains(s.outputText(), upBannerEnd) {
 		select {
 		case <-s.exited:
 			s.dumpLogs(t)
