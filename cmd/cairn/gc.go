@@ -19,7 +19,7 @@ const defaultGCPercent = 400
 type gcFlags struct {
 	percent  int
 	limitMiB int
-	tuner    *gctune.Tuner // while a limit is applied
+	tuner    *gctune.Tuner // while applied
 }
 
 func (g *gcFlags) register(flags *pflag.FlagSet) {
@@ -30,7 +30,8 @@ func (g *gcFlags) register(flags *pflag.FlagSet) {
 		"the GOMEMLIMIT environment variable, when set, wins and is not raised")
 }
 
-// apply sets the collector's target and starts the memory limit's tuner, unless the environment sets them.
+// apply sets the collector's target and starts the tuner (the memory limit, and GOGC's pace for a slow
+// allocator), unless GOMEMLIMIT is set.
 func (g *gcFlags) apply() error {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(g.percent)
@@ -38,9 +39,11 @@ func (g *gcFlags) apply() error {
 	if g.limitMiB < 0 {
 		return fmt.Errorf("--memory-limit-mib %d: must not be negative", g.limitMiB)
 	}
-	if g.limitMiB == 0 || os.Getenv("GOMEMLIMIT") != "" {
+	if os.Getenv("GOMEMLIMIT") != "" {
 		return nil
 	}
+	// With no --memory-limit-mib the tuner sets no limit; it still paces the GOGC of a process that allocates
+	// slowly, so an idle one does not keep GOGC's 16 MiB minimum heap (internal/gctune).
 	tuner, err := gctune.New(gctune.Config{Limit: int64(g.limitMiB) << 20})
 	if err != nil {
 		return fmt.Errorf("--memory-limit-mib: %w", err)
@@ -50,7 +53,7 @@ func (g *gcFlags) apply() error {
 	return nil
 }
 
-// stop hands the memory limit back to the runtime's own.
+// stop hands the memory limit and GOGC back to what they were before apply started the tuner.
 func (g *gcFlags) stop() {
 	if g.tuner != nil {
 		g.tuner.Stop()

@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// TestGCFlagsApply: --memory-limit-mib sets the runtime's limit through a tuner unless GOMEMLIMIT is set, stop
-// gives the previous limit back, and a negative limit is refused.
+// TestGCFlagsApply: apply starts a tuner unless GOMEMLIMIT is set; --memory-limit-mib becomes the runtime's
+// limit, and with none the tuner leaves the limit alone (it only paces GOGC); stop gives the previous limit back,
+// and a negative limit is refused.
 func TestGCFlagsApply(t *testing.T) {
 	before := debug.SetMemoryLimit(-1)
 	for _, tc := range []struct {
@@ -14,12 +15,13 @@ func TestGCFlagsApply(t *testing.T) {
 		limitMiB   int
 		gomemlimit string
 		wantErr    bool
+		wantTuner  bool
 		wantLimit  int64 // while applied
 	}{
-		{"no limit", 0, "", false, before},
-		{"a limit", 512, "", false, 512 << 20},
-		{"GOMEMLIMIT wins", 512, "1GiB", false, before}, // the runtime read it at start; the flag adds nothing
-		{"negative", -1, "", true, before},
+		{"no limit", 0, "", false, true, before},
+		{"a limit", 512, "", false, true, 512 << 20},
+		{"GOMEMLIMIT wins", 512, "1GiB", false, false, before}, // the runtime read it at start; the flag adds nothing
+		{"negative", -1, "", true, false, before},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("GOMEMLIMIT", tc.gomemlimit)
@@ -29,6 +31,9 @@ func TestGCFlagsApply(t *testing.T) {
 			defer g.stop()
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("apply: %v, want error %v", err, tc.wantErr)
+			}
+			if (g.tuner != nil) != tc.wantTuner {
+				t.Errorf("tuner running: %v, want %v", g.tuner != nil, tc.wantTuner)
 			}
 			if got := debug.SetMemoryLimit(-1); got != tc.wantLimit {
 				t.Errorf("runtime limit %d while applied, want %d", got, tc.wantLimit)

@@ -3,6 +3,7 @@ package gctune
 import (
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"testing"
 	"time"
 
@@ -32,6 +33,42 @@ func TestLimitFor(t *testing.T) {
 	}
 }
 
+// TestPacedPercent: GOGC follows what the last cycle allocated, scaled to the window, in percent of the live
+// heap, between MinGCPercent and the GOGC the process had at Start; MinGCPercent before the first collection;
+// nothing paced with a negative window or GOGC off.
+func TestPacedPercent(t *testing.T) {
+	start := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name      string
+		window    time.Duration
+		atStart   int // GOGC at Start
+		lastAt    time.Time
+		elapsed   time.Duration
+		live      uint64
+		allocs    uint64 // since the last retune
+		want      int
+		wantPaced bool
+	}{
+		{"at Start", 30 * time.Second, 400, time.Time{}, 0, 0, 0, 100, true},
+		{"idle for two minutes", 30 * time.Second, 400, start, 2 * time.Minute, 4 * mib, 4 * mib, 100, true},
+		{"slow: a window's allocations are twice the live heap", 30 * time.Second, 400, start, time.Minute, 4 * mib, 16 * mib, 200, true},
+		{"busy for a second", 30 * time.Second, 400, start, time.Second, 4 * mib, 10 * mib, 400, true},
+		{"no time elapsed", 30 * time.Second, 400, start, 0, 4 * mib, mib, 400, true},
+		{"no pacing", -1, 400, start, time.Minute, 4 * mib, mib, 0, false},
+		{"GOGC off", 30 * time.Second, -1, start, time.Minute, 4 * mib, mib, 0, false},
+		{"GOGC at the minimum", 30 * time.Second, 100, start, time.Minute, 4 * mib, mib, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tuner := &Tuner{cfg: Config{MinGCPercent: 100, AllocWindow: tc.window}, previousPercent: tc.atStart,
+				lastAt: tc.lastAt, lastAllocs: 100 * mib}
+			got, paced := tuner.pacedPercent(heapStats{live: tc.live, allocated: 100*mib + tc.allocs}, tc.lastAt.Add(tc.elapsed))
+			if got != tc.want || paced != tc.wantPaced {
+				t.Errorf("pacedPercent = %d, %v; want %d, %v", got, paced, tc.want, tc.wantPaced)
+			}
+		})
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -39,7 +76,7 @@ func TestValidate(t *testing.T) {
 		ok   bool
 	}{
 		{"limit", Config{Limit: 1}, true},
-		{"no limit", Config{}, false},
+		{"no limit", Config{}, true},
 		{"negative limit", Config{Limit: -1}, false},
 		{"negative minimum", Config{Limit: mib, MinGCPercent: -1}, false},
 	} {
@@ -87,6 +124,59 @@ func TestTunerFollowsLiveHeap(t *testing.T) {
 	if got := debug.SetMemoryLimit(-1); got != before {
 		t.Errorf("collections after Stop changed the limit to %d, want %d", got, before)
 	}
+}
+
+// TestTunerPacesSlowAllocator runs a Tuner with no limit in this process at GOGC 400: while the process
+// allocates little between collections GOGC comes down to MinGCPercent, while it allocates fast it goes back
+// to 400, and Stop restores GOGC and leaves the limit alone.
+func TestTunerPacesSlowAllocator(t *testing.T) {
+	limitBefore := debug.SetMemoryLimit(-1)
+	percentBefore := debug.SetGCPercent(400)
+	defer debug.SetGCPercent(percentBefore)
+	tuner, err := New(Config{AllocWindow: time.Millisecond}) // a window in which this test allocates little
+	if err != nil {
+		t.Fatal(err)
+	}
+	tuner.Start()
+	t.Cleanup(tuner.Stop)
+	waitPercent(t, tuner, "GOGC paced down to 100", 100, nil)
+
+	tuner.Stop()
+	if got := gogc(); got != 400 {
+		t.Errorf("after Stop GOGC is %d, want 400 as before Start", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != limitBefore || tuner.Applied() != 0 {
+		t.Errorf("a Tuner with no limit set one: %d (applied %d), want %d", got, tuner.Applied(), limitBefore)
+	}
+
+	busy, err := New(Config{}) // the default window: allocating a MiB per 10 ms is far more than the live heap
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy.Start()
+	t.Cleanup(busy.Stop)
+	waitPercent(t, busy, "GOGC back at 400 while the process allocates fast", 400, func() { sink = make([]byte, mib) })
+}
+
+var sink []byte
+
+// waitPercent collects, after calling work when given, until the tuner's GOGC, and the runtime's, is want.
+func waitPercent(t *testing.T, tuner *Tuner, what string, want int, work func()) {
+	t.Helper()
+	waittest.Until(t, 10*time.Second, 10*time.Millisecond, what, func() bool {
+		if work != nil {
+			work()
+		}
+		runtime.GC()
+		return gogc() == want && tuner.Percent() == want
+	})
+}
+
+// gogc reads the runtime's GOGC without setting it (debug.SetGCPercent would race with the tuner's).
+func gogc() int {
+	sample := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(sample)
+	return int(sample[0].Value.Uint64())
 }
 
 // waitLimit collects until the runtime's limit satisfies ok.
