@@ -17,7 +17,7 @@
 // A Tuner also paces a process that allocates slowly, through its GOGC. GOGC's goal never falls below a
 // minimum heap (4 MiB times GOGC/100: 16 MiB at 400), and Go forces a collection only every two minutes once
 // one has run, so an idle process fills that minimum over minutes and keeps it: an idle `cairn up` went from
-// about 107 MiB of PSS at 30 s to 180-210 MiB after 5-17 minutes. So after every collection GOGC is set to what
+// about 105 MiB of PSS at 30 s to 170-210 MiB from 5 minutes on. So after every collection GOGC is set to what
 // the process allocated in AllocWindow (30 s) at the last cycle's rate, in percent of its live heap, between
 // MinGCPercent and the GOGC it had at Start. An idle process then runs at GOGC 100 and collects about as
 // often as the forced collection comes; under load what it allocates in 30 s is many times its live heap, and
