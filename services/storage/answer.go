@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cairn-kv/cairn/api/storagepb"
 	"github.com/cairn-kv/cairn/internal/commitlog"
@@ -98,9 +99,9 @@ func (s *Storage) proposeThen(ctx context.Context, entry *storagepb.Entry, then 
 			return
 		}
 		if s.stages.Sampled(ctx) {
-			from := time.Unix(0, proposed.Load())
-			if from.After(a.start) {
-				from = a.start
+			from := a.start // the apply began before Propose returned: no wait for the commit
+			if at := proposed.Load(); at != 0 && at < a.start.UnixNano() {
+				from = time.Unix(0, at)
 			}
 			s.stages.Span(ctx, "storage.wait_commit", from, a.start)
 			s.stages.Span(ctx, "storage.wait_applied", a.end, time.Now())
@@ -112,8 +113,9 @@ func (s *Storage) proposeThen(ctx context.Context, entry *storagepb.Entry, then 
 		span.SetAttributes(obs.AttrBytes.Int(len(data)))
 	}
 	acked := func(err error) {
-		span.End()
-		proposed.Store(time.Now().UnixNano())
+		at := time.Now()
+		span.End(trace.WithTimestamp(at)) // where wait_commit begins, unless the apply came first
+		proposed.Store(at.UnixNano())
 		if err != nil && s.waiters.take(id) {
 			s.metrics.pending.Dec()
 			then(nil, proposeError(ctx, err))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -104,13 +105,15 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 			return nil
 		}
 	}
-	applyCtx, span := s.stages.Start(s.tel.Extract(context.Background(), entry.Trace), "storage.apply")
+	// The span runs from start to the proposer's answer (end), the times its Submit's wait_commit ends and
+	// wait_applied begins, so the stages tile the Submit however the goroutines are scheduled.
+	start := time.Now()
+	applyCtx, span := s.stages.StartAt(s.tel.Extract(context.Background(), entry.Trace), "storage.apply", start)
 	defer span.End()
 	if span.IsRecording() {
 		span.SetAttributes(obs.AttrRaftIndex.Int64(int64(e.Index)), obs.AttrBytes.Int(len(e.Data)))
 		s.commits.add(span.SpanContext())
 	}
-	start := time.Now()
 	var res *mvcc.Result
 	var err error
 	if entry.KeeperClaim != nil {
@@ -140,7 +143,9 @@ func (s *Storage) applyNormal(st *mvcc.Store, e *commitlog.Entry) error {
 		s.tokens.applied(e.Index, entry.Request, res.AuthRevision)
 	}
 	if entry.ProposerMember == s.cfg.MemberID {
-		s.waiters.trigger(entry.Request.ID, applied{res: res, start: start})
+		end := time.Now()
+		span.End(trace.WithTimestamp(end)) // the deferred End is then a no-op
+		s.waiters.trigger(entry.Request.ID, applied{res: res, start: start, end: end})
 	}
 	return nil
 }

@@ -161,11 +161,11 @@ func (s *Storage) propose(ctx context.Context, entry *storagepb.Entry) (*mvcc.Re
 		span.SetAttributes(obs.AttrBytes.Int(len(data)))
 	}
 	err = s.log.Propose(proposeCtx, data)
-	span.End()
+	proposed := time.Now()
+	span.End(trace.WithTimestamp(proposed)) // where wait_commit begins
 	if err != nil {
 		return nil, proposeError(ctx, err)
 	}
-	proposed := time.Now()
 	select {
 	case a := <-applied:
 		if s.stages.Sampled(ctx) {

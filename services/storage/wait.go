@@ -94,14 +94,13 @@ func (w *waiters) take(id uint64) bool {
 	return ok
 }
 
-// trigger hands a to the waiter of id, if one is waiting, with a.end set to now.
+// trigger hands a to the waiter of id, if one is waiting.
 func (w *waiters) trigger(id uint64, a applied) {
 	w.mu.Lock()
 	wt, ok := w.m[id]
 	delete(w.m, id)
 	w.mu.Unlock()
 	if ok {
-		a.end = time.Now()
 		wt.done(a)
 	}
 }
