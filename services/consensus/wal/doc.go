@@ -28,8 +28,12 @@
 //     follows is a torn write from a crash: Open truncates the segment there and the WAL continues. A broken
 //     record that is followed by a valid one, or any broken record in an older segment, is corruption: Open
 //     refuses with an error wrapping ErrCorrupt that names the file and the byte offset.
+//   - Entries and Term read entries back from the segment files, from FirstReadable (the first entry after
+//     the newest snapshot, or after what Forget dropped) to the last: the WAL keeps each entry's segment,
+//     offset and term (24 bytes an entry), not the entry. A record read back is checked (CRC, index, term)
+//     before it is returned.
 //   - ReleaseTo removes whole segments whose entries all lie at or below an index covered by a saved
-//     snapshot; the newest segment is never removed.
+//     snapshot and below FirstReadable; the newest segment is never removed.
 //
 // Limitation: a crash that persisted a later page of the last, unsynced batch but not an earlier one looks
 // like a broken record followed by a valid one, and is reported as corruption. Refusing to start is the safe

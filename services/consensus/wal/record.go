@@ -37,6 +37,7 @@ var errBrokenRecord = errors.New("broken record")
 type record struct {
 	typ     recordType
 	payload []byte
+	off     int // the record's offset in its segment (set by scanSegment)
 }
 
 // appendRecord frames payload as a record of type typ onto buf.
@@ -98,7 +99,17 @@ func decodeRecord(data []byte, off int) (record, int, error) {
 	return record{typ: typ, payload: data[off+headerSize : end]}, end, nil
 }
 
+// decodeEntry decodes an entry record's payload into an entry with its own copy of the data.
 func decodeEntry(payload []byte) (*raftpb.Entry, error) {
+	e, err := aliasEntry(payload)
+	if err == nil && len(e.Data) > 0 {
+		e.Data = append([]byte(nil), e.Data...)
+	}
+	return e, err
+}
+
+// aliasEntry decodes an entry record's payload into an entry whose data aliases the payload.
+func aliasEntry(payload []byte) (*raftpb.Entry, error) {
 	if len(payload) < entryHeaderSize {
 		return nil, fmt.Errorf("entry record of %d bytes is shorter than %d", len(payload), entryHeaderSize)
 	}
@@ -108,7 +119,7 @@ func decodeEntry(payload []byte) (*raftpb.Entry, error) {
 		Type:  raftpb.EntryType(payload[16]).Enum(),
 	}
 	if len(payload) > entryHeaderSize {
-		e.Data = append([]byte(nil), payload[entryHeaderSize:]...)
+		e.Data = payload[entryHeaderSize:len(payload):len(payload)]
 	}
 	return e, nil
 }

@@ -15,13 +15,15 @@ type replay struct {
 	hardState *raftpb.HardState
 	snapshot  *raftpb.Snapshot
 	entries   []*raftpb.Entry
+	locs      []entryLoc // where each of entries' records lies
 }
 
 func newReplay() *replay {
 	return &replay{hardState: &raftpb.HardState{}, snapshot: raftpb.EnsureSnapshot(nil)}
 }
 
-func (r *replay) apply(rec record) error {
+// apply folds rec, read from segment seq.
+func (r *replay) apply(rec record, seq uint64) error {
 	switch rec.typ {
 	case recordMetadata:
 		if r.haveMeta && !bytes.Equal(r.metadata, rec.payload) {
@@ -33,7 +35,8 @@ func (r *replay) apply(rec record) error {
 		if err != nil {
 			return err
 		}
-		return r.appendEntry(e)
+		return r.appendEntry(e, entryLoc{off: int64(rec.off), term: e.GetTerm(), seq: uint32(seq),
+			size: uint32(headerSize + len(rec.payload))})
 	case recordHardState:
 		hs, err := decodeHardState(rec.payload)
 		if err != nil {
@@ -51,7 +54,7 @@ func (r *replay) apply(rec record) error {
 }
 
 // appendEntry follows raft's rule: an entry at index i replaces the entries from i on.
-func (r *replay) appendEntry(e *raftpb.Entry) error {
+func (r *replay) appendEntry(e *raftpb.Entry, loc entryLoc) error {
 	index := e.GetIndex()
 	snapIndex := r.snapshot.GetMetadata().GetIndex()
 	if index <= snapIndex {
@@ -60,9 +63,9 @@ func (r *replay) appendEntry(e *raftpb.Entry) error {
 	if len(r.entries) > 0 && index <= r.lastIndex() {
 		first := r.entries[0].GetIndex()
 		if index <= first {
-			r.entries = r.entries[:0]
+			r.entries, r.locs = r.entries[:0], r.locs[:0]
 		} else {
-			r.entries = r.entries[:index-first]
+			r.entries, r.locs = r.entries[:index-first], r.locs[:index-first]
 		}
 	}
 	// The first entry may start anywhere: older segments may have been released below a snapshot that a
@@ -70,22 +73,22 @@ func (r *replay) appendEntry(e *raftpb.Entry) error {
 	if want := r.lastIndex() + 1; len(r.entries) > 0 && index != want {
 		return fmt.Errorf("entry %d follows index %d: entries are missing", index, want-1)
 	}
-	r.entries = append(r.entries, e)
+	r.entries, r.locs = append(r.entries, e), append(r.locs, loc)
 	return nil
 }
 
 func (r *replay) applySnapshot(snap *raftpb.Snapshot, discardsLog bool) {
 	index := snap.GetMetadata().GetIndex()
 	if discardsLog {
-		r.entries = nil
+		r.entries, r.locs = nil, nil
 	} else {
-		kept := r.entries[:0]
-		for _, e := range r.entries {
+		kept, keptLocs := r.entries[:0], r.locs[:0]
+		for i, e := range r.entries {
 			if e.GetIndex() > index {
-				kept = append(kept, e)
+				kept, keptLocs = append(kept, e), append(keptLocs, r.locs[i])
 			}
 		}
-		r.entries = kept
+		r.entries, r.locs = kept, keptLocs
 	}
 	if index >= r.snapshot.GetMetadata().GetIndex() {
 		r.snapshot = snap
@@ -117,4 +120,10 @@ func (r *replay) state() (*State, error) {
 		hs = &raftpb.HardState{Term: new(term), Vote: new(vote), Commit: new(snapIndex)}
 	}
 	return &State{Metadata: r.metadata, HardState: hs, Snapshot: r.snapshot, Entries: r.entries}, nil
+}
+
+// index locates the entries of state: they follow the snapshot (state checked that).
+func (r *replay) index() entryIndex {
+	md := r.snapshot.GetMetadata()
+	return entryIndex{first: md.GetIndex() + 1, prevTerm: md.GetTerm(), prevKnown: true, locs: r.locs}
 }

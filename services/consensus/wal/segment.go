@@ -78,6 +78,7 @@ func scanSegment(path string, data []byte, last bool) (scanResult, error) {
 	for off < len(data) {
 		rec, next, err := decodeRecord(data, off)
 		if err == nil {
+			rec.off = off
 			res.records = append(res.records, rec)
 			off = next
 			continue

@@ -66,6 +66,8 @@ type WAL struct {
 	hardState *raftpb.HardState
 	snapshot  *raftpb.Snapshot
 	closed    bool
+	// index locates the entries from FirstReadable on, for Entries and Term.
+	index entryIndex
 }
 
 // Exists reports whether dir holds a WAL.
@@ -89,6 +91,7 @@ func Create(dir string, metadata []byte, opts Options) (*WAL, error) {
 		metadata:  append([]byte(nil), metadata...),
 		hardState: &raftpb.HardState{},
 		snapshot:  raftpb.EnsureSnapshot(nil),
+		index:     entryIndex{first: 1, prevKnown: true},
 	}
 	if err := w.startSegment(0, 1); err != nil {
 		return nil, err
@@ -120,7 +123,7 @@ func Open(dir string, opts Options) (*WAL, *State, error) {
 			return nil, nil, err
 		}
 		for _, rec := range res.records {
-			if err := rp.apply(rec); err != nil {
+			if err := rp.apply(rec, seg.seq); err != nil {
 				return nil, nil, fmt.Errorf("%w: %s: %w", ErrCorrupt, seg.path, err)
 			}
 		}
@@ -137,6 +140,7 @@ func Open(dir string, opts Options) (*WAL, *State, error) {
 		return nil, nil, err
 	}
 	w.metadata, w.hardState, w.snapshot, w.lastIndex = st.Metadata, st.HardState, st.Snapshot, rp.lastIndex()
+	w.index = rp.index()
 	return w, st, nil
 }
 
@@ -205,9 +209,15 @@ func (w *WAL) Append(snap *raftpb.Snapshot, hs *raftpb.HardState, ents []*raftpb
 		}
 		buf = appendRecord(buf, recordSnapshot, payload)
 		w.snapshot, w.lastIndex = snap, snap.GetMetadata().GetIndex()
+		w.index.reset(snap.GetMetadata().GetIndex()+1, snap.GetMetadata().GetTerm())
 	}
+	// Every record of the batch goes into the tail segment, at writeOff on: a full segment is rotated after.
+	seq := uint32(w.segments[len(w.segments)-1].seq)
 	for _, e := range ents {
+		start := len(buf)
 		buf = appendEntryRecord(buf, e)
+		w.index.add(e.GetIndex(), entryLoc{off: w.writeOff + int64(start), term: e.GetTerm(), seq: seq,
+			size: uint32(len(buf) - start)})
 	}
 	if len(ents) > 0 {
 		w.lastIndex = ents[len(ents)-1].GetIndex()
@@ -335,8 +345,8 @@ func writeAndSync(f *os.File, b []byte) error {
 	return f.Sync()
 }
 
-// ReleaseTo removes the segments whose entries all have index <= index. The caller must have saved a
-// snapshot at or above index first.
+// ReleaseTo removes the segments whose entries all have index <= index and lie below FirstReadable. The caller
+// must have saved a snapshot at or above index first.
 func (w *WAL) ReleaseTo(index uint64) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -344,6 +354,7 @@ func (w *WAL) ReleaseTo(index uint64) error {
 		return fmt.Errorf("wal: release to %d above the saved snapshot at %d", index,
 			w.snapshot.GetMetadata().GetIndex())
 	}
+	index = min(index, w.index.first-1)
 	removed := 0
 	for removed < len(w.segments)-1 && w.segments[removed+1].firstIndex-1 <= index {
 		if err := os.Remove(w.segments[removed].path); err != nil {

@@ -314,6 +314,14 @@ func TestRotationAndRelease(t *testing.T) {
 	if err := w.SaveSnapshot(snapshotAt(300, 1)); err != nil {
 		t.Fatal(err)
 	}
+	// Entries Entries can still read back keep their segments: nothing goes before Forget.
+	if err := w.ReleaseTo(300); err != nil {
+		t.Fatal(err)
+	}
+	if kept := w.Segments(); len(kept) != len(segs) {
+		t.Fatalf("ReleaseTo(300) removed %d segments of readable entries", len(segs)-len(kept))
+	}
+	w.Forget(301)
 	if err := w.ReleaseTo(300); err != nil {
 		t.Fatal(err)
 	}
