@@ -179,7 +179,7 @@ func (n *Node) startEmpty() (*raft.RawNode, error) {
 		return nil, fmt.Errorf("consensus: %w", err)
 	}
 	n.wal = w
-	n.storage = raft.NewMemoryStorage()
+	n.storage = newLogStore(w, n.log, n.metrics)
 	rn, err := raft.NewRawNode(n.raftConfig(n.storage, 0))
 	if err != nil {
 		return nil, fmt.Errorf("consensus: start raft: %w", err)
@@ -217,7 +217,7 @@ func (n *Node) restart(ctx context.Context, w *wal.WAL, st *wal.State) (*raft.Ra
 	if n.memberID, n.clusterID, err = parseWALMetadata(st.Metadata); err != nil {
 		return nil, confPoint{}, fmt.Errorf("consensus: %s: %w", n.walDir(), err)
 	}
-	n.storage = raft.NewMemoryStorage()
+	n.storage = newLogStore(w, n.log, n.metrics)
 	point := confPoint{confState: &raftpb.ConfState{}, members: newMembership()}
 	snapIndex := st.Snapshot.GetMetadata().GetIndex()
 	if snapIndex > 0 {

@@ -118,7 +118,7 @@ func (n *Node) readCommitted(next, available uint64, batch []commitlog.Entry) ([
 		}
 		return append(batch, e), e.Index + 1, nil
 	}
-	ents, err := n.storage.Entries(next, available+1, maxCommittedBatchBytes)
+	ents, err := n.storage.entries(next, available+1, maxCommittedBatchBytes)
 	if errors.Is(err, raft.ErrCompacted) {
 		return nil, next, nil // compacted meanwhile: the next round returns the snapshot
 	}

@@ -27,6 +27,10 @@ const (
 	ClusterStateExisting = "existing"
 )
 
+// DefaultLogEntriesInMemory is Config.LogEntriesInMemory's default: a few tenths of a second of writes at
+// etcd's benchmark rates, which a follower or a storage keeping up never reads past.
+const DefaultLogEntriesInMemory = 1000
+
 // Config configures one consensus member. Flag names and defaults are etcd's where etcd has the setting.
 type Config struct {
 	// Name is this member's human-readable name (--name).
@@ -64,6 +68,10 @@ type Config struct {
 	// SnapshotCatchUpEntries is how many entries are kept below a snapshot so slow followers can catch up
 	// from the log instead of a snapshot (--snapshot-catchup-entries).
 	SnapshotCatchUpEntries uint64
+	// LogEntriesInMemory is how many entries below the applied index the log keeps in memory; the rest of the
+	// catch-up window is read back from the WAL. 0 means DefaultLogEntriesInMemory; it is never more than
+	// SnapshotCatchUpEntries.
+	LogEntriesInMemory uint64
 	// MaxRequestBytes is the largest proposal accepted (--max-request-bytes).
 	MaxRequestBytes int
 	// MaxLearners is the most learners the cluster may have (--max-learners).
@@ -143,6 +151,7 @@ func DefaultConfig() Config {
 		AdvertiseStorageURL:      "http://127.0.0.1:23790",
 		SnapshotCount:            10000,
 		SnapshotCatchUpEntries:   5000,
+		LogEntriesInMemory:       DefaultLogEntriesInMemory,
 		MaxRequestBytes:          1572864,
 		MaxLearners:              1,
 		StrictReconfigCheck:      true,

@@ -31,9 +31,12 @@
 //     ReadOnlySafe); concurrent calls share one round.
 //   - The log is compacted only below what storage reported through Compact, keeping
 //     --snapshot-catchup-entries below it for slow followers. A snapshot is saved to the WAL every
-//     --snapshot-count applied entries; between two, once the log in memory holds a quarter more than the
-//     catch-up window (at least 1,000 entries more), it is trimmed back to the window at a snapshot kept in
-//     memory only, so the log's memory stays near the window (the WAL still replays from its own snapshot). A raft snapshot holds no state: its data names
+//     --snapshot-count applied entries; between two, once the log holds a quarter more than the catch-up
+//     window (at least 1,000 entries more), the window moves up at a snapshot kept in memory only (the WAL
+//     still replays from its own snapshot). Only the newest Config.LogEntriesInMemory entries below the
+//     applied index stay in memory; the rest of the window is read back from the WAL (wal.Entries), so a
+//     follower or a storage behind by up to the window catches up from entries, and the log's memory does
+//     not grow with the window. A raft snapshot holds no state: its data names
 //     the member whose storage has it (SnapshotRef) and the membership at its index. A follower that gets
 //     one persists it and delivers KindSnapshot; its storage fetches the state from the named storage and
 //     calls Compact(>= index).

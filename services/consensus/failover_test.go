@@ -15,6 +15,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/commitlog"
 	"github.com/cairn-kv/cairn/internal/testing/memnet"
+	"github.com/cairn-kv/cairn/internal/testing/metricstest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/consensus"
 	"github.com/cairn-kv/cairn/services/consensus/consensustest"
@@ -142,6 +143,13 @@ func partitionedFollowerCatchesUp(t *testing.T, snapshotCount uint64) {
 	if follower.Machine().SnapshotsInstalled() == 0 {
 		t.Fatal("the follower caught up without installing a snapshot")
 	}
+	waitStatesAgree(t, c, leader)
+}
+
+// waitStatesAgree waits until every member's state machine has applied what the leader's has, and fails at
+// the first entry where one differs.
+func waitStatesAgree(t *testing.T, c *consensustest.Cluster, leader *consensustest.Member) {
+	t.Helper()
 	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "every state machine to agree", func() bool {
 		applied, want := leader.Machine().State()
 		for _, m := range c.Members() {
@@ -376,3 +384,44 @@ func TestLogTrimmedInMemoryBetweenSnapshots(t *testing.T) {
 }
 
 var _ = consensus.ErrRemoved
+
+// TestPartitionedFollowerCatchesUpFromTheWAL: a follower further behind than the log in memory, but within the
+// catch-up window, catches up from entries the leader reads back from its WAL, across segments, and installs
+// no snapshot.
+func TestPartitionedFollowerCatchesUpFromTheWAL(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 1 << 30, WALSegmentSize: 16 << 10,
+		Configure: func(cfg *consensus.Config) { cfg.LogEntriesInMemory = 50 }})
+	leader := c.WaitLeader(5 * time.Second)
+	follower := others(c, leader)[0]
+	c.Partition(follower)
+	_, highest := proposeAll(t, []*consensustest.Member{leader}, 1500, 8, "behind-memory")
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the leader's state machine to apply", func() bool {
+		return leader.Machine().Applied() >= highest
+	})
+	behind := highest - follower.Machine().Applied()
+	if behind < 1000 {
+		t.Fatalf("follower applied %d of %d before healing; the partition did not hold", follower.Machine().Applied(), highest)
+	}
+	readBack := func() float64 {
+		v, _ := metricstest.Value(metricstest.Gather(t, leader.Registry()), "cairn_consensus_log_entries_read_back_total")
+		return v
+	}
+	before := readBack()
+
+	c.Heal(follower)
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "the follower's state machine to catch up", func() bool {
+		return follower.Machine().Applied() >= highest
+	})
+	if n := follower.Machine().SnapshotsInstalled(); n != 0 {
+		t.Fatalf("the follower installed %d snapshots; the catch-up window holds every entry it missed", n)
+	}
+	// Memory holds 50 entries below the applied index, and up to memorySlack (100) more before a trim.
+	if read := readBack() - before; read < float64(behind-200) {
+		t.Fatalf("the leader read %.0f entries back from its WAL for a follower %d behind, want all but the ~150 in memory",
+			read, behind)
+	}
+	if got := readLog(t, leader.Node(), highest); got[0].Kind == commitlog.KindSnapshot || got[0].Index != 1 {
+		t.Fatalf("the leader's log from 1 starts with %+v, want entry 1 read back from its WAL", got[0])
+	}
+	waitStatesAgree(t, c, leader)
+}

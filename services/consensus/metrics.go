@@ -19,6 +19,7 @@ type metrics struct {
 	isLeader          prometheus.Gauge
 	appliedIndex      prometheus.Gauge
 	walFsync          prometheus.Histogram
+	logReadBack       prometheus.Counter
 	transport         *transport.Metrics
 }
 
@@ -38,6 +39,8 @@ func newMetrics(reg prometheus.Registerer, commitIndex func() uint64) (*metrics,
 		walFsync: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk",
 			Name: "wal_fsync_duration_seconds", Help: "The latency distributions of fsync called by WAL.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		logReadBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "cairn_consensus_log_entries_read_back_total",
+			Help: "Entries of the catch-up window read back from the WAL (for a follower or a storage behind the log in memory)."}),
 	}
 	// etcd's proposals_committed_total is a gauge of the commit index, despite its name.
 	committed := prometheus.NewGaugeFunc(prometheus.GaugeOpts(etcdServer("proposals_committed_total",
@@ -50,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, commitIndex func() uint64) (*metrics,
 		return m, nil
 	}
 	for _, c := range []prometheus.Collector{m.proposalsFailed, m.proposalsAccepted, m.leaderChanges, m.hasLeader,
-		m.isLeader, m.appliedIndex, m.walFsync, committed} {
+		m.isLeader, m.appliedIndex, m.walFsync, m.logReadBack, committed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register: %w", err)
 		}

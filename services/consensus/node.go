@@ -44,7 +44,7 @@ type Node struct {
 	clusterID uint64
 
 	wal       *wal.WAL
-	storage   *raft.MemoryStorage
+	storage   *logStore
 	transport *transport.Transport
 	servers   []*grpc.Server
 	// ports serve the peer and Consensus listeners (gRPC and the framed links on each); closed on shutdown.

@@ -2,13 +2,11 @@ package consensus
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
 
-	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
@@ -95,11 +93,12 @@ func (l *raftLoop) currentSnapshot() (*raftpb.Snapshot, error) {
 }
 
 // maybeSnapshot takes a snapshot once SnapshotCount entries were applied since the last one saved to the WAL,
-// and compacts the log below it, keeping SnapshotCatchUpEntries. Between two, once the log in memory holds
-// trimSlack entries more than that below the applied index, it trims it to SnapshotCatchUpEntries again, with a
-// snapshot kept in memory only (it holds no state, and the WAL still replays from its own): the log's memory,
-// most of a consensus process's live heap under writes, then stays near the catch-up window instead of
-// growing by SnapshotCount entries between snapshots, and followers still catch up from entries within it.
+// and moves the catch-up window up to SnapshotCatchUpEntries below it. Between two, once the window holds
+// trimSlack entries more than that below the applied index, it moves the window again, with a snapshot kept in
+// memory only (it holds no state, and the WAL still replays from its own). Entries of the window below the
+// newest LogEntriesInMemory are read back from the WAL (logStore): the log's memory, most of a consensus
+// process's live heap under writes, stays that of those entries, and followers still catch up from every
+// entry of the window.
 func (l *raftLoop) maybeSnapshot() error {
 	index := l.snapshotIndex()
 	current, err := l.currentSnapshot()
@@ -124,16 +123,23 @@ func (l *raftLoop) maybeSnapshot() error {
 			return err
 		}
 	default:
-		return nil
+		return l.trimMemory(index)
 	}
 	compactIndex := uint64(0)
 	if index > catchUp {
 		compactIndex = index - catchUp
 	}
-	if compactIndex > first {
-		if err := l.n.storage.Compact(compactIndex); err != nil && !errors.Is(err, raft.ErrCompacted) {
-			return fmt.Errorf("consensus: compact raft log to %d: %w", compactIndex, err)
+	if compactIndex >= first {
+		l.n.storage.forget(compactIndex + 1)
+		if l.walSnapshot > 0 {
+			// The segments that held only the entries below the window go now, not at the next snapshot.
+			if err := l.n.wal.ReleaseTo(l.walSnapshot); err != nil {
+				return err
+			}
 		}
+	}
+	if err := l.trimMemory(index); err != nil {
+		return err
 	}
 	level := slog.LevelDebug
 	if l.walSnapshot == index {
@@ -144,12 +150,31 @@ func (l *raftLoop) maybeSnapshot() error {
 	return nil
 }
 
-// trimSlack is how many entries more than catchUp the log in memory may hold below the applied index before it
-// is trimmed: a quarter of catchUp, and at least minTrimSlack, so a trim (a snapshot in memory and a copy of
-// the kept entries' pointers) comes at most every so many entries.
+// trimMemory drops from memory the entries more than LogEntriesInMemory (at most SnapshotCatchUpEntries)
+// below index, once memory holds memorySlack more.
+func (l *raftLoop) trimMemory(index uint64) error {
+	keep := min(l.n.cfg.LogEntriesInMemory, l.n.cfg.SnapshotCatchUpEntries)
+	if keep == 0 {
+		keep = min(DefaultLogEntriesInMemory, l.n.cfg.SnapshotCatchUpEntries)
+	}
+	if index < l.n.storage.memoryFirst()+keep+memorySlack(keep) {
+		return nil
+	}
+	return l.n.storage.trimMemory(index - keep)
+}
+
+// trimSlack is how many entries more than catchUp the window may hold below the applied index before it
+// moves: a quarter of catchUp, and at least minTrimSlack, so a move (a snapshot in memory) comes at most every
+// so many entries.
 func trimSlack(catchUp uint64) uint64 { return max(catchUp/4, minTrimSlack) }
 
 const minTrimSlack = 1000
+
+// memorySlack is how many entries more than keep memory may hold below the applied index before it is
+// trimmed (a trim copies the kept entries' pointers): half of keep, and at least minMemorySlack.
+func memorySlack(keep uint64) uint64 { return max(keep/2, minMemorySlack) }
+
+const minMemorySlack = 100
 
 // takeSnapshot records a raft snapshot at index, which must be above the current one, saves it to the WAL and
 // releases the WAL segments it covers.
