@@ -51,7 +51,7 @@ func newUpCommand() *cobra.Command {
 	flags.BoolVar(&cfg.EnablePprof, "enable-pprof", false, "Serve /debug/pprof on every service's metrics port (without it no child samples a heap profile: GODEBUG memprofilerate=0).")
 	flags.StringVar(&cfg.TraceSampleRatio, "trace-sample-ratio", "", "--trace-sample-ratio of every child (0 to 1, parent-based; overrides OTEL_TRACES_SAMPLER).")
 	flags.IntVar(&cfg.ChildGOMAXPROCS, "child-gomaxprocs", 0, "GOMAXPROCS of every child; 0: $GOMAXPROCS if set, else max(1, cores/4) (the children share this machine's cores).")
-	flags.IntVar(&cfg.ChildMemoryLimitMiB, "child-memory-limit-mib", defaultChildMemoryLimitMiB, "--memory-limit-mib of every child but the watchhubs and the trace child: a soft limit on each process's memory, raised while its live heap needs more (0: none; a GOMEMLIMIT environment variable overrides it).")
+	flags.IntVar(&cfg.ChildMemoryLimitMiB, "child-memory-limit-mib", defaultChildMemoryLimitMiB, "--memory-limit-mib of every child but the watchhubs and the trace child (70% of it for the consensus members): a soft limit on each process's memory, raised while its live heap needs more (0: none; a GOMEMLIMIT environment variable overrides it).")
 	flags.StringVar(&cfg.FromSnapshot, "from-snapshot", "", "Restore this snapshot (etcdctl snapshot save of Cairn or etcd) into every member of a new --data-dir, then start.")
 	flags.StringVar(&cfg.BackupDir, "backup-dir", "", "Run a cairn backup child keeping verified snapshots in this directory.")
 	flags.DurationVar(&cfg.BackupInterval, "backup-interval", 30*time.Minute, "Time between backups with --backup-dir.")

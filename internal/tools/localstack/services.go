@@ -22,6 +22,8 @@ type service struct {
 	// watchhub's with its watchers, the trace child's with its spans), where the limit's floor would hold it
 	// to GOGC 100's collections rather than --gc-percent's: the limit is for the services whose heaps stay small.
 	ownMemory bool
+	// memoryPercent is the share of Config.ChildMemoryLimitMiB the child gets, in percent; 0 gives it all.
+	memoryPercent int
 	// count is how many instances the stack runs.
 	count func(p *plan) int
 	// ports are the named ports each instance needs, "metrics" among them.
@@ -47,9 +49,23 @@ func natsService() service {
 	}
 }
 
+// consensusMemoryPercent is a consensus member's share of the child memory limit (14 MiB of cairn up's 20).
+// A member keeps only the newest entries of its log in memory (the rest of the catch-up window is read back
+// from the WAL) and allocates about a fifth of what a storage does per put, so in less room it still collects
+// seldom, and each collection is short.
+const consensusMemoryPercent = 70
+
+// memoryLimitMiB is the child's --memory-limit-mib for a stack whose children get childMiB.
+func (svc service) memoryLimitMiB(childMiB int) int {
+	if svc.memoryPercent == 0 {
+		return childMiB
+	}
+	return max(1, childMiB*svc.memoryPercent/100)
+}
+
 func consensusService() service {
 	return service{
-		name: "consensus", pprof: true, count: members, perMember: always, ports: []string{"peer", "api", "metrics"},
+		name: "consensus", pprof: true, count: members, memoryPercent: consensusMemoryPercent, perMember: always, ports: []string{"peer", "api", "metrics"},
 		args: func(p *plan, i int) []string {
 			self := p.child("consensus", i)
 			state := "new" // ignored once the member has a WAL

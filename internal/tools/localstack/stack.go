@@ -68,7 +68,7 @@ type Config struct {
 	// cores, 1 per child gave 10-15% more puts per second than Go's default.
 	ChildGOMAXPROCS int
 	// ChildMemoryLimitMiB is every child's --memory-limit-mib but the watchhubs' and the trace child's (0: none
-	// given): a soft limit on each process's memory that the child raises while its live heap needs more
+	// given), of which a consensus member gets 70% (consensusMemoryPercent): a soft limit on each process's memory that the child raises while its live heap needs more
 	// (internal/gctune). A GOMEMLIMIT environment variable, which the children inherit, overrides it.
 	ChildMemoryLimitMiB int
 	// ReadyTimeout bounds each child's wait to become healthy during Start. Default 60s.
@@ -330,7 +330,7 @@ func (s *Stack) children() []supervisor.ChildSpec {
 			argv = append(argv, "--trace-sample-ratio", s.cfg.TraceSampleRatio)
 		}
 		if s.cfg.ChildMemoryLimitMiB > 0 && !svc.ownMemory {
-			argv = append(argv, "--memory-limit-mib", strconv.Itoa(s.cfg.ChildMemoryLimitMiB))
+			argv = append(argv, "--memory-limit-mib", strconv.Itoa(svc.memoryLimitMiB(s.cfg.ChildMemoryLimitMiB)))
 		}
 		argv = append(argv, s.cfg.ExtraArgs[svc.name]...)
 		var deps []string

@@ -245,16 +245,17 @@ func TestChildGODEBUG(t *testing.T) {
 	}
 }
 
-// TestChildMemoryLimit: a limit reaches every child's command line as --memory-limit-mib but the watchhubs';
-// none adds no flag.
+// TestChildMemoryLimit: a limit reaches every child's command line as --memory-limit-mib but the watchhubs',
+// 70% of it the consensus members'; none adds no flag.
 func TestChildMemoryLimit(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		mib  int
-		want []string
+		name          string
+		mib           int
+		want, members []string
 	}{
-		{"none", 0, nil},
-		{"48 MiB", 48, []string{"--memory-limit-mib", "48"}},
+		{"none", 0, nil, nil},
+		{"48 MiB", 48, []string{"--memory-limit-mib", "48"}, []string{"--memory-limit-mib", "33"}},
+		{"20 MiB", 20, []string{"--memory-limit-mib", "20"}, []string{"--memory-limit-mib", "14"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, children := testStack(t, Config{ChildMemoryLimitMiB: tt.mib})
@@ -265,11 +266,14 @@ func TestChildMemoryLimit(t *testing.T) {
 					got = spec.Argv[i:min(i+2, len(spec.Argv))]
 				}
 				want := tt.want
-				if strings.HasPrefix(spec.Name, "watchhub") { // its heap grows with its watchers: no limit
+				switch {
+				case strings.HasPrefix(spec.Name, "watchhub"): // its heap grows with its watchers: no limit
 					want = nil
+				case strings.HasPrefix(spec.Name, "consensus"):
+					want = tt.members
 				}
 				if !slices.Equal(got, want) {
-					t.Fatalf("%s argv has %v, want %v", spec.Name, got, tt.want)
+					t.Fatalf("%s argv has %v, want %v", spec.Name, got, want)
 				}
 			}
 		})
