@@ -66,6 +66,7 @@ type Tuner struct {
 	// retune: a cycle's allocation rate is measured from them.
 	lastAllocs uint64
 	lastAt     time.Time
+	retunes    int          // retunes since Start: the one at Start, then one after each collection
 	applied    atomic.Int64 // the limit last set
 	percent    atomic.Int64 // the GOGC last set
 }
@@ -150,6 +151,7 @@ func (t *Tuner) retune() {
 		t.percent.Store(int64(percent))
 	}
 	t.lastAllocs, t.lastAt = stats.allocated, at
+	t.retunes++
 	runtime.AddCleanup(&sentinel{}, func(t *Tuner) { t.retune() }, t)
 }
 
@@ -179,13 +181,15 @@ type heapStats struct {
 // pacedPercent is the GOGC to set after a collection, and false when the Tuner does not pace (a negative
 // AllocWindow, GOGC off or no higher than MinGCPercent at Start). It is the process's allocation over the
 // cycle since the last retune, scaled to AllocWindow, in percent of its live heap, between MinGCPercent and
-// the GOGC the process had at Start; MinGCPercent at Start, before any collection.
+// the GOGC the process had at Start; MinGCPercent at Start and after the first collection. The first cycle
+// is the process's start-up, whose burst says nothing of how fast it allocates afterwards: paced by it, an
+// idle process went to GOGC 400 and grew to 16 MiB before its next collection, two minutes later.
 func (t *Tuner) pacedPercent(s heapStats, at time.Time) (int, bool) {
 	lo, hi := t.cfg.MinGCPercent, t.previousPercent
 	if t.cfg.AllocWindow < 0 || hi <= lo {
 		return 0, false
 	}
-	if t.lastAt.IsZero() || s.live == 0 {
+	if t.lastAt.IsZero() || s.live == 0 || t.retunes < 2 {
 		return lo, true
 	}
 	elapsed := at.Sub(t.lastAt)

@@ -34,8 +34,8 @@ func TestLimitFor(t *testing.T) {
 }
 
 // TestPacedPercent: GOGC follows what the last cycle allocated, scaled to the window, in percent of the live
-// heap, between MinGCPercent and the GOGC the process had at Start; MinGCPercent before the first collection;
-// nothing paced with a negative window or GOGC off.
+// heap, between MinGCPercent and the GOGC the process had at Start; MinGCPercent before the first collection
+// and after it (the start-up's cycle); nothing paced with a negative window or GOGC off.
 func TestPacedPercent(t *testing.T) {
 	start := time.Unix(1000, 0)
 	for _, tc := range []struct {
@@ -43,24 +43,26 @@ func TestPacedPercent(t *testing.T) {
 		window    time.Duration
 		atStart   int // GOGC at Start
 		lastAt    time.Time
+		retunes   int // before this one: 0 at Start, 1 at the first collection
 		elapsed   time.Duration
 		live      uint64
 		allocs    uint64 // since the last retune
 		want      int
 		wantPaced bool
 	}{
-		{"at Start", 30 * time.Second, 400, time.Time{}, 0, 0, 0, 100, true},
-		{"idle for two minutes", 30 * time.Second, 400, start, 2 * time.Minute, 4 * mib, 4 * mib, 100, true},
-		{"slow: a window's allocations are twice the live heap", 30 * time.Second, 400, start, time.Minute, 4 * mib, 16 * mib, 200, true},
-		{"busy for a second", 30 * time.Second, 400, start, time.Second, 4 * mib, 10 * mib, 400, true},
-		{"no time elapsed", 30 * time.Second, 400, start, 0, 4 * mib, mib, 400, true},
-		{"no pacing", -1, 400, start, time.Minute, 4 * mib, mib, 0, false},
-		{"GOGC off", 30 * time.Second, -1, start, time.Minute, 4 * mib, mib, 0, false},
-		{"GOGC at the minimum", 30 * time.Second, 100, start, time.Minute, 4 * mib, mib, 0, false},
+		{"at Start", 30 * time.Second, 400, time.Time{}, 0, 0, 0, 0, 100, true},
+		{"first collection, after a busy start-up", 30 * time.Second, 400, start, 1, 200 * time.Millisecond, 4 * mib, 4 * mib, 100, true},
+		{"idle for two minutes", 30 * time.Second, 400, start, 2, 2 * time.Minute, 4 * mib, 4 * mib, 100, true},
+		{"slow: a window's allocations are twice the live heap", 30 * time.Second, 400, start, 2, time.Minute, 4 * mib, 16 * mib, 200, true},
+		{"busy for a second", 30 * time.Second, 400, start, 2, time.Second, 4 * mib, 10 * mib, 400, true},
+		{"no time elapsed", 30 * time.Second, 400, start, 2, 0, 4 * mib, mib, 400, true},
+		{"no pacing", -1, 400, start, 2, time.Minute, 4 * mib, mib, 0, false},
+		{"GOGC off", 30 * time.Second, -1, start, 2, time.Minute, 4 * mib, mib, 0, false},
+		{"GOGC at the minimum", 30 * time.Second, 100, start, 2, time.Minute, 4 * mib, mib, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tuner := &Tuner{cfg: Config{MinGCPercent: 100, AllocWindow: tc.window}, previousPercent: tc.atStart,
-				lastAt: tc.lastAt, lastAllocs: 100 * mib}
+				lastAt: tc.lastAt, lastAllocs: 100 * mib, retunes: tc.retunes}
 			got, paced := tuner.pacedPercent(heapStats{live: tc.live, allocated: 100*mib + tc.allocs}, tc.lastAt.Add(tc.elapsed))
 			if got != tc.want || paced != tc.wantPaced {
 				t.Errorf("pacedPercent = %d, %v; want %d, %v", got, paced, tc.want, tc.wantPaced)
