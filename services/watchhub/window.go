@@ -17,8 +17,14 @@ type window struct {
 }
 
 func newWindow(head int64, maxRevs, maxBytes int) *window {
-	return &window{ring: make([]revisionEvents, maxRevs), head: head, maxRevs: maxRevs, maxBytes: maxBytes}
+	return &window{ring: make([]revisionEvents, min(maxRevs, initialWindowRing)), head: head, maxRevs: maxRevs,
+		maxBytes: maxBytes}
 }
+
+// initialWindowRing is the ring's first size: it doubles as revisions come, up to maxRevs, so that a hub
+// with no writes to follow does not hold maxRevs empty slots (720 KB at the default 10,000, which its heap
+// goal doubles).
+const initialWindowRing = 64
 
 // first is the oldest revision held; head+1 when the window is empty.
 func (w *window) first() int64 { return w.head - int64(w.count) + 1 }
@@ -31,11 +37,22 @@ func (w *window) append(r revisionEvents) error {
 	for w.count > 0 && (w.count == w.maxRevs || w.bytes+r.bytes > w.maxBytes) {
 		w.evictOldest()
 	}
+	if w.count == len(w.ring) {
+		w.grow()
+	}
 	w.ring[(w.start+w.count)%len(w.ring)] = r
 	w.count++
 	w.bytes += r.bytes
 	w.head = r.rev
 	return nil
+}
+
+// grow doubles the ring, up to maxRevs, keeping the revisions in order from its start.
+func (w *window) grow() {
+	ring := make([]revisionEvents, min(2*len(w.ring), w.maxRevs))
+	n := copy(ring, w.ring[w.start:])
+	copy(ring[n:], w.ring[:w.start])
+	w.ring, w.start = ring, 0
 }
 
 func (w *window) evictOldest() {
