@@ -34,7 +34,7 @@ type busRecord struct {
 // onRecord runs on the feed's own goroutine.
 type feed struct {
 	hub     *Hub
-	records chan busRecord
+	records busQueue
 	seq     *sequencer
 	wake    chan struct{} // the hub got its first watch stream (see interest.go)
 
@@ -47,14 +47,12 @@ type feed struct {
 }
 
 func newFeed(h *Hub) *feed {
-	return &feed{hub: h, records: make(chan busRecord, busQueueLength), wake: make(chan struct{}, 1)}
+	return &feed{hub: h, records: busQueue{ready: make(chan struct{}, 1)}, wake: make(chan struct{}, 1)}
 }
 
 // onRecord is the bus handler; it never blocks NATS.
 func (f *feed) onRecord(rec *eventpb.AppliedRecord, meta eventbus.Meta) {
-	select {
-	case f.records <- busRecord{rec: rec, meta: meta, received: time.Now()}:
-	default:
+	if !f.records.push(busRecord{rec: rec, meta: meta, received: time.Now()}) {
 		f.hub.metrics.busRecords.WithLabelValues("queue_full").Inc()
 	}
 }
@@ -76,9 +74,11 @@ func (f *feed) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case br := <-f.records:
-			f.heard = true
-			f.handle(br)
+		case <-f.records.ready:
+			for _, br := range f.records.take() {
+				f.heard = true
+				f.handle(br)
+			}
 		case <-poll.C:
 			poll.Reset(f.poll(ctx))
 		case <-f.wake:
