@@ -425,3 +425,63 @@ func TestPartitionedFollowerCatchesUpFromTheWAL(t *testing.T) {
 	}
 	waitStatesAgree(t, c, leader)
 }
+
+// TestRestartAfterTheWindowReleasedSegments: while snapshots are taken and the catch-up window moves, the log
+// read from inside the window below what memory holds comes back from the WAL entry by entry; the segments
+// below the window are removed; and a member killed and restarted replays what is left of its WAL and follows
+// the log again.
+func TestRestartAfterTheWindowReleasedSegments(t *testing.T) {
+	c := consensustest.Start(t, consensustest.Options{StateMachines: true, SnapshotCount: 500, SnapshotCatchUpEntries: 200,
+		WALSegmentSize: 8 << 10, Configure: func(cfg *consensus.Config) { cfg.LogEntriesInMemory = 20 }})
+	leader := c.WaitLeader(5 * time.Second)
+	payloads, highest := proposeAll(t, c.Members(), 3000, 8, "release")
+	waittest.Until(t, 20*time.Second, 5*time.Millisecond, "every state machine to apply", func() bool {
+		for _, m := range c.Members() {
+			if m.Machine().Applied() < highest {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Memory holds at most 120 entries below the applied index, at or above the snapshot; the window reaches
+	// 200 below the snapshot.
+	snap := logStartsWithASnapshot(t, leader, "compact", highest)
+	from := snap - 150
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	log, err := consensustest.ReadLogFrom(ctx, leader.Node(), from, highest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range log {
+		if e.Index != from+uint64(i) || e.Kind == commitlog.KindSnapshot {
+			t.Fatalf("entry %d of the log read from %d is %+v, want entry %d", i, from, e, from+uint64(i))
+		}
+		if e.Kind == commitlog.KindNormal && !payloads[string(e.Data)] {
+			t.Fatalf("entry %d read back holds %q, which was never proposed", e.Index, e.Data)
+		}
+	}
+	if v, _ := metricstest.Value(metricstest.Gather(t, leader.Registry()), "cairn_consensus_log_entries_read_back_total"); v == 0 {
+		t.Fatal("the leader read nothing back from its WAL for a log read from below its memory")
+	}
+
+	victim := others(c, leader)[0]
+	segments, err := filepath.Glob(filepath.Join(victim.DataDir, "wal", "*.wal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, seg := range segments {
+		if strings.HasPrefix(filepath.Base(seg), "0000000000000000-") {
+			t.Fatalf("%s: the first segment, %s, is still there; the window moved far past it", victim.Name, seg)
+		}
+	}
+	victim.Kill()
+	if err := victim.Restart(); err != nil {
+		t.Fatalf("%s: restart after its WAL released segments: %v", victim.Name, err)
+	}
+	_, highest = proposeAll(t, others(c, victim), 300, 4, "after-restart")
+	// The harness's state machine cannot restart from its own snapshot (it keeps its state in memory), so the
+	// restarted member's log is read instead: a snapshot, then every entry up to the new proposals.
+	logStartsWithASnapshot(t, victim, "replay its WAL", highest)
+}

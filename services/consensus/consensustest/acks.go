@@ -109,9 +109,14 @@ func (c *Commits) ProposeUntilCommitted(ctx context.Context, log commitlog.Log, 
 // ReadLog reads log through Committed from index 1 up to and including upTo; a snapshot entry at or past
 // upTo ends it too. The entries' data are copies.
 func ReadLog(ctx context.Context, log commitlog.Log, upTo uint64) ([]commitlog.Entry, error) {
+	return ReadLogFrom(ctx, log, 1, upTo)
+}
+
+// ReadLogFrom is ReadLog from index from on.
+func ReadLogFrom(ctx context.Context, log commitlog.Log, from, upTo uint64) ([]commitlog.Entry, error) {
 	var out []commitlog.Entry
 	stop := errors.New("read enough")
-	err := log.Committed(ctx, 1, func(batch []commitlog.Entry) error {
+	err := log.Committed(ctx, from, func(batch []commitlog.Entry) error {
 		for _, e := range batch {
 			if e.Index > upTo && e.Kind != commitlog.KindSnapshot {
 				return stop
