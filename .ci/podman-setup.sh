@@ -13,16 +13,20 @@ if [[ $(id -u) != 0 ]]; then
 	exit 0
 fi
 
+# netavark, podman's network backend, only suggests iptables, but it cannot set up a container's network without
+# it ("netavark: No such file or directory"), and --no-install-recommends leaves it out: machines without it
+# created every container of the stack and started none.
 missing=()
-for tool in podman runc podman-compose; do
+for tool in podman runc podman-compose iptables; do
 	command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if ((${#missing[@]})); then
 	echo "podman-setup: installing ${missing[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y --no-install-recommends podman runc podman-compose netavark aardvark-dns >/dev/null; then
+	packages=(podman runc podman-compose netavark aardvark-dns iptables)
+	if ! apt-get install -y --no-install-recommends "${packages[@]}" >/dev/null; then
 		apt-get update >/dev/null
-		apt-get install -y --no-install-recommends podman runc podman-compose netavark aardvark-dns >/dev/null
+		apt-get install -y --no-install-recommends "${packages[@]}" >/dev/null
 	fi
 fi
 
