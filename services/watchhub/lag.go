@@ -7,6 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/cairn-kv/cairn/internal/obs"
 )
 
 // Bounded lag. A watcher is behind while revisions it has not been sent have reached the hub; its lag is the
@@ -61,17 +63,17 @@ func (h *Hub) arrivalOf(rev int64) time.Time {
 	return r.received
 }
 
-// overdue reports whether a live response is past w's bound; one that is not counts in the lag histogram.
-// It runs on the sender, just before the response is written.
-func (s *stream) overdue(w *watcher, shared *sharedResponse) bool {
+// overdue reports whether a live response is past w's bound at now; one that is not counts in the lag
+// histogram. It runs on the sender, just before the response is written.
+func (s *stream) overdue(w *watcher, shared *sharedResponse, now time.Time) bool {
 	if shared.received.IsZero() {
 		return false
 	}
-	lag := s.hub.lagOf(w, shared.received, time.Now())
+	lag := s.hub.lagOf(w, shared.received, now)
 	if lag > s.hub.lag.bound {
 		return true
 	}
-	s.hub.metrics.lag.observed.Observe(lag.Seconds())
+	s.stats.lag.Observe(lag.Seconds())
 	return false
 }
 
@@ -86,7 +88,7 @@ func (s *stream) dropLagging(c *cohort, arrived time.Time) error {
 			late = append(late, w)
 			continue
 		}
-		s.hub.metrics.lag.observed.Observe(lag.Seconds())
+		s.stats.lag.Observe(lag.Seconds())
 	}
 	if len(late) == 0 {
 		return nil
@@ -131,13 +133,13 @@ func (s *stream) cancelLagging(ws []*watcher) error {
 // lagMetrics say how far behind the watchers are served and how many were canceled for lag (with
 // etcd_debugging_mvcc_slow_watcher_total, the watchers catching up).
 type lagMetrics struct {
-	observed prometheus.Histogram
+	observed *obs.BatchedHistogram // observed by each stream's sender through its sendStats
 	canceled prometheus.Counter
 }
 
 func newLagMetrics(registry *prometheus.Registry) lagMetrics {
 	m := lagMetrics{
-		observed: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "watchhub",
+		observed: obs.NewBatchedHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "watchhub",
 			Name: "watch_lag_seconds", Help: "How far behind the head a watcher was when served (a live response " +
 				"written, or a catch-up step): the age of the oldest revision it had not been sent.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),

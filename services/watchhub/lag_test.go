@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -166,31 +167,39 @@ func TestLaggingWatcherIsCanceled(t *testing.T) {
 	assertLagWithin(t, h, bound)
 }
 
-// assertLagWithin checks that every lag the hub recorded for a served watcher is within bound.
+// assertLagWithin checks that every lag the hub recorded for a served watcher is within bound. Senders add
+// their lags to the histogram when they pause, so it waits for the first.
 func assertLagWithin(t *testing.T, h *Hub, bound time.Duration) {
+	t.Helper()
+	var hist *dto.Histogram
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "a lag recorded", func() bool {
+		hist = lagHistogram(t, h)
+		return hist.GetSampleCount() > 0
+	})
+	for _, b := range hist.GetBucket() {
+		if b.GetUpperBound() == bound.Seconds() {
+			if b.GetCumulativeCount() != hist.GetSampleCount() {
+				t.Fatalf("%d of %d served watchers' lags above %v", hist.GetSampleCount()-b.GetCumulativeCount(),
+					hist.GetSampleCount(), bound)
+			}
+			return
+		}
+	}
+	t.Fatalf("no histogram bucket at %v", bound)
+}
+
+// lagHistogram gathers cairn_watchhub_watch_lag_seconds.
+func lagHistogram(t *testing.T, h *Hub) *dto.Histogram {
 	t.Helper()
 	families, err := h.metrics.registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "cairn_watchhub_watch_lag_seconds" {
-			continue
+		if f.GetName() == "cairn_watchhub_watch_lag_seconds" {
+			return f.GetMetric()[0].GetHistogram()
 		}
-		hist := f.GetMetric()[0].GetHistogram()
-		if hist.GetSampleCount() == 0 {
-			t.Fatal("no lag recorded")
-		}
-		for _, b := range hist.GetBucket() {
-			if b.GetUpperBound() == bound.Seconds() {
-				if b.GetCumulativeCount() != hist.GetSampleCount() {
-					t.Fatalf("%d of %d served watchers' lags above %v", hist.GetSampleCount()-b.GetCumulativeCount(),
-						hist.GetSampleCount(), bound)
-				}
-				return
-			}
-		}
-		t.Fatalf("no histogram bucket at %v", bound)
 	}
 	t.Fatal("cairn_watchhub_watch_lag_seconds not registered")
+	return nil
 }

@@ -17,6 +17,7 @@ func (e sendError) Unwrap() error { return e.err }
 // and sends the periodic progress notifications, until the stream ends or a write fails.
 func (s *stream) sendLoop() {
 	defer s.hub.senders.Done()
+	defer s.stats.flush(s.hub.metrics)
 	progress := time.NewTicker(s.hub.progressInterval())
 	defer progress.Stop()
 	for {
@@ -41,6 +42,7 @@ func (s *stream) sendLoop() {
 			s.hub.logger.Debug("watch stream send failed", "err", err)
 			return
 		}
+		s.stats.flush(s.hub.metrics)
 		select {
 		case <-s.wake:
 		case <-progress.C:
@@ -53,6 +55,10 @@ func (s *stream) sendLoop() {
 		}
 	}
 }
+
+// statsFlushEvery bounds how many responses a sender that never pauses writes before its counts reach the
+// hub's metrics.
+const statsFlushEvery = 1024
 
 // flush writes everything queued, and sends the relay batch they went into.
 func (s *stream) flush() error {
@@ -69,6 +75,9 @@ func (s *stream) flush() error {
 			}
 		}
 		s.giveBack(frames)
+		if s.stats.pending() >= statsFlushEvery {
+			s.stats.flush(s.hub.metrics)
+		}
 	}
 }
 
@@ -94,7 +103,7 @@ func (s *stream) write(f *frame) error {
 		if err := s.sendResponse(f.resp); err != nil {
 			return err
 		}
-		s.hub.metrics.sent(1, 0, time.Time{})
+		s.stats.responses++
 		return nil
 	}
 }
@@ -111,7 +120,8 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 	if w.canceled.Load() {
 		return nil
 	}
-	if s.overdue(w, shared) {
+	now := time.Now()
+	if s.overdue(w, shared, now) {
 		return s.cancelLagging([]*watcher{w})
 	}
 	var carrier mem.Buffer
@@ -130,9 +140,10 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 	}
 	s.enc = encodedResponse{}
 	w.sentEvents = true
-	s.hub.metrics.sent(len(shared.parts), shared.events, shared.received)
+	written := time.Now()
+	s.stats.sent(len(shared.parts), shared.events, shared.received, written)
 	for _, m := range more {
-		s.hub.metrics.sent(0, m.events, m.received)
+		s.stats.sent(0, m.events, m.received, written)
 	}
 	return nil
 }

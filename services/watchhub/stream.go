@@ -119,12 +119,13 @@ type stream struct {
 	// on other streams. Sender only.
 	batch   *wiremsg.Batch
 	scratch mem.BufferSlice // sender only: one response's buffers on their way into batch
+	stats   sendStats       // sender only: counts for the hub's metrics, flushed when the sender pauses
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
 	return &stream{hub: h, srv: srv, ctx: srv.Context(), shard: int(h.streamSeq.Add(1) - 1), watchers: map[int64]*watcher{}, runs: map[*watcher]int{},
 		wake: make(chan struct{}, 1), ctrlSlots: make(chan struct{}, ctrlSlots), closed: make(chan struct{}),
-		relayTrace: h.stages.Recording() && obs.RelayTraceRequested(srv.Context())}
+		relayTrace: h.stages.Recording() && obs.RelayTraceRequested(srv.Context()), stats: h.metrics.newSendStats()}
 }
 
 func (s *stream) signal() {
