@@ -30,10 +30,7 @@ source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD a
 # shellcheck source=lib/procstat.sh
 source scripts/lib/procstat.sh # cpu_ticks
 trap 'bench_cleanup; rm -rf "$work"' EXIT
-ticks=$(getconf CLK_TCK)
-
-# child FIELD NAME: a field of a `cairn up` child from the stack file (pid, or ports.api).
-child() { jq -r ".children[] | select(.name == \"$2\") | .$1" "$work/up/stack.json"; }
+ticks=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
 line() { printf '%-10s %-26s %11s %9s %9s %19s %13s %13s %7s %6s\n' "$@"; }
 
@@ -83,9 +80,9 @@ for round in $(seq "$ROUNDS"); do
 
 	# shellcheck disable=SC2086
 	up_start up $UP_FLAGS
-	hub1=$(child ports.api watchhub-1) hub2=$(child ports.api watchhub-2)
-	pid1=$(child pid watchhub-1) pid2=$(child pid watchhub-2)
-	frontend_pids=$(jq -r '[.children[] | select(.name | startswith("frontend-")) | .pid] | join(" ")' "$work/up/stack.json")
+	hub1=$(up_child api watchhub-1) hub2=$(up_child api watchhub-2)
+	pid1=$(up_child pid watchhub-1) pid2=$(up_child pid watchhub-2)
+	frontend_pids=$(up_children frontend-)
 	for shape in $SHAPES; do
 		[[ $TARGETS != *" 1hub "* ]] || measure "1 hub" "$shape" "$endpoints" "127.0.0.1:$hub1" "" "$pid1"
 		[[ $TARGETS != *" 2hubs "* ]] || measure "2 hubs" "$shape" "$endpoints" "127.0.0.1:$hub1,127.0.0.1:$hub2" "" "$pid1" "$pid2"

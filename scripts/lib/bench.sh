@@ -19,9 +19,37 @@ bench_cleanup() {
 	wait 2>/dev/null || true
 }
 
+# http_get URL: the body of an HTTP GET of URL (http://127.0.0.1:PORT/PATH), failing unless it answers 200. It
+# takes curl, wget or python3, whichever is there, so that the scripts also run on a bare machine (the device
+# machine of scripts/device-watch-scale.sh has python3 and no promise of the others).
+http_get() {
+	if command -v curl >/dev/null; then
+		curl -sf "$1"
+	elif command -v wget >/dev/null; then
+		wget -q -O - "$1"
+	else
+		python3 -c 'import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen(sys.argv[1], timeout=60).read())' "$1" 2>/dev/null
+	fi
+}
+
 # healthy URL: whether URL answers 200.
-healthy() {
-	if command -v curl >/dev/null; then curl -sf "$1" >/dev/null; else wget -q -O /dev/null "$1"; fi
+healthy() { http_get "$1" >/dev/null; }
+
+# up_child FIELD NAME: a field of the `cairn up` child NAME, read from the process table the last up_start's
+# `cairn up` printed ($up_out): pid, or the port of one of its PORTS entries (api, client, metrics, peer).
+# It reads the table rather than stack.json so that no JSON tool is needed.
+up_child() {
+	awk -v field="$1" -v name="$2" '
+		$1 == name && $2 ~ /^[0-9]+$/ {
+			if (field == "pid") { print $2; exit }
+			n = split($5, ports, ",")
+			for (i = 1; i <= n; i++) { split(ports[i], kv, "="); if (kv[1] == field) { print kv[2]; exit } }
+		}' "$up_out"
+}
+
+# up_children PREFIX: the pids of the `cairn up` children whose names start with PREFIX, space-separated.
+up_children() {
+	awk -v prefix="$1" 'index($1, prefix) == 1 && $2 ~ /^[0-9]+$/ { printf "%s%s", sep, $2; sep = " " }' "$up_out"
 }
 
 # rate ENDPOINTS FLAGS BENCH-ARGS...: Requests/sec of one `cairn bench` run (FLAGS: TLS or --user flags, may be "").
@@ -69,9 +97,10 @@ etcd_start() {
 # where no client connection can hold it.
 etcd_base() { echo $((20000 + RANDOM % 100 * 100)); }
 
-# up_start NAME [cairn up flags]: starts `cairn up`; its client endpoints are left in $endpoints. The client port
-# is drawn below the kernel's ephemeral range (32768 and up on Linux), where the benchmark's own client
-# connections cannot hold it; a stack that still finds its port taken is started once more on another.
+# up_start NAME [cairn up flags]: starts `cairn up`; its client endpoints are left in $endpoints, and the file
+# holding what it printed in $up_out. The client port is drawn below the kernel's ephemeral range (32768 and
+# up on Linux), where the benchmark's own client connections cannot hold it; a stack that still finds its port
+# taken is started once more on another.
 up_start() {
 	local name=$1 try
 	shift
@@ -79,7 +108,7 @@ up_start() {
 		"$CAIRN" up --data-dir "$work/$name" --client-port "$((20000 + RANDOM % 10000))" "$@" \
 			>"$work/$name.out" 2>"$work/$name.log" &
 		pids+=($!)
-		until grep -q "cairn is up" "$work/$name.out" 2>/dev/null; do
+		until grep -q "Ctrl-C stops every process" "$work/$name.out" 2>/dev/null; do # the banner's last line
 			if ! kill -0 "${pids[-1]}" 2>/dev/null; then
 				wait "${pids[-1]}" 2>/dev/null || true
 				unset 'pids[-1]'
@@ -93,7 +122,8 @@ up_start() {
 			fi
 			sleep 0.2
 		done
-		endpoints=$(sed -n 's/^cairn is up: etcd client endpoints //p' "$work/$name.out")
+		up_out=$work/$name.out
+		endpoints=$(sed -n 's/^cairn is up: etcd client endpoints //p' "$up_out")
 		return 0
 	done
 }
