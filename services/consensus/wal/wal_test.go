@@ -447,6 +447,9 @@ func bigEntries(from uint64, count, size int) []*raftpb.Entry {
 // TestAppendGrowsItsBufferOnce checks that a batch larger than any before costs one buffer allocation, not a
 // regrowth (and copy) every few records nor an allocation per record, and that the records written read back.
 func TestAppendGrowsItsBufferOnce(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
 	for _, tc := range []struct {
 		name        string
 		count, size int
