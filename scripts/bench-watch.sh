@@ -7,8 +7,9 @@
 #   frontends     the frontends of the same `cairn up` (the default path: relayed to the hubs).
 # Shapes (SCALE multiplies the streams; 1 is the issue's size, for a 16-core machine):
 #   100,000 watchers (1,000 streams × 100), 10 puts/s;  20,000 watchers (200 streams × 100), 200 puts/s.
-# Prints events/s, p50/p99 event latency (put issued → event received), events received of expected, and events
-# per CPU-second of the servers that deliver them (the hubs used, plus the frontends that relay; etcd's three
+# Prints events/s, p50/p99 event latency (put issued → event received), events received of expected, watchers
+# the server canceled (a hub sheds those more than --max-watch-lag behind; their later events are not waited
+# for), and events per CPU-second of the servers that deliver them (the hubs used, plus the frontends that relay; etcd's three
 # members), CPU from /proc; for the frontends row also per CPU-second of the hubs alone, and the frontends' share.
 #
 #   SCALE=0.1 scripts/bench-watch.sh                      # builds bin/cairn; fits a 2-core machine
@@ -32,7 +33,7 @@ source scripts/lib/procstat.sh # cpu_ticks
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 ticks=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
-line() { printf '%-10s %-26s %11s %9s %9s %19s %13s %13s %7s %6s\n' "$@"; }
+line() { printf '%-10s %-26s %11s %9s %9s %19s %9s %13s %13s %7s %6s\n' "$@"; }
 
 # measure TARGET SHAPE ENDPOINTS WATCH-ENDPOINTS RELAY-PIDS PID...: one `cairn bench watch` run, one row. PID...
 # are the servers that deliver the events; RELAY-PIDS (space-separated, may be empty) the frontends relaying them,
@@ -57,6 +58,8 @@ measure() {
 	p50=$(awk '/ 50% in/ {print $3}' <<<"$out")
 	p99=$(awk '/ 99% in/ {print $3}' <<<"$out")
 	read -r got want < <(awk '/Events:/ {print $2, $4}' <<<"$out")
+	local canceled
+	canceled=$(awk '/Canceled:/ {print $2}' <<<"$out")
 	local per_cpu hub_cpu=- share=-
 	per_cpu=$(awk -v e="${got:-0}" -v c="$((cpu + relay_cpu))" -v t="$ticks" 'BEGIN { printf "%.0f", (c > 0 ? e * t / c : 0) }')
 	if ((${#relay[@]} > 0)); then
@@ -64,12 +67,12 @@ measure() {
 		share=$(awk -v r="$relay_cpu" -v c="$((cpu + relay_cpu))" 'BEGIN { printf "%.0f%%", (c > 0 ? 100 * r / c : 0) }')
 	fi
 	line "$target" "$((streams * per)) w ($streams×$per) @$rate/s" "${eps:-?}" "${p50:-?}" "${p99:-?}" \
-		"${got:-?}/${want:-?}" "$per_cpu" "$hub_cpu" "$share" "$(cut -d' ' -f1 /proc/loadavg)"
+		"${got:-?}/${want:-?}" "${canceled:-0}" "$per_cpu" "$hub_cpu" "$share" "$(cut -d' ' -f1 /proc/loadavg)"
 }
 
 echo "SCALE=$SCALE PUT_SECONDS=$PUT_SECONDS; latencies in seconds; events/CPU-s: per CPU-second of the hubs used" \
 	"and the frontends relaying (etcd: its 3 members); hubs ev/CPU-s, relay%: the hubs alone, the frontends' share"
-line target shape events/s p50 p99 received/expected events/CPU-s "hubs ev/CPU-s" relay% load1
+line target shape events/s p50 p99 received/expected canceled events/CPU-s "hubs ev/CPU-s" relay% load1
 for round in $(seq "$ROUNDS"); do
 	if [[ $TARGETS == *" etcd "* ]]; then
 		etcd_start "etcd-$round" http "$(etcd_base)"

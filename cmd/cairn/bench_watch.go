@@ -123,6 +123,10 @@ func (o *benchOptions) runWatchBenchmark(cmd *cobra.Command, name string, f watc
 		fmt.Fprintf(cmd.OutOrStdout(), "\nWatch:\n  Watchers:\t%d on %d streams (created in %.2f secs).\n"+
 			"  Events:\t%d of %d received, %.0f events/sec.\n", stats.Watchers, stats.Streams, stats.CreateSec,
 			stats.ReceivedEvents, stats.ExpectedEvents, stats.EventsPerSec)
+		if stats.CanceledWatchers > 0 {
+			fmt.Fprintf(cmd.OutOrStdout(), "  Canceled:\t%d watchers by the server (their later events not waited for).\n",
+				stats.CanceledWatchers)
+		}
 		if stats.HeapBytesPerWatcher >= 0 {
 			fmt.Fprintf(cmd.OutOrStdout(), "  Heap:\t%.0f bytes per watcher (%s).\n", stats.HeapBytesPerWatcher,
 				strings.Join(f.memoryURLs, ","))

@@ -62,6 +62,9 @@ type WatchStats struct {
 	CreateSec float64
 	// Puts were acknowledged; ExpectedEvents is what the watchers of their keys should receive.
 	Puts, ExpectedEvents, ReceivedEvents int64
+	// CanceledWatchers were canceled by the server (a Cairn hub sheds watchers that fall more than
+	// --max-watch-lag behind); the events they would have received after it are not waited for.
+	CanceledWatchers int64
 	// EventsPerSec is events received over the time from the first put to the last event.
 	EventsPerSec float64
 	// HeapBytesPerWatcher is the servers' heap growth per watcher while the watchers were created; -1 without
@@ -76,7 +79,7 @@ func (s WatchStats) Params() map[string]string {
 		"watchers": strconv.Itoa(s.Watchers), "streams": strconv.Itoa(s.Streams), "create_sec": strconv.FormatFloat(s.CreateSec, 'f', 3, 64),
 		"puts": strconv.FormatInt(s.Puts, 10), "expected_events": strconv.FormatInt(s.ExpectedEvents, 10),
 		"received_events": strconv.FormatInt(s.ReceivedEvents, 10), "events_per_sec": f(s.EventsPerSec),
-		"heap_bytes_per_watcher": f(s.HeapBytesPerWatcher),
+		"heap_bytes_per_watcher": f(s.HeapBytesPerWatcher), "canceled_watchers": strconv.FormatInt(s.CanceledWatchers, 10),
 	}
 }
 
@@ -91,13 +94,16 @@ type WatchBench struct {
 
 	watchersOnKey []int64
 	putsOnKey     []atomic.Int64
-	created       atomic.Int64
-	received      atomic.Int64
-	firstPut      atomic.Int64 // Unix nanoseconds
-	lastEvent     atomic.Int64
-	createSec     float64
-	heapPerWatch  float64
-	streams       []*streamSamples
+	canceledOnKey []atomic.Int64 // watchers of the key the server canceled
+	// canceledReceived is what the canceled watchers had received when they were canceled.
+	canceledReceived atomic.Int64
+	created          atomic.Int64
+	received         atomic.Int64
+	firstPut         atomic.Int64 // Unix nanoseconds
+	lastEvent        atomic.Int64
+	createSec        float64
+	heapPerWatch     float64
+	streams          []*streamSamples
 }
 
 // streamSamples are one stream's event latencies, kept apart so that streams do not contend; Finish moves
@@ -116,7 +122,8 @@ func NewWatchBench(name string, cfg WatchConfig) (*WatchBench, error) {
 		cfg.EventTimeout = 60 * time.Second
 	}
 	return &WatchBench{cfg: cfg, report: NewReport(name), value: strings.Repeat("v", cfg.ValSize-stampLen),
-		watchersOnKey: make([]int64, cfg.Keys.KeySpaceSize), putsOnKey: make([]atomic.Int64, cfg.Keys.KeySpaceSize)}, nil
+		watchersOnKey: make([]int64, cfg.Keys.KeySpaceSize), putsOnKey: make([]atomic.Int64, cfg.Keys.KeySpaceSize),
+		canceledOnKey: make([]atomic.Int64, cfg.Keys.KeySpaceSize)}, nil
 }
 
 // Report is where every event's latency is recorded; drive the Op with it.
@@ -141,7 +148,7 @@ func (w *WatchBench) Open(ctx context.Context, runner *Runner) error {
 		}
 		samples := &streamSamples{}
 		w.streams = append(w.streams, samples)
-		go w.receive(stream, samples)
+		go w.receive(stream, samples, s*w.cfg.WatchersPerStream)
 		for i := s * w.cfg.WatchersPerStream; i < (s+1)*w.cfg.WatchersPerStream; i++ {
 			keyNum := i % w.cfg.Keys.KeySpaceSize
 			w.watchersOnKey[keyNum]++
@@ -185,18 +192,33 @@ func (w *WatchBench) streamConns(runner *Runner) ([]*grpc.ClientConn, error) {
 	return w.conns, nil
 }
 
-// receive records every event of one stream.
-func (w *WatchBench) receive(stream pb.Watch_WatchClient, samples *streamSamples) {
+// receive records every event of one stream, whose watchers are first, first+1, ... in the order they were
+// created (a stream's creates are answered in order).
+func (w *WatchBench) receive(stream pb.Watch_WatchClient, samples *streamSamples, first int) {
+	keyOf := map[int64]int{}        // watch ID -> its key's number, while not canceled
+	receivedBy := map[int64]int64{} // watch ID -> events received
+	created := 0
 	for {
 		resp, err := stream.Recv()
 		if err != nil {
 			return
 		}
 		if resp.Created {
+			keyOf[resp.WatchId] = (first + created) % w.cfg.Keys.KeySpaceSize
+			created++
 			w.created.Add(1)
 		}
 		if resp.Canceled {
 			w.report.Record(0, fmt.Errorf("watch %d canceled: %s (compact revision %d)", resp.WatchId, resp.CancelReason, resp.CompactRevision))
+			if key, ok := keyOf[resp.WatchId]; ok {
+				delete(keyOf, resp.WatchId)
+				w.canceledReceived.Add(receivedBy[resp.WatchId])
+				delete(receivedBy, resp.WatchId)
+				w.canceledOnKey[key].Add(1)
+			}
+		}
+		if n := len(resp.Events); n > 0 {
+			receivedBy[resp.WatchId] += int64(n)
 		}
 		now := time.Now()
 		samples.mu.Lock()
@@ -231,8 +253,8 @@ func (w *WatchBench) Op() Op {
 	}
 }
 
-// Finish waits until every event of the acknowledged puts has arrived (or EventTimeout) and returns the
-// figures.
+// Finish waits until every event of the acknowledged puts has arrived, except those of watchers the server
+// canceled, (or EventTimeout) and returns the figures. Canceled watchers are an error.
 func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 	stats := WatchStats{Watchers: w.cfg.Streams * w.cfg.WatchersPerStream, Streams: w.cfg.Streams,
 		CreateSec: w.createSec, HeapBytesPerWatcher: w.heapPerWatch}
@@ -242,10 +264,11 @@ func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 		stats.ExpectedEvents += puts * w.watchersOnKey[k]
 	}
 	deadline := time.Now().Add(w.cfg.EventTimeout)
-	for w.received.Load() < stats.ExpectedEvents && time.Now().Before(deadline) && ctx.Err() == nil {
+	for w.received.Load() < w.awaited() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stats.ReceivedEvents = w.received.Load()
+	stats.CanceledWatchers = w.canceled()
 	for _, samples := range w.streams {
 		samples.mu.Lock()
 		w.report.RecordLatencies(samples.latencies)
@@ -255,10 +278,33 @@ func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 	if first, last := w.firstPut.Load(), w.lastEvent.Load(); last > first && first > 0 {
 		stats.EventsPerSec = float64(stats.ReceivedEvents) / time.Duration(last-first).Seconds()
 	}
+	if stats.CanceledWatchers > 0 {
+		return stats, fmt.Errorf("bench: the server canceled %d watchers; %d of %d events received", stats.CanceledWatchers,
+			stats.ReceivedEvents, stats.ExpectedEvents)
+	}
 	if stats.ReceivedEvents < stats.ExpectedEvents {
 		return stats, fmt.Errorf("bench: %d of %d events received within %s", stats.ReceivedEvents, stats.ExpectedEvents, w.cfg.EventTimeout)
 	}
 	return stats, nil
+}
+
+// awaited is how many events the watchers can still receive in all: every acknowledged put's events for the
+// watchers of its key that are not canceled, plus what the canceled ones had received.
+func (w *WatchBench) awaited() int64 {
+	n := w.canceledReceived.Load()
+	for k := range w.putsOnKey {
+		n += w.putsOnKey[k].Load() * (w.watchersOnKey[k] - w.canceledOnKey[k].Load())
+	}
+	return n
+}
+
+// canceled is how many watchers the server canceled.
+func (w *WatchBench) canceled() int64 {
+	var n int64
+	for k := range w.canceledOnKey {
+		n += w.canceledOnKey[k].Load()
+	}
+	return n
 }
 
 // Close ends the streams.
