@@ -6,11 +6,14 @@
 #
 #   command: scripts/device-watch-scale.sh    carry: [".device"]    timeout_s: 600
 #
-# Stages, each skipped with a line saying so when the time left is shorter than its estimate:
+# Stages (STAGES, default "table cores profile"), each skipped with a line saying so when the time left is
+# shorter than its estimate:
 #   table     the issue's table: scripts/bench-watch.sh beside a 3-member etcd (etcd, 1 hub, 2 hubs, frontends),
 #             `cairn up --child-gomaxprocs $TABLE_PROCS` (16)
 #   cores     one hub against its cores: scripts/bench-hub-cores.sh, PROCS="$CORE_PROCS" (1 4 16)
-#   profile   a CPU profile of hub-1 at 100,000 watchers, 10 puts/s, --child-gomaxprocs 16 (hub-cpu.pb.gz)
+#   profile   10 s CPU and mutex profiles of hub-1 at 100,000 watchers, 10 puts/s, --child-gomaxprocs 16
+#             (hub-cpu.pb.gz, hub-mutex.pb.gz: on 2 cores all of a hub's lock waiting was on gRPC's
+#             per-connection control buffer, between the streams' senders and the connection's writer)
 # Everything goes to $OUT (the device tool's folder; ./device-out elsewhere): summary.txt, the profile, and
 # logs.tar.gz with each stage's output and every process log of a stage that failed.
 #
@@ -20,7 +23,7 @@ cd "$(dirname "$0")/.."
 began=$SECONDS
 BUDGET=${BUDGET:-540}
 export SCALE=${SCALE:-1} PUT_SECONDS=${PUT_SECONDS:-10} ROUNDS=${ROUNDS:-1}
-TABLE_PROCS=${TABLE_PROCS:-16} CORE_PROCS=${CORE_PROCS:-1 4 16}
+TABLE_PROCS=${TABLE_PROCS:-16} CORE_PROCS=${CORE_PROCS:-1 4 16} STAGES=" ${STAGES:-table cores profile} "
 out=${OUT:-$PWD/device-out}
 mkdir -p "$out"
 bins=$(mktemp -d)
@@ -50,6 +53,7 @@ per_run=$((PUT_SECONDS + 12))
 stage() { # NAME ESTIMATE COMMAND...: runs COMMAND unless less than ESTIMATE seconds are left
 	local name=$1 estimate=$2 t0=$SECONDS rc
 	shift 2
+	[[ $STAGES == *" $name "* ]] || return 0
 	if (($(left) < estimate)); then
 		say "## $name: skipped, $(left) s left of the budget and it takes about $estimate s"
 		return
@@ -68,7 +72,8 @@ stage table $((ROUNDS * (8 * per_run + 15))) env UP_FLAGS="--child-gomaxprocs $T
 read -r -a procs <<<"$CORE_PROCS"
 stage cores $((ROUNDS * ${#procs[@]} * (2 * per_run + 8))) env PROCS="$CORE_PROCS" scripts/bench-hub-cores.sh
 
-# profile: hub-1 of a stack with pprof on, 100,000 watchers on it directly, 10 puts/s; 10 s of CPU profile.
+# profile: hub-1 of a stack with pprof on, 100,000 watchers on it directly, 10 puts/s for 30 s; 10 s of CPU
+# profile, then 10 s of mutex profile.
 profile_hub() ( # a subshell: its EXIT trap stops the stack
 	work=$(mktemp -d)
 	# shellcheck source=lib/bench.sh
@@ -77,16 +82,17 @@ profile_hub() ( # a subshell: its EXIT trap stops the stack
 	up_start up --enable-pprof --child-gomaxprocs 16 || exit 1
 	hub=$(up_child api watchhub-1) metrics=$(up_child metrics watchhub-1)
 	streams=$(awk -v k="$SCALE" 'BEGIN { n = int(1000 * k + 0.5); print (n < 1 ? 1 : n) }')
-	"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 --total $((10 * (PUT_SECONDS + 10))) --rate 10 \
+	"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 --total 300 --rate 10 \
 		watch --streams "$streams" --watch-per-stream 100 --val-size 32 --watch-endpoints "127.0.0.1:$hub" \
 		>"$work/bench.out" 2>&1 &
 	bench=$!
 	sleep 8
 	http_get "http://127.0.0.1:$metrics/debug/pprof/profile?seconds=10" >"$out/hub-cpu.pb.gz"
+	http_get "http://127.0.0.1:$metrics/debug/pprof/mutex?seconds=10" >"$out/hub-mutex.pb.gz"
 	wait "$bench"
-	grep -E "Events:|50% in|99% in" "$work/bench.out"
-	echo "profile: $(wc -c <"$out/hub-cpu.pb.gz") bytes in hub-cpu.pb.gz"
+	grep -E "Events:|Canceled:|50% in|99% in" "$work/bench.out"
+	echo "profiles: $(wc -c <"$out/hub-cpu.pb.gz") bytes in hub-cpu.pb.gz, $(wc -c <"$out/hub-mutex.pb.gz") in hub-mutex.pb.gz"
 )
-stage profile $((PUT_SECONDS + 30)) profile_hub
+stage profile 55 profile_hub
 
 say "# done in $((SECONDS - began)) s"

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"regexp"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,8 +34,13 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// HandlePprof serves net/http/pprof's profiles under /debug/pprof/ on mux, as etcd's --enable-pprof does.
+// HandlePprof serves net/http/pprof's profiles under /debug/pprof/ on mux, as etcd's --enable-pprof does, and
+// like etcd turns on the mutex profile (one contention event in 5) unless the process set a rate already, so
+// /debug/pprof/mutex shows where goroutines wait on each other.
 func HandlePprof(mux *http.ServeMux) {
+	if runtime.SetMutexProfileFraction(-1) == 0 {
+		runtime.SetMutexProfileFraction(5)
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
