@@ -15,16 +15,6 @@ work=$(mktemp -d)
 source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 
-# hub_port DATA-DIR PORT-NAME: the first watchhub's port of that name, from the stack's stack.json.
-hub_port() {
-	python3 - "$1/stack.json" "$2" <<'PY'
-import json, sys
-for c in json.load(open(sys.argv[1]))['children']:
-    if c['name'].startswith('watchhub'):
-        print(c['ports'][sys.argv[2]]); break
-PY
-}
-
 # scrape URL PID: one line every 2 s until the bench ends (the caller kills it).
 scrape() {
 	local url=$1 pid=$2 t0 prev=""
@@ -32,7 +22,7 @@ scrape() {
 	while true; do
 		local now m
 		now=$(date +%s)
-		m=$(curl -s "$url") || true
+		m=$(http_get "$url") || true
 		local line
 		line=$(awk -v t=$((now - t0)) -v rss="$(awk '/VmRSS/ {print int($2/1024)}' "/proc/$pid/status" 2>/dev/null)" '
 			/^cairn_watchhub_watch_lag_seconds_sum / {s=$2} /^cairn_watchhub_watch_lag_seconds_count / {c=$2}
@@ -51,10 +41,9 @@ scrape() {
 
 for lag in ${LAGS:-5s 1s}; do
 	up_start "up-$lag" --watchhubs 1 --max-watch-lag "$lag"
-	dir=$work/up-$lag
-	hub=127.0.0.1:$(hub_port "$dir" api)
-	metrics=http://127.0.0.1:$(hub_port "$dir" metrics)/metrics
-	hubpid=$(python3 -c "import json,sys; print([c['pid'] for c in json.load(open(sys.argv[1]))['children'] if c['name'].startswith('watchhub')][0])" "$dir/stack.json")
+	hub=127.0.0.1:$(up_child api watchhub-1)
+	metrics=http://127.0.0.1:$(up_child metrics watchhub-1)/metrics
+	hubpid=$(up_child pid watchhub-1)
 	echo "--max-watch-lag $lag: $((STREAMS * PER_STREAM)) watchers ($STREAMS streams) on one key, $PUTS puts at $RATE/s; load $(cut -d' ' -f1-3 /proc/loadavg)"
 	scrape "$metrics" "$hubpid" &
 	scraper=$!
