@@ -6,8 +6,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,6 +226,66 @@ func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("index %d handed on %d times, want once", index, n)
 		}
+	}
+}
+
+// TestSubscribeFirstCopiesWhileDropsUnwanted: messages that arrive while the consumer does not want them are
+// dropped, and their indexes are not remembered, so the first copy that arrives once it wants them is handed on;
+// a later copy is not.
+func TestSubscribeFirstCopiesWhileDropsUnwanted(t *testing.T) {
+	srv := startServer(t, -1)
+	var gated, all collector
+	var wanted atomic.Bool
+	sub := subscribeAll(t, srv, map[*collector]bool{&all: false})
+	if _, err := SubscribeFirstCopiesWhile(sub, "test", wanted.Load, gated.handle); err != nil {
+		t.Fatal(err)
+	}
+	eventbustest.Flush(t, sub)
+	// indexesUntil waits for sentinel, published after everything before it, and returns the indexes handed on.
+	indexesUntil := func(sentinel uint64) map[uint64]int {
+		t.Helper()
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the sentinel", func() bool {
+			gated.mu.Lock()
+			defer gated.mu.Unlock()
+			for _, indexes := range gated.byMember {
+				if slices.Contains(indexes, sentinel) {
+					return true
+				}
+			}
+			return false
+		})
+		gated.mu.Lock()
+		defer gated.mu.Unlock()
+		got := map[uint64]int{}
+		for _, indexes := range gated.byMember {
+			for _, index := range indexes {
+				got[index]++
+			}
+		}
+		return got
+	}
+	const records = 100
+	publishQueued(t, srv.ClientURL(), 0x1a, 1, records, record)
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the unwanted copies sent", func() bool {
+		return all.count(0x1a) == records
+	})
+	wanted.Store(true)
+	publishQueued(t, srv.ClientURL(), 0x1a, 1000, 1000, record)
+	if got := indexesUntil(1000); len(got) != 1 {
+		t.Fatalf("handed on %v; want only the sentinel: the copies sent while unwanted dropped", got)
+	}
+	publishQueued(t, srv.ClientURL(), 0x2b, 1, records, record) // wanted: handed on, once
+	publishQueued(t, srv.ClientURL(), 0x3c, 1, records, record) // a later copy: not handed on
+	publishQueued(t, srv.ClientURL(), 0x3c, 2000, 2000, record) // the sentinel
+	got := indexesUntil(2000)
+	for index := uint64(1); index <= records; index++ {
+		if got[index] != 1 {
+			t.Fatalf("index %d handed on %d times, want once (from the first copy sent while wanted)", index, got[index])
+		}
+	}
+	if gated.count(0x2b) != records || gated.count(0x3c) != 1 {
+		t.Fatalf("handed on %d records of the first wanted copy and %d of the second, want %d and only its sentinel",
+			gated.count(0x2b), gated.count(0x3c), records)
 	}
 }
 

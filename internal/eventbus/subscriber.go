@@ -16,7 +16,7 @@ type Handler func(rec *eventpb.AppliedRecord, meta Meta)
 // Records that do not decode are skipped. NATS drops messages for a handler that falls too far behind (a
 // slow consumer): the caller must treat the bus as lossy.
 func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, AllSubjects(prefix), handle, nil, decodeBatch)
+	return subscribe(nc, AllSubjects(prefix), handle, nil, nil, decodeBatch)
 }
 
 // SubscribeFirstCopies is Subscribe for a consumer that needs each log index once: members publish the same
@@ -25,7 +25,15 @@ func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription
 // index (from the first and last index in its headers) was already handed on is not even decoded. A copy of
 // an index too old to be remembered is handed on again, so the consumer must still tolerate the odd duplicate.
 func SubscribeFirstCopies(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, AllSubjects(prefix), handle, newRecentIndexes(), decodeBatch)
+	return subscribe(nc, AllSubjects(prefix), handle, nil, newRecentIndexes(), decodeBatch)
+}
+
+// SubscribeFirstCopiesWhile is SubscribeFirstCopies for a consumer that needs the records only at times (a
+// watchhub, while it has watch streams): a message that arrives while wanted reports false is dropped
+// undecoded, and its indexes are not remembered as handed on, so a later copy of them is. wanted is called on
+// the subscription's goroutine for every message and must be cheap (an atomic load).
+func SubscribeFirstCopiesWhile(nc *nats.Conn, prefix string, wanted func() bool, handle Handler) (*nats.Subscription, error) {
+	return subscribe(nc, AllSubjects(prefix), handle, wanted, newRecentIndexes(), decodeBatch)
 }
 
 // SubscribeLeaseChanges is SubscribeFirstCopies for a consumer of lease changes only (a leasekeeper), on the lease
@@ -34,7 +42,7 @@ func SubscribeFirstCopies(nc *nats.Conn, prefix string, handle Handler) (*nats.S
 // while the store changes, a record without lease changes that says how far it has got. Records that change no
 // lease are not otherwise sent there, which spares a leasekeeper the events that make up most of the bus.
 func SubscribeLeaseChanges(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, AllLeaseSubjects(prefix), handle, newRecentIndexes(), decodeLeaseBatch)
+	return subscribe(nc, AllLeaseSubjects(prefix), handle, nil, newRecentIndexes(), decodeLeaseBatch)
 }
 
 // decodeBatch decodes a whole message.
@@ -59,9 +67,14 @@ func decodeLeaseBatch(data []byte) ([]*eventpb.AppliedRecord, error) {
 	return out, nil
 }
 
-func subscribe(nc *nats.Conn, subject string, handle Handler, seen *recentIndexes,
+// subscribe hands the records of subject's messages to handle; a nil wanted wants every message, a nil seen
+// hands on every copy.
+func subscribe(nc *nats.Conn, subject string, handle Handler, wanted func() bool, seen *recentIndexes,
 	decode func([]byte) ([]*eventpb.AppliedRecord, error)) (*nats.Subscription, error) {
 	sub, err := nc.Subscribe(subject, func(msg *nats.Msg) {
+		if wanted != nil && !wanted() {
+			return
+		}
 		h := headersOf(msg.Header)
 		if seen != nil && seen.allSeen(h.first, h.last) {
 			return

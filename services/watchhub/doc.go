@@ -55,9 +55,10 @@
 //     its oldest unsent revision at the hub) is canceled with a reason, so its client re-watches (lag.go).
 //   - A hub follows the store only while it has watch streams: then it tells the storages every second that it
 //     needs the applied records (eventbus.AnnounceInterest); without streams it neither announces nor fills, so
-//     when no hub is watched the storages publish nothing. Its first stream wakes it: the gap is filled from
-//     history before any watch is created, or, when larger than the window, skipped (there is no watcher to
-//     miss it; a watch from the past reads it from storage history).
+//     when no hub is watched the storages publish nothing; it drops undecoded what they still send, and empties
+//     its window at its next storage poll, so an idle hub holds no revisions. Its first stream wakes it: the
+//     gap is filled from history before any watch is created, or, when larger than the window, skipped (there
+//     is no watcher to miss it; a watch from the past reads it from storage history).
 //   - Losing the bus only adds latency (revisions come from storage every StoragePollInterval, up to 4 times
 //     less often while the store stands still); losing a
 //     storage fails over to the next endpoint; stopping the hub ends its streams with Unavailable.

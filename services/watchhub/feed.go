@@ -141,8 +141,8 @@ func (r offerResult) String() string {
 // doubles, up to idlePollFactor times StoragePollInterval: an idle hub asks its storages every 2 s rather than
 // every 500 ms. A record lost in an idle moment so waits at most that long; any movement brings the wait back.
 // A hub without watch streams fills nothing (its first stream wakes it and it catches up then), so it polls
-// only to follow storage's health and leader: its wait stretches to unwatchedPollFactor times. poll returns the
-// wait before the next poll (internal/pace's rule).
+// only to follow storage's health and leader: its wait stretches to unwatchedPollFactor times; and such a poll
+// empties its window (emptyIfUnwatched). poll returns the wait before the next poll (internal/pace's rule).
 func (f *feed) poll(ctx context.Context) time.Duration {
 	rev, _, ok := f.pollStatus(ctx)
 	f.pollPace.Longest = pollLongest(f.hub.cfg.StoragePollInterval, f.hub.watched())
@@ -151,6 +151,11 @@ func (f *feed) poll(ctx context.Context) time.Duration {
 	if ok {
 		f.seq.noteExists(f.polledRev)
 		f.polledRev = rev
+	}
+	if !f.hub.watched() && f.hub.emptyIfUnwatched() {
+		// Nothing is filled while unwatched, so what the sequencer holds ahead of a gap would wait for the
+		// next stream; the wake's fill reads it again.
+		f.seq.dropPending()
 	}
 	return wait
 }

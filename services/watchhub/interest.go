@@ -12,10 +12,13 @@ import (
 const interestInterval = time.Second
 
 // A hub needs the bus only while it has watch streams. Without any it announces nothing, so the storages stop
-// publishing applied records (when every hub is idle, a write costs no fan-out work at all, as in etcd), and it
-// does not fill what it missed: its head stays behind. The first stream wakes it: it announces at once, and the
-// feed fills the gap from history as usual, or, when the gap is more than the window holds, jumps the head to
-// storage's revision (no watcher can miss what it skips: there is none yet; with one, it fills).
+// publishing applied records (when every hub is idle, a write costs no fan-out work at all, as in etcd); what
+// they still send (for InterestTTL after the last announcement, or after a storage starts) it drops undecoded;
+// and it does not fill what it missed: its head stays behind. Its window, which serves only watchers, is
+// emptied at the first storage poll without a stream, so an idle hub holds none of it (up to WindowRevisions
+// revisions, and the garbage collector's headroom over them). The first stream wakes it: it announces at once,
+// and the feed fills the gap from history as usual, or, when the gap is more than the window holds, jumps the
+// head to storage's revision (no watcher can miss what it skips: there is none yet; with one, it fills).
 
 // watched reports whether the hub has a watch stream.
 func (h *Hub) watched() bool { return h.streamCount.Load() > 0 }
@@ -82,6 +85,22 @@ func (f *feed) catchUp(ctx context.Context) {
 		f.seq.noteExists(head) // fill up to it now, not after the next poll
 	}
 	f.polledRev = head
+}
+
+// emptyIfUnwatched empties the window when the hub has no watch stream, and reports whether it has none. The
+// head stays: the revisions above it come from the fill when a stream wakes the hub.
+func (h *Hub) emptyIfUnwatched() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.streams) > 0 {
+		return false
+	}
+	if h.win.count > 0 || len(h.win.ring) > initialWindowRing {
+		h.win.reset(h.win.head)
+		h.metrics.windowRevisions.Set(0)
+		h.metrics.windowBytes.Set(0)
+	}
+	return true
 }
 
 // jumpTo moves the head forward to head, emptying the window, unless a watcher exists (it must not miss the

@@ -17,28 +17,63 @@ import (
 )
 
 // TestIdleHubWakesAtStoragesRevision: a hub without watch streams does not follow the store (the storages'
-// publishers send nothing nobody wants, and it fills nothing); its first stream wakes it at storage's revision,
-// so a watch from now starts there and a watch from the past gets every event from history, once, in order.
+// publishers send nothing nobody wants, what they still send it drops, and it fills nothing) and holds no
+// window; its first stream wakes it at storage's revision, so a watch from now starts there and a watch from
+// the past gets every event from history, once, in order.
 func TestIdleHubWakesAtStoragesRevision(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		window int
 		// poll is the hub's StoragePollInterval; 0 the tests' 50 ms.
 		poll time.Duration
+		// sinceStart: the writes come while the new storages' publishers still send every record (their first
+		// InterestTTL); otherwise after it, when they send nothing unwanted.
+		sinceStart bool
+		// watchedBefore: a stream watched the first writes into the window and closed before the idle ones.
+		watchedBefore bool
 	}{
-		{"gap filled into the window", 0, 0},
-		{"gap larger than the window jumped", 5, 0},
+		{name: "gap filled into the window"},
+		{name: "gap larger than the window jumped", window: 5},
 		// The wake must ask storage: an unwatched hub's last poll can be seconds old (its wait stretches).
-		{"gap larger than the window, no poll since the writes, jumped", 5, time.Minute},
+		{name: "gap larger than the window, no poll since the writes, jumped", window: 5, poll: time.Minute},
+		{name: "records the publishers still send dropped", sinceStart: true},
+		{name: "window emptied when the last stream closed", watchedBefore: true},
 	} {
-		t.Run(tc.name, func(t *testing.T) { testIdleHubWakes(t, tc.window, tc.poll) })
+		t.Run(tc.name, func(t *testing.T) {
+			testIdleHubWakes(t, tc.window, tc.poll, tc.sinceStart, tc.watchedBefore)
+		})
 	}
 }
 
-func testIdleHubWakes(t *testing.T, window int, poll time.Duration) {
+func testIdleHubWakes(t *testing.T, window int, poll time.Duration, sinceStart, watchedBefore bool) {
 	env := newTestEnv(t, 1)
 	h := env.startHub(Config{WindowRevisions: window, StoragePollInterval: poll})
-	time.Sleep(eventbus.DefaultInterestTTL) // a new publisher sends for that long before it stops unwanted records
+	if !sinceStart {
+		time.Sleep(eventbus.DefaultInterestTTL) // a new publisher sends for that long before it stops unwanted records
+	}
+	if watchedBefore {
+		before := openRaw(t, dialHub(t, h.Addr()))
+		before.create(&pb.WatchCreateRequest{Key: []byte("k"), WatchId: 1})
+		before.next(5 * time.Second) // created
+		for i := range 10 {
+			rev := env.put("k", string(rune('A'+i)))
+			if resp := before.next(5 * time.Second); len(resp.Events) != 1 || resp.Events[0].Kv.ModRevision != rev {
+				t.Fatalf("watched write %d: got %v, want revision %d", i, resp, rev)
+			}
+		}
+		h.mu.RLock()
+		held := h.win.count
+		h.mu.RUnlock()
+		if held < 10 {
+			t.Fatalf("window holds %d revisions while watched, want the 10 written", held)
+		}
+		before.cancel()
+		waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the unwatched hub's window emptied", func() bool {
+			h.mu.RLock()
+			defer h.mu.RUnlock()
+			return h.win.count == 0 && len(h.win.ring) == min(h.cfg.WindowRevisions, initialWindowRing)
+		})
+	}
 	start := h.headRev.Load()
 	var last int64
 	for i := range 20 {
@@ -47,6 +82,12 @@ func testIdleHubWakes(t *testing.T, window int, poll time.Duration) {
 	time.Sleep(200 * time.Millisecond) // four storage polls: a following hub would have filled them
 	if head := h.headRev.Load(); head != start {
 		t.Fatalf("idle hub moved its head from %d to %d", start, head)
+	}
+	h.mu.RLock()
+	held := h.win.count
+	h.mu.RUnlock()
+	if held != 0 && (sinceStart || watchedBefore) {
+		t.Fatalf("idle hub holds %d revisions in its window", held)
 	}
 
 	rs := openRaw(t, dialHub(t, h.Addr()))
@@ -62,7 +103,7 @@ func testIdleHubWakes(t *testing.T, window int, poll time.Duration) {
 		t.Fatalf("watch from now created at revision %d (created %v), want %d", created.Header.Revision, created.Created, last)
 	}
 	h.mu.RLock()
-	held := h.win.count
+	held = h.win.count
 	h.mu.RUnlock()
 	if jumped := window > 0 && window < 20; jumped != (held == 0) {
 		t.Fatalf("window holds %d revisions after waking; want it empty only after a jump (window %d, gap 20)", held, window)

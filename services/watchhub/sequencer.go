@@ -107,6 +107,14 @@ func (s *sequencer) missing() (from, to int64, ok bool) {
 	return s.next, to, true
 }
 
+// dropPending lets go of the revisions held ahead of a gap: they stay known to exist, so missing reports them
+// with the gap, to be read again.
+func (s *sequencer) dropPending() {
+	if len(s.pending) > 0 {
+		s.pending = map[int64]revisionEvents{}
+	}
+}
+
 // head is the last revision handed out.
 func (s *sequencer) head() int64 { return s.next - 1 }
 

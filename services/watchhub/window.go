@@ -70,10 +70,8 @@ func (w *window) at(rev int64) (*revisionEvents, bool) {
 	return &w.ring[(w.start+int(rev-w.first()))%len(w.ring)], true
 }
 
-// reset empties the window and moves its head (after the hub skipped compacted revisions).
+// reset empties the window, gives back its ring (a new one starts at initialWindowRing) and moves its head.
 func (w *window) reset(head int64) {
-	for w.count > 0 {
-		w.evictOldest()
-	}
-	w.start, w.head = 0, head
+	w.ring = make([]revisionEvents, min(w.maxRevs, initialWindowRing))
+	w.start, w.count, w.bytes, w.head = 0, 0, 0, head
 }
