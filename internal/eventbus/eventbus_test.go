@@ -86,7 +86,9 @@ func subscribeCollectors(t *testing.T, sub *nats.Conn, collectors map[*collector
 	for c, firstCopies := range collectors {
 		subscribe := Subscribe
 		if firstCopies {
-			subscribe = SubscribeFirstCopies
+			subscribe = func(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
+				return SubscribeFirstCopies(nc, prefix, nil, handle)
+			}
 		}
 		if _, err := subscribe(sub, "test", c.handle); err != nil {
 			t.Fatal(err)
@@ -229,15 +231,15 @@ func TestSubscribeFirstCopiesDeliversEachIndexOnce(t *testing.T) {
 	}
 }
 
-// TestSubscribeFirstCopiesWhileDropsUnwanted: messages that arrive while the consumer does not want them are
+// TestSubscribeFirstCopiesDropsUnwanted: messages that arrive while the consumer does not want them are
 // dropped, and their indexes are not remembered, so the first copy that arrives once it wants them is handed on;
 // a later copy is not.
-func TestSubscribeFirstCopiesWhileDropsUnwanted(t *testing.T) {
+func TestSubscribeFirstCopiesDropsUnwanted(t *testing.T) {
 	srv := startServer(t, -1)
 	var gated, all collector
 	var wanted atomic.Bool
 	sub := subscribeAll(t, srv, map[*collector]bool{&all: false})
-	if _, err := SubscribeFirstCopiesWhile(sub, "test", wanted.Load, gated.handle); err != nil {
+	if _, err := SubscribeFirstCopies(sub, "test", wanted.Load, gated.handle); err != nil {
 		t.Fatal(err)
 	}
 	eventbustest.Flush(t, sub)

@@ -24,15 +24,12 @@ func Subscribe(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription
 // first copy of a recent index to arrive is handed on. A message whose every
 // index (from the first and last index in its headers) was already handed on is not even decoded. A copy of
 // an index too old to be remembered is handed on again, so the consumer must still tolerate the odd duplicate.
-func SubscribeFirstCopies(nc *nats.Conn, prefix string, handle Handler) (*nats.Subscription, error) {
-	return subscribe(nc, AllSubjects(prefix), handle, nil, newRecentIndexes(), decodeBatch)
-}
-
-// SubscribeFirstCopiesWhile is SubscribeFirstCopies for a consumer that needs the records only at times (a
-// watchhub, while it has watch streams): a message that arrives while wanted reports false is dropped
-// undecoded, and its indexes are not remembered as handed on, so a later copy of them is. wanted is called on
-// the subscription's goroutine for every message and must be cheap (an atomic load).
-func SubscribeFirstCopiesWhile(nc *nats.Conn, prefix string, wanted func() bool, handle Handler) (*nats.Subscription, error) {
+//
+// A consumer that needs the records only at times (a watchhub, while it has watch streams) passes wanted: a
+// message that arrives while it reports false is dropped undecoded, and its indexes are not remembered as handed
+// on, so a later copy of them is. wanted is called on the subscription's goroutine for every message and must be
+// cheap (an atomic load); nil wants every message.
+func SubscribeFirstCopies(nc *nats.Conn, prefix string, wanted func() bool, handle Handler) (*nats.Subscription, error) {
 	return subscribe(nc, AllSubjects(prefix), handle, wanted, newRecentIndexes(), decodeBatch)
 }
 

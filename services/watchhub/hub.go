@@ -130,7 +130,7 @@ func (h *Hub) Start(ctx context.Context) error {
 		return err
 	}
 	h.nc = nc
-	sub, err := eventbus.SubscribeFirstCopiesWhile(nc, h.cfg.SubjectPrefix, h.watched, h.feed.onRecord)
+	sub, err := eventbus.SubscribeFirstCopies(nc, h.cfg.SubjectPrefix, h.watched, h.feed.onRecord)
 	if err != nil {
 		nc.Close()
 		_ = lis.Close()
