@@ -103,18 +103,51 @@ func (b *Batch) Take() *Encoded {
 // at the first error each returns. A malformed batch is an error, and nothing after the flaw is passed on.
 func SplitBatch(data []byte, each func(msg []byte) error) error {
 	for len(data) > 0 {
-		num, typ, n := protowire.ConsumeTag(data)
-		if n < 0 || num != batchEntryField || typ != protowire.BytesType {
-			return fmt.Errorf("relay batch: bad entry tag at %d bytes from the end", len(data))
+		head, size, err := batchEntry(data)
+		if err != nil {
+			return err
 		}
-		msg, m := protowire.ConsumeBytes(data[n:])
-		if m < 0 {
-			return fmt.Errorf("relay batch: entry of bad length at %d bytes from the end", len(data))
+		if err := each(data[head : head+size]); err != nil {
+			return err
 		}
+		data = data[head+size:]
+	}
+	return nil
+}
+
+// SplitHeldBatch is SplitBatch for a batch in a reference-counted buffer (a Held message's): each gets a
+// reference to every message (mem.SplitUnsafe; no copy), which it must free or hand on to gRPC, even when it
+// returns an error. The references to what lies between the messages, and to the rest after an error, are
+// freed here. It consumes buf's reference.
+func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer) error) error {
+	rest := buf
+	defer func() { rest.Free() }()
+	for rest.Len() > 0 {
+		head, size, err := batchEntry(rest.ReadOnlyData())
+		if err != nil {
+			return err
+		}
+		var prefix, msg mem.Buffer
+		prefix, rest = mem.SplitUnsafe(rest, head)
+		prefix.Free()
+		msg, rest = mem.SplitUnsafe(rest, size)
 		if err := each(msg); err != nil {
 			return err
 		}
-		data = data[n+m:]
 	}
 	return nil
+}
+
+// batchEntry reads the entry at the start of a batch: its prefix (tag and length) is data[:head], its message
+// data[head:head+size].
+func batchEntry(data []byte) (head, size int, err error) {
+	num, typ, n := protowire.ConsumeTag(data)
+	if n < 0 || num != batchEntryField || typ != protowire.BytesType {
+		return 0, 0, fmt.Errorf("relay batch: bad entry tag at %d bytes from the end", len(data))
+	}
+	length, m := protowire.ConsumeVarint(data[n:])
+	if m < 0 || length > uint64(len(data)-n-m) {
+		return 0, 0, fmt.Errorf("relay batch: entry of bad length at %d bytes from the end", len(data))
+	}
+	return n + m, int(length), nil
 }

@@ -19,12 +19,32 @@ type Raw struct{ Data []byte }
 // NewRaw returns an empty Raw, as proxies that receive into fresh messages want.
 func NewRaw() any { return new(Raw) }
 
-// Codec is the gRPC codec that sends Encoded and Raw messages as they are and reads into Raw undecoded; every
-// other message is protobuf.
-type Codec struct{ proto encoding.CodecV2 }
+// Held is a message received as its wire bytes, undecoded, in a buffer of which the receiver holds one
+// reference: it frees it (Buf.Free), or hands it, or pieces of it (mem.SplitUnsafe, SplitHeldBatch), on to gRPC
+// in an Encoded, which frees them once written. With a codec made WithPool, the buffer comes from that pool and
+// goes back to it when its last reference is freed, so a relay that receives and forwards a stream of frames
+// reuses its buffers where a Raw is a new allocation for every frame.
+type Held struct{ Buf mem.Buffer }
+
+// NewHeld returns an empty Held, as proxies that receive into fresh messages want.
+func NewHeld() any { return new(Held) }
+
+// Codec is the gRPC codec that sends Encoded and Raw messages as they are and reads into Raw and Held
+// undecoded; every other message is protobuf.
+type Codec struct {
+	proto encoding.CodecV2
+	pool  mem.BufferPool // Held's buffers; nil: a fresh slice each
+}
 
 // NewCodec returns the codec; use it with grpc.ForceServerCodecV2 or grpc.ForceCodecV2.
 func NewCodec() Codec { return Codec{proto: encoding.GetCodecV2("proto")} }
+
+// WithPool returns the codec receiving Held messages into buffers of pool (a *Pool: it does not clear what it
+// hands out, and the codec writes every byte).
+func (c Codec) WithPool(pool mem.BufferPool) Codec {
+	c.pool = pool
+	return c
+}
 
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
@@ -39,8 +59,19 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
-	if r, ok := v.(*Raw); ok {
-		r.Data = data.Materialize()
+	switch m := v.(type) {
+	case *Raw:
+		m.Data = data.Materialize()
+		return nil
+	case *Held:
+		n := data.Len()
+		if c.pool == nil || mem.IsBelowBufferPoolingThreshold(n) {
+			m.Buf = mem.SliceBuffer(data.Materialize())
+			return nil
+		}
+		buf := c.pool.Get(n)
+		data.CopyTo(*buf)
+		m.Buf = mem.NewBuffer(buf, c.pool)
 		return nil
 	}
 	return c.proto.Unmarshal(data, v)

@@ -115,3 +115,84 @@ func TestBatch(t *testing.T) {
 		}
 	}
 }
+
+// recordingPool is a Pool that counts what comes back to it.
+type recordingPool struct {
+	Pool
+	gets, puts int
+}
+
+func (p *recordingPool) Get(n int) *[]byte { p.gets++; return p.Pool.Get(n) }
+func (p *recordingPool) Put(b *[]byte)     { p.puts++; p.Pool.Put(b) }
+
+// TestHeldBatch: a batch received as gRPC hands it over (in pieces) into a Held of a pooled codec splits into
+// references to its messages, whole and in order; its buffer goes back to the pool once the last of them is
+// freed, and not before, whether the batch is whole or flawed (nothing after the flaw comes out). A message
+// below gRPC's pooling threshold is not pooled.
+func TestHeldBatch(t *testing.T) {
+	t.Parallel()
+	msgs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 300), bytes.Repeat([]byte{8}, batchCopyLimit+1),
+		[]byte("after a large one"), bytes.Repeat([]byte{9}, 3*batchCopyLimit), []byte("last")}
+	var b Batch
+	for _, m := range msgs {
+		b.Add(mem.SliceBuffer(m))
+	}
+	wire, err := NewCodec().Marshal(b.Take())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := wire.Materialize()
+	for _, tc := range []struct {
+		name  string
+		batch []byte
+		whole int // messages passed on before the flaw; len(msgs) when none
+	}{
+		{"whole", data, len(msgs)},
+		{"truncated entry", data[:len(data)-1], len(msgs) - 1},
+		{"wrong field", append(append([]byte{}, data[:len(data)-6]...), 0x12, 1, 'x'), len(msgs) - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pieces mem.BufferSlice // as gRPC's reader hands a message over: a buffer per data frame
+			for rest := tc.batch; len(rest) > 0; {
+				n := min(len(rest), 1000)
+				pieces = append(pieces, mem.SliceBuffer(rest[:n]))
+				rest = rest[n:]
+			}
+			pool := &recordingPool{}
+			held := NewHeld().(*Held)
+			if err := NewCodec().WithPool(pool).Unmarshal(pieces, held); err != nil {
+				t.Fatal(err)
+			}
+			if pool.gets != 1 {
+				t.Fatalf("a %d-byte batch took %d buffers from the pool, want 1", len(tc.batch), pool.gets)
+			}
+			var refs []mem.Buffer
+			err := SplitHeldBatch(held.Buf, func(m mem.Buffer) error { refs = append(refs, m); return nil })
+			if (err != nil) != (tc.whole < len(msgs)) || len(refs) != tc.whole {
+				t.Fatalf("%d messages passed on, error %v; want %d (an error: %v)", len(refs), err, tc.whole,
+					tc.whole < len(msgs))
+			}
+			for i, ref := range refs {
+				if !bytes.Equal(ref.ReadOnlyData(), msgs[i]) {
+					t.Fatalf("message %d is %d bytes %.20q, want %d bytes %.20q", i, ref.Len(), ref.ReadOnlyData(),
+						len(msgs[i]), msgs[i])
+				}
+			}
+			for i, ref := range refs {
+				if pool.puts != 0 {
+					t.Fatalf("buffer back in the pool with %d of %d message references still held", len(refs)-i, len(refs))
+				}
+				ref.Free()
+			}
+			if pool.puts != 1 {
+				t.Fatalf("buffer put back %d times once every reference was freed, want once", pool.puts)
+			}
+		})
+	}
+	pool := &recordingPool{}
+	held := NewHeld().(*Held)
+	if err := NewCodec().WithPool(pool).Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte("small"))}, held); err != nil ||
+		string(held.Buf.ReadOnlyData()) != "small" || pool.gets != 0 {
+		t.Fatalf("a small Held: %q (%v), %d buffers from the pool; want it unpooled", held.Buf.ReadOnlyData(), err, pool.gets)
+	}
+}

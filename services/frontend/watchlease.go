@@ -10,6 +10,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -32,6 +33,9 @@ const watchRelayWindow = 64<<10 - 1
 // (obs.RelayTraceHeader) and spans their relay, frontend.relay, from the hub's frame to its send to the client.
 type watchServer struct {
 	pb.UnimplementedWatchServer
+	// frames are the buffers the hubs' frames are received into (wiremsg.Held): each goes back once the client
+	// streams have written the last response it carries.
+	frames   wiremsg.Pool
 	hubs     *rotation
 	stopping <-chan struct{}
 	auth     *authGate
@@ -61,9 +65,9 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	for _, hub := range s.hubs.order() {
 		var upstream grpc.ClientStream
 		if upstream, err = hub.conn.NewStream(upCtx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
-			grpc.ForceCodecV2(wiremsg.NewCodec())); err == nil {
+			grpc.ForceCodecV2(wiremsg.NewCodec().WithPool(&s.frames))); err == nil {
 			r := &watchRelay{server: s, upstream: upstream, tracing: tracing}
-			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewRaw, r.relay,
+			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewHeld, r.relay,
 				s.auth.screenWatch(stream.Context()))
 		}
 		if stream.Context().Err() != nil {
@@ -76,13 +80,15 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 // watchRelay relays one hub stream's frames to the client. A hub that promised relay batches
 // (wiremsg.RelayBatchHeader in its response header) sends several responses per frame; each goes to the client
 // as its own message, as the hub would have sent it unbatched, so the client sees the same messages either way.
+// A frame is received into a pooled buffer (wiremsg.Held) and each response goes to gRPC as a reference to its
+// part of it, uncopied; the buffer returns to the pool once every response is written.
 type watchRelay struct {
 	server   *watchServer
 	upstream grpc.ClientStream
 	tracing  bool
 	batched  bool
 	checked  bool // batched is known: the hub's header came with its first frame
-	msg      wiremsg.Raw
+	msg      wiremsg.Encoded
 }
 
 // relay sends the client the response or responses a hub's frame carries.
@@ -91,46 +97,56 @@ func (r *watchRelay) relay(frame any, send func(any) error) error {
 		header, _ := r.upstream.Header() // at hand: it came before this frame
 		r.batched, r.checked = wiremsg.RelayBatchPromised(header), true
 	}
-	raw := frame.(*wiremsg.Raw)
+	held := frame.(*wiremsg.Held)
 	if !r.batched {
-		return r.relayOne(raw.Data, send)
+		return r.relayOne(held.Buf, send)
 	}
-	if err := wiremsg.SplitBatch(raw.Data, func(msg []byte) error { return r.relayOne(msg, send) }); err != nil {
+	if err := wiremsg.SplitHeldBatch(held.Buf, func(msg mem.Buffer) error { return r.relayOne(msg, send) }); err != nil {
 		return status.Errorf(codes.Internal, "cairn frontend: watch relay: %v", err)
 	}
 	return nil
 }
 
-// relayOne sends one response. gRPC encodes a message before SendMsg returns (the codec hands it the bytes
-// without copying), so one Raw serves every response.
-func (r *watchRelay) relayOne(msg []byte, send func(any) error) error {
+// relayOne sends one response, and with it msg's reference: gRPC frees it once the response is written (or, if
+// the send fails before gRPC takes it, relayOne does).
+func (r *watchRelay) relayOne(msg mem.Buffer, send func(any) error) error {
 	var relayed func()
 	if r.tracing {
-		msg, relayed = r.server.traceRelay(msg)
+		var cut int
+		cut, relayed = r.server.traceRelay(msg.ReadOnlyData())
+		if cut > 0 {
+			var carrier mem.Buffer
+			carrier, msg = mem.SplitUnsafe(msg, cut)
+			carrier.Free()
+		}
 	}
-	r.msg.Data = msg
+	r.msg.Parts = append(r.msg.Parts[:0], msg)
 	err := send(&r.msg)
-	r.msg.Data = nil
+	if r.msg.Parts != nil { // the codec never took it
+		r.msg.Parts.Free()
+		r.msg.Parts = nil
+	}
 	if relayed != nil {
 		relayed()
 	}
 	return err
 }
 
-// traceRelay cuts the trace carrier off a hub's response of a sampled event, so the client gets the response
-// the hub would have sent without it, and spans the relay until it is sent (relayed nil for a response
-// without a carrier).
-func (s *watchServer) traceRelay(msg []byte) (rest []byte, relayed func()) {
+// traceRelay finds the trace carrier on a hub's response of a sampled event, which the relay cuts off (the
+// first cut bytes) so the client gets the response the hub would have sent without it, and spans the relay
+// until it is sent (relayed nil for a response without a carrier).
+func (s *watchServer) traceRelay(msg []byte) (cut int, relayed func()) {
 	sc, rest, ok := obs.CutRelayTrace(msg)
 	if !ok {
-		return msg, nil
+		return 0, nil
 	}
+	cut = len(msg) - len(rest)
 	span := s.stages.StartRelay("frontend.relay", sc)
 	if !span.IsRecording() {
-		return rest, nil
+		return cut, nil
 	}
 	span.SetAttributes(obs.AttrBytes.Int(len(rest)))
-	return rest, func() { span.End() }
+	return cut, func() { span.End() }
 }
 
 // leaseServer forwards Lease calls to the active leasekeeper: the last one that answered, else each in turn.
