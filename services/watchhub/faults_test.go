@@ -55,8 +55,9 @@ func TestEveryRevisionOnceThroughFaults(t *testing.T) {
 	defer cancel()
 	var checkers []*revisionChecker
 	for c := 0; c < watchers/perClient; c++ {
-		// The first half start on hub1 only, then may also use hub2; the others are on either.
-		cli := newClient(t, hub2.Addr(), hub1.Addr())
+		// The first half start on hub1 only, the others on hub2 only (an unwatched hub follows nothing, so each
+		// must have streams for the faults to bite on both); then each may also use the other hub.
+		cli := newClient(t, hub2.Addr())
 		if c < watchers/perClient/2 {
 			cli = newClient(t, hub1.Addr())
 		}
@@ -71,10 +72,14 @@ func TestEveryRevisionOnceThroughFaults(t *testing.T) {
 		}
 		if c < watchers/perClient/2 {
 			cli.SetEndpoints(hub1.Addr(), hub2.Addr())
+		} else {
+			cli.SetEndpoints(hub2.Addr(), hub1.Addr())
 		}
 	}
-	if n := testutil.ToFloat64(hub1.metrics.streams); n < watchers/perClient/2 {
-		t.Fatalf("hub1 has %v streams, want at least %d", n, watchers/perClient/2)
+	for _, hub := range []*Hub{hub1, hub2} {
+		if n := testutil.ToFloat64(hub.metrics.streams); n < watchers/perClient/2 {
+			t.Fatalf("a hub has %v streams, want at least %d", n, watchers/perClient/2)
+		}
 	}
 
 	faults := map[int]func(){
