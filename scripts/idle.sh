@@ -27,9 +27,9 @@ source scripts/lib/procstat.sh
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 ticks=$(getconf CLK_TCK)
 
-# raft_index ENDPOINT: the member's raft index.
+# raft_index ENDPOINT: the member's raft index (etcdctl's fields output, so that no JSON tool is needed).
 raft_index() {
-	"$ETCDCTL" --endpoints "$1" endpoint status -w json | jq '.[0].Status.raftIndex'
+	"$ETCDCTL" --endpoints "$1" endpoint status -w fields | awk '$1 == "\"RaftIndex\"" {print $3}'
 }
 
 # measure NAME ENDPOINT PID...: settles, then prints one row over WINDOW seconds.
