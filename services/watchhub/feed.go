@@ -211,8 +211,10 @@ func statusAtLeast(answered []storageclient.EndpointStatus, index int, rev int64
 	return false
 }
 
+// fillDue reports whether a fill should run now: the hub is watched, the last fill did not fail just now, a
+// revision is missing, and no wake waits (its catchUp may jump over the gap instead; see streamsChanged).
 func (f *feed) fillDue() bool {
-	if !f.retryAt.IsZero() || !f.hub.watched() {
+	if !f.retryAt.IsZero() || !f.hub.watched() || len(f.wake) > 0 {
 		return false
 	}
 	_, _, missing := f.seq.missing()

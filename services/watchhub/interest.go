@@ -56,16 +56,24 @@ func (h *Hub) announceInterest(ctx context.Context) {
 }
 
 // streamsChanged mirrors len(h.streams) for watched (mu is held); the first stream wakes the announcer and the
-// feed.
+// feed. The feed's wake is queued before the count changes, so a feed that sees the hub watched also sees the
+// wake, and decides between a jump and a fill (catchUp) before it fills anything (fillDue).
 func (h *Hub) streamsChanged() {
-	if h.streamCount.Swap(int64(len(h.streams))) != 0 || len(h.streams) == 0 {
-		return
+	first := h.streamCount.Load() == 0 && len(h.streams) > 0
+	if first {
+		signal(h.feed.wake)
 	}
-	for _, c := range []chan struct{}{h.firstStream, h.feed.wake} {
-		select {
-		case c <- struct{}{}:
-		default:
-		}
+	h.streamCount.Store(int64(len(h.streams)))
+	if first {
+		signal(h.firstStream)
+	}
+}
+
+// signal queues a wake-up on c, a channel of one, unless one is already queued.
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
 	}
 }
 
