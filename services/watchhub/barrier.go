@@ -76,6 +76,7 @@ func (f *freshness) storageRevision(ctx context.Context) int64 {
 // never wrong: it only starts later than asked).
 func (f *freshness) await(ctx context.Context, received time.Time) {
 	deadline := time.Now().Add(f.hub.cfg.StorageTimeout)
+	f.hub.waitAwake(ctx, deadline)
 	f.mu.Lock()
 	covered, rev := received.Before(f.lastStart), f.lastRev
 	f.mu.Unlock()

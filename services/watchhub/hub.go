@@ -60,10 +60,13 @@ type Hub struct {
 
 	// headRev mirrors win.head for readers that must not take mu; headAdvanced is closed and replaced
 	// (under headMu) whenever it grows.
-	headRev      atomic.Int64
-	streamCount  atomic.Int64  // len(streams), for readers without mu (see interest.go)
-	streamSeq    atomic.Int64  // streams opened, to give each its fan-out shard
-	firstStream  chan struct{} // signalled when the first stream opens
+	headRev     atomic.Int64
+	streamCount atomic.Int64  // len(streams), for readers without mu (see interest.go)
+	streamSeq   atomic.Int64  // streams opened, to give each its fan-out shard
+	firstStream chan struct{} // signalled when the first stream opens
+	// waking is open from the first stream's wake until the feed has caught up on it (catchUp), and nil
+	// otherwise; creates wait for it (freshness.await). Guarded by headMu.
+	waking       chan struct{}
 	headMu       sync.Mutex
 	headAdvanced chan struct{}
 	ready        chan struct{} // closed once the head is known

@@ -61,6 +61,11 @@ func (h *Hub) announceInterest(ctx context.Context) {
 func (h *Hub) streamsChanged() {
 	first := h.streamCount.Load() == 0 && len(h.streams) > 0
 	if first {
+		h.headMu.Lock()
+		if h.waking == nil {
+			h.waking = make(chan struct{})
+		}
+		h.headMu.Unlock()
 		signal(h.feed.wake)
 	}
 	h.streamCount.Store(int64(len(h.streams)))
@@ -83,6 +88,7 @@ func signal(c chan struct{}) {
 // storage: the previous poll can be seconds old (an unwatched hub's poll wait stretches), and the store may
 // have moved since.
 func (f *feed) catchUp(ctx context.Context) {
+	defer f.hub.awoken()
 	head, compactRev, ok := f.pollStatus(ctx)
 	if !ok {
 		return
@@ -93,6 +99,36 @@ func (f *feed) catchUp(ctx context.Context) {
 		f.seq.noteExists(head) // fill up to it now, not after the next poll
 	}
 	f.polledRev = head
+}
+
+// awoken releases the creates that waited for the wake's catchUp (see waitAwake).
+func (h *Hub) awoken() {
+	h.headMu.Lock()
+	defer h.headMu.Unlock()
+	if h.waking != nil {
+		close(h.waking)
+		h.waking = nil
+	}
+}
+
+// waitAwake waits until the feed has caught up on the first stream's wake, ctx ends or deadline passes. A
+// create waits for it, so that the feed's own look at storage's revision comes before the watch exists: a
+// write acknowledged after the created response then reaches the hub over the bus (with its trace), not
+// through a fill that the wake's late look would start.
+func (h *Hub) waitAwake(ctx context.Context, deadline time.Time) {
+	h.headMu.Lock()
+	waking := h.waking
+	h.headMu.Unlock()
+	if waking == nil {
+		return
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-waking:
+	case <-ctx.Done():
+	case <-timer.C:
+	}
 }
 
 // emptyIfUnwatched empties the window when the hub has no watch stream, and reports whether it has none. The

@@ -200,3 +200,73 @@ func TestInterestAnnouncedWhileWatched(t *testing.T) {
 		<-announcerDone
 	})
 }
+
+// TestCreatesWaitForTheWake: from the first stream's wake until the feed has caught up on it, creates wait
+// (waitAwake), so that the feed's look at storage's revision comes before any watch exists; a later stream
+// wakes nothing; a wake the feed never takes holds a create only until its deadline.
+func TestCreatesWaitForTheWake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &Hub{streams: map[*stream]struct{}{}, firstStream: make(chan struct{}, 1),
+			feed: &feed{wake: make(chan struct{}, 1)}}
+		open := func(s *stream) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.streams[s] = struct{}{}
+			h.streamsChanged()
+		}
+		// waited starts a create's wait and returns a function reporting how long it has waited, false while it
+		// still waits.
+		waited := func(timeout time.Duration) func() (time.Duration, bool) {
+			start := time.Now()
+			var took time.Duration
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				h.waitAwake(t.Context(), start.Add(timeout))
+				took = time.Since(start)
+			}()
+			return func() (time.Duration, bool) {
+				synctest.Wait()
+				select {
+				case <-done:
+					return took, true
+				default:
+					return 0, false
+				}
+			}
+		}
+
+		if took, ok := waited(time.Minute)(); !ok || took != 0 {
+			t.Fatalf("a create on a hub that was never woken waited (%v, done %v)", took, ok)
+		}
+		open(&stream{})
+		if len(h.feed.wake) != 1 {
+			t.Fatal("the first stream queued no wake")
+		}
+		first := waited(time.Minute)
+		time.Sleep(time.Second)
+		if _, ok := first(); ok {
+			t.Fatal("a create went on before the feed caught up on the wake")
+		}
+		open(&stream{}) // a second stream: nothing new to wait for
+		<-h.feed.wake   // the feed takes the wake and catches up
+		h.awoken()
+		if took, ok := first(); !ok || took != time.Second {
+			t.Fatalf("the waiting create went on after %v (done %v), want 1s, when the feed caught up", took, ok)
+		}
+		if took, ok := waited(time.Minute)(); !ok || took != 0 {
+			t.Fatalf("a create after the catch-up waited (%v, done %v)", took, ok)
+		}
+
+		h.mu.Lock()
+		clear(h.streams)
+		h.streamsChanged()
+		h.mu.Unlock()
+		open(&stream{}) // woken again, and the feed never takes it
+		stuck := waited(2 * time.Second)
+		time.Sleep(3 * time.Second)
+		if took, ok := stuck(); !ok || took != 2*time.Second {
+			t.Fatalf("a create waiting on a wake the feed does not take went on after %v (done %v), want its 2s deadline", took, ok)
+		}
+	})
+}
