@@ -19,10 +19,12 @@
 // one has run, so an idle process fills that minimum over minutes and keeps it: an idle `cairn up` went from
 // about 105 MiB of PSS at 30 s to 170-210 MiB from 5 minutes on. So after every collection GOGC is set to what
 // the process allocated in AllocWindow (30 s) at the last cycle's rate, in percent of its live heap, between
-// MinGCPercent and the GOGC it had at Start. An idle process then runs at GOGC 100 and collects about as
-// often as the forced collection comes; under load what it allocates in 30 s is many times its live heap, and
-// it keeps its GOGC. The limit is not the lever for this: lowered under memory the process still maps, it
-// makes the runtime collect back to back until the scavenger has returned that memory.
+// MinPacePercent (25) and the GOGC it had at Start. An idle process then runs at GOGC 25, so its heap stays
+// within a quarter of its live size (1 MiB at least), and collects about every AllocWindow at most (it
+// allocates a quarter of its live heap in that time or less) or when the forced collection comes; under load
+// what it allocates in 30 s is many times its live heap, and it keeps its GOGC. The limit is not the lever for
+// this: lowered under memory the process still maps, it makes the runtime collect back to back until the
+// scavenger has returned that memory.
 //
 // A Tuner needs only the Go runtime: its work runs once after each collection, on the runtime's cleanup
 // goroutine (runtime.AddCleanup on a sentinel it re-arms), so an idle process wakes it no more than it

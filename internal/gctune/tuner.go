@@ -16,6 +16,13 @@ import (
 // run more often than GOGC 100 would.
 const DefaultMinGCPercent = 100
 
+// DefaultMinPacePercent is the least GOGC pacing gives a process that allocates slowly: at 25 an idle process's
+// heap goal is its live heap and a quarter (Go's minimum heap at GOGC 25 is 1 MiB, at 100 it is 4 MiB), and it
+// collects once it has allocated a quarter of its live heap, or at Go's forced collection every two minutes.
+// An idle `cairn up` held 139-140 MiB of PSS at 25 against 153-155 at 100, for CPU within the noise
+// (scripts/idle-ab.sh, README).
+const DefaultMinPacePercent = 25
+
 // DefaultAllocWindow is the AllocWindow a zero Config gets: a process that allocates slowly collects about
 // every two minutes (Go's forced collection) or when its heap has doubled, while one under load keeps its GOGC
 // (what it allocates in 30 s is many times its live heap).
@@ -31,11 +38,16 @@ type Config struct {
 	// DefaultMinGCPercent.
 	MinGCPercent int
 	// AllocWindow paces a process that allocates slowly: after each collection its GOGC is set to what it
-	// allocated in AllocWindow at the last cycle's rate, in percent of its live heap, between MinGCPercent and
-	// the GOGC it had at Start. GOGC's minimum heap is 4 MiB times GOGC/100 (16 MiB at 400), which an idle
+	// allocated in AllocWindow at the last cycle's rate, in percent of its live heap, between MinPacePercent
+	// and the GOGC it had at Start. GOGC's minimum heap is 4 MiB times GOGC/100 (16 MiB at 400), which an idle
 	// process otherwise fills over minutes and keeps. 0 means DefaultAllocWindow; a negative window paces
 	// nothing.
 	AllocWindow time.Duration
+	// MinPacePercent is the least GOGC pacing sets, and the GOGC after the first collection, which ends the
+	// start-up (0 means DefaultMinPacePercent). It is below MinGCPercent: a process that allocates slowly
+	// collects rarely whatever its GOGC, so a small one costs little CPU and keeps its heap near its live size.
+	// Until the first collection GOGC is MinGCPercent.
+	MinPacePercent int
 }
 
 // Validate reports what makes the configuration unusable.
@@ -46,6 +58,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinGCPercent < 0 {
 		errs = append(errs, fmt.Errorf("gctune: negative minimum GC percent %d", c.MinGCPercent))
+	}
+	if c.MinPacePercent < 0 {
+		errs = append(errs, fmt.Errorf("gctune: negative minimum paced GC percent %d", c.MinPacePercent))
 	}
 	return errors.Join(errs...)
 }
@@ -89,6 +104,9 @@ func New(cfg Config) (*Tuner, error) {
 	}
 	if cfg.MinGCPercent == 0 {
 		cfg.MinGCPercent = DefaultMinGCPercent
+	}
+	if cfg.MinPacePercent == 0 {
+		cfg.MinPacePercent = DefaultMinPacePercent
 	}
 	if cfg.AllocWindow == 0 {
 		cfg.AllocWindow = DefaultAllocWindow
@@ -180,24 +198,28 @@ type heapStats struct {
 
 // pacedPercent is the GOGC to set after a collection, and false when the Tuner does not pace (a negative
 // AllocWindow, GOGC off or no higher than MinGCPercent at Start). It is the process's allocation over the
-// cycle since the last retune, scaled to AllocWindow, in percent of its live heap, between MinGCPercent and
-// the GOGC the process had at Start; MinGCPercent at Start and after the first collection. The first cycle
-// is the process's start-up, whose burst says nothing of how fast it allocates afterwards: paced by it, an
-// idle process went to GOGC 400 and grew to 16 MiB before its next collection, two minutes later.
+// cycle since the last retune, scaled to AllocWindow, in percent of its live heap, between MinPacePercent and
+// the GOGC the process had at Start; MinGCPercent at Start, MinPacePercent after the first collection. The
+// first cycle is the process's start-up, whose burst says nothing of how fast it allocates afterwards: paced
+// by it, an idle process went to GOGC 400 and grew to 16 MiB before its next collection, two minutes later.
+// At MinPacePercent the next collection comes soon after, and a busy process is paced up from there.
 func (t *Tuner) pacedPercent(s heapStats, at time.Time) (int, bool) {
 	lo, hi := t.cfg.MinGCPercent, t.previousPercent
 	if t.cfg.AllocWindow < 0 || hi <= lo {
 		return 0, false
 	}
-	if t.lastAt.IsZero() || s.live == 0 || t.retunes < 2 {
+	if t.lastAt.IsZero() || s.live == 0 {
 		return lo, true
+	}
+	if t.retunes < 2 {
+		return t.cfg.MinPacePercent, true
 	}
 	elapsed := at.Sub(t.lastAt)
 	if elapsed <= 0 {
 		return hi, true
 	}
 	inWindow := float64(s.allocated-min(s.allocated, t.lastAllocs)) * float64(t.cfg.AllocWindow) / float64(elapsed)
-	return int(min(max(inWindow*100/float64(s.live), float64(lo)), float64(hi))), true
+	return int(min(max(inWindow*100/float64(s.live), float64(t.cfg.MinPacePercent)), float64(hi))), true
 }
 
 // limitFor is the limit to set: cfg.Limit, or what lets the heap grow by cfg.MinGCPercent of its live size

@@ -34,8 +34,8 @@ func TestLimitFor(t *testing.T) {
 }
 
 // TestPacedPercent: GOGC follows what the last cycle allocated, scaled to the window, in percent of the live
-// heap, between MinGCPercent and the GOGC the process had at Start; MinGCPercent before the first collection
-// and after it (the start-up's cycle); nothing paced with a negative window or GOGC off.
+// heap, between MinPacePercent and the GOGC the process had at Start; MinGCPercent before the first
+// collection, MinPacePercent after it (the start-up's cycle); nothing paced with a negative window or GOGC off.
 func TestPacedPercent(t *testing.T) {
 	start := time.Unix(1000, 0)
 	for _, tc := range []struct {
@@ -51,8 +51,9 @@ func TestPacedPercent(t *testing.T) {
 		wantPaced bool
 	}{
 		{"at Start", 30 * time.Second, 400, time.Time{}, 0, 0, 0, 0, 100, true},
-		{"first collection, after a busy start-up", 30 * time.Second, 400, start, 1, 200 * time.Millisecond, 4 * mib, 4 * mib, 100, true},
-		{"idle for two minutes", 30 * time.Second, 400, start, 2, 2 * time.Minute, 4 * mib, 4 * mib, 100, true},
+		{"first collection, after a busy start-up", 30 * time.Second, 400, start, 1, 200 * time.Millisecond, 4 * mib, 4 * mib, 25, true},
+		{"idle for two minutes", 30 * time.Second, 400, start, 2, 2 * time.Minute, 4 * mib, 4 * mib, 25, true},
+		{"slow: a window's allocations are half the live heap", 30 * time.Second, 400, start, 2, time.Minute, 4 * mib, 4 * mib, 50, true},
 		{"slow: a window's allocations are twice the live heap", 30 * time.Second, 400, start, 2, time.Minute, 4 * mib, 16 * mib, 200, true},
 		{"busy for a second", 30 * time.Second, 400, start, 2, time.Second, 4 * mib, 10 * mib, 400, true},
 		{"no time elapsed", 30 * time.Second, 400, start, 2, 0, 4 * mib, mib, 400, true},
@@ -61,7 +62,7 @@ func TestPacedPercent(t *testing.T) {
 		{"GOGC at the minimum", 30 * time.Second, 100, start, 2, time.Minute, 4 * mib, mib, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tuner := &Tuner{cfg: Config{MinGCPercent: 100, AllocWindow: tc.window}, previousPercent: tc.atStart,
+			tuner := &Tuner{cfg: Config{MinGCPercent: 100, MinPacePercent: 25, AllocWindow: tc.window}, previousPercent: tc.atStart,
 				lastAt: tc.lastAt, lastAllocs: 100 * mib, retunes: tc.retunes}
 			got, paced := tuner.pacedPercent(heapStats{live: tc.live, allocated: 100*mib + tc.allocs}, tc.lastAt.Add(tc.elapsed))
 			if got != tc.want || paced != tc.wantPaced {
@@ -81,6 +82,7 @@ func TestValidate(t *testing.T) {
 		{"no limit", Config{}, true},
 		{"negative limit", Config{Limit: -1}, false},
 		{"negative minimum", Config{Limit: mib, MinGCPercent: -1}, false},
+		{"negative paced minimum", Config{MinPacePercent: -1}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.cfg)
@@ -129,7 +131,7 @@ func TestTunerFollowsLiveHeap(t *testing.T) {
 }
 
 // TestTunerPacesSlowAllocator runs a Tuner with no limit in this process at GOGC 400: while the process
-// allocates little between collections GOGC comes down to MinGCPercent, while it allocates fast it goes back
+// allocates little between collections GOGC comes down to MinPacePercent, while it allocates fast it goes back
 // to 400, and Stop restores GOGC and leaves the limit alone.
 func TestTunerPacesSlowAllocator(t *testing.T) {
 	limitBefore := debug.SetMemoryLimit(-1)
@@ -141,7 +143,7 @@ func TestTunerPacesSlowAllocator(t *testing.T) {
 	}
 	tuner.Start()
 	t.Cleanup(tuner.Stop)
-	waitPercent(t, tuner, "GOGC paced down to 100", 100, nil)
+	waitPercent(t, tuner, "GOGC paced down to 25", DefaultMinPacePercent, nil)
 
 	tuner.Stop()
 	if got := gogc(); got != 400 {
