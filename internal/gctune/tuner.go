@@ -24,8 +24,8 @@ const DefaultMinGCPercent = 100
 const DefaultMinPacePercent = 25
 
 // DefaultAllocWindow is the AllocWindow a zero Config gets: a process that allocates slowly collects about
-// every two minutes (Go's forced collection) or when its heap has doubled, while one under load keeps its GOGC
-// (what it allocates in 30 s is many times its live heap).
+// every 30 s at most (every two minutes, Go's forced collection, when its heap grows by less than a quarter
+// in that time), while one under load keeps its GOGC (what it allocates in 30 s is many times its live heap).
 const DefaultAllocWindow = 30 * time.Second
 
 // Config is what a Tuner keeps the process to.
