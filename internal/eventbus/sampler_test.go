@@ -11,6 +11,9 @@ import (
 var samplerPathAtStart = procStatFile
 
 func TestStopProcessSampler(t *testing.T) {
+	if raceDetector {
+		t.Skip("StopProcessSampler leaves the sampler running under the race detector")
+	}
 	want := fmt.Sprintf("/proc/%d/stat", os.Getpid())
 	if samplerPathAtStart != want {
 		t.Fatalf("nats-server's sampler reads %q, want %q: its pse package changed, see sampler.go", samplerPathAtStart, want)
