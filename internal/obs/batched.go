@@ -72,8 +72,11 @@ type HistogramBatch struct {
 }
 
 // Observe records v in the batch.
-func (b *HistogramBatch) Observe(v float64) {
-	if b.h == nil {
+func (b *HistogramBatch) Observe(v float64) { b.ObserveN(v, 1) }
+
+// ObserveN records n observations of v in the batch (n >= 0).
+func (b *HistogramBatch) ObserveN(v float64, n int) {
+	if b.h == nil || n <= 0 {
 		return
 	}
 	upper := b.h.upper
@@ -81,9 +84,9 @@ func (b *HistogramBatch) Observe(v float64) {
 	for i < len(upper) && v > upper[i] { // a handful of buckets: a linear search beats a binary one
 		i++
 	}
-	b.counts[i]++
-	b.n++
-	b.sum += v
+	b.counts[i] += uint64(n)
+	b.n += uint64(n)
+	b.sum += v * float64(n)
 }
 
 // Len is the number of observations not flushed yet.

@@ -80,6 +80,43 @@ func compareHistograms(t *testing.T, got, want *dto.Histogram) {
 	}
 }
 
+// TestBatchedHistogramObserveN: ObserveN(v, n) reads as n calls of Observe(v); n of 0 or less records nothing.
+func TestBatchedHistogramObserveN(t *testing.T) {
+	type obs struct {
+		v float64
+		n int
+	}
+	tests := []struct {
+		name string
+		obs  []obs
+	}{
+		{"one value many times", []obs{{0.05, 100}}},
+		{"edges", []obs{{0.001, 3}, {1, 2}, {2, 5}}},
+		{"none for zero or less", []obs{{0.5, 0}, {0.5, -3}, {0.2, 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			opts := prometheus.HistogramOpts{Name: "t_seconds", Help: "t", Buckets: []float64{0.001, 0.01, 0.1, 1}}
+			want := prometheus.NewHistogram(opts)
+			got := NewBatchedHistogram(opts)
+			batch := got.NewBatch()
+			total := 0
+			for _, o := range tt.obs {
+				for range o.n {
+					want.Observe(o.v)
+				}
+				batch.ObserveN(o.v, o.n)
+				total += max(o.n, 0)
+			}
+			if batch.Len() != total {
+				t.Fatalf("batch holds %d, want %d", batch.Len(), total)
+			}
+			batch.Flush()
+			compareHistograms(t, histogramOf(t, got), histogramOf(t, want))
+		})
+	}
+}
+
 // TestBatchedHistogramUnflushedIsNotSeen: a scrape sees flushed batches only; a zero batch records nothing.
 func TestBatchedHistogramUnflushedIsNotSeen(t *testing.T) {
 	h := NewBatchedHistogram(prometheus.HistogramOpts{Name: "t_seconds", Help: "t"})

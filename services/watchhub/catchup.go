@@ -147,7 +147,8 @@ func (s *stream) sendEvents(ws []*watcher, header *pb.ResponseHeader, events []*
 		return err
 	}
 	for _, w := range ws {
-		if err := s.writeShared(w, shared, nil); err != nil {
+		// A catch-up response is not live (no arrival time): no lag check, so no clock reading.
+		if err := s.writeShared(w, shared, nil, time.Time{}); err != nil {
 			return err
 		}
 	}

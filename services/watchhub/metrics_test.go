@@ -1,6 +1,7 @@
 package watchhub
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -52,5 +53,58 @@ func TestEtcdMetrics(t *testing.T) {
 		if got, _ := metricstest.Value(families, v.name); got != v.want {
 			t.Errorf("%s = %v, want %v", v.name, got, v.want)
 		}
+	}
+}
+
+// TestSendStatsStampsLatency: a live response's delivery latency runs from its revision's arrival to the clock
+// reading after its write (stamp), responses that arrived together are counted as many times as written, and a
+// response that is not live (no arrival) counts as sent with no latency; a flush stamps what is left unstamped.
+func TestSendStatsStampsLatency(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	tests := []struct {
+		name      string
+		received  []time.Time // one per response written
+		stamp     time.Time   // zero: none before the flush
+		wantCount uint64
+		wantSum   float64 // seconds; unchecked without a stamp
+	}{
+		{"none", nil, ms(10), 0, 0},
+		{"one", []time.Time{t0}, ms(10), 1, 0.010},
+		{"arrived together", []time.Time{t0, t0, t0}, ms(10), 3, 0.030},
+		{"arrivals interleaved", []time.Time{t0, ms(5), t0, ms(5)}, ms(10), 4, 0.030},
+		{"not live", []time.Time{{}, t0, {}}, ms(10), 1, 0.010},
+		{"stamped by the flush", []time.Time{t0, t0}, time.Time{}, 2, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMetrics(nil)
+			st := m.newSendStats()
+			for _, r := range tt.received {
+				st.sent(1, 1, r)
+			}
+			if !tt.stamp.IsZero() {
+				st.stamp(tt.stamp)
+			}
+			st.flush(m)
+			families := metricstest.Gather(t, m.registry)
+			if n, _ := metricstest.Value(families, "cairn_watchhub_responses_sent_total"); n != float64(len(tt.received)) {
+				t.Errorf("responses sent %v, want %d", n, len(tt.received))
+			}
+			mf := families["cairn_watchhub_delivery_latency_seconds"]
+			if mf == nil || len(mf.GetMetric()) != 1 {
+				t.Fatalf("delivery latency family %v", mf)
+			}
+			h := mf.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != tt.wantCount {
+				t.Fatalf("latency count %d, want %d", h.GetSampleCount(), tt.wantCount)
+			}
+			if !tt.stamp.IsZero() && math.Abs(h.GetSampleSum()-tt.wantSum) > 1e-9 {
+				t.Errorf("latency sum %v, want %v", h.GetSampleSum(), tt.wantSum)
+			}
+			if tt.stamp.IsZero() && h.GetSampleSum() < float64(len(tt.received))*time.Since(t0).Seconds()*0.99 {
+				t.Errorf("latency sum %v: the flush did not stamp with the time now", h.GetSampleSum())
+			}
+		})
 	}
 }

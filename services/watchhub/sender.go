@@ -60,6 +60,11 @@ func (s *stream) sendLoop() {
 // hub's metrics.
 const statsFlushEvery = 1024
 
+// clockEvery is how many frames a sender writes on one reading of the clock: the lag checks of the frames use
+// the reading taken before them, and their delivery latency the one taken after them. So a latency is
+// overstated by at most the time to write clockEvery frames, and a lag understated by as much.
+const clockEvery = 256
+
 // flush writes everything queued, and sends the relay batch they went into.
 func (s *stream) flush() error {
 	for {
@@ -69,9 +74,14 @@ func (s *stream) flush() error {
 			return s.sendBatch()
 		}
 		mergeRuns(frames, s.runs, s.hub.cfg.fragmentBytes())
+		now := time.Now()
 		for i := range frames {
-			if err := s.write(&frames[i]); err != nil {
+			if err := s.write(&frames[i], now); err != nil {
 				return err
+			}
+			if i%clockEvery == clockEvery-1 || i == len(frames)-1 {
+				now = time.Now()
+				s.stats.stamp(now)
 			}
 		}
 		s.giveBack(frames)
@@ -81,7 +91,8 @@ func (s *stream) flush() error {
 	}
 }
 
-func (s *stream) write(f *frame) error {
+// write writes one frame; now is a recent reading of the clock, for the lag check.
+func (s *stream) write(f *frame, now time.Time) error {
 	if f.ctrl {
 		defer s.releaseSlot()
 	}
@@ -95,7 +106,7 @@ func (s *stream) write(f *frame) error {
 	case f.merged:
 		return nil // written with an earlier frame of its watcher
 	case f.shared != nil:
-		return s.writeShared(f.w, f.shared, f.more)
+		return s.writeShared(f.w, f.shared, f.more, now)
 	default:
 		if f.w != nil && f.w.canceled.Load() {
 			return nil
@@ -109,8 +120,9 @@ func (s *stream) write(f *frame) error {
 }
 
 // writeShared writes a shared response (all its fragments) to w, unless w is canceled; the responses in more
-// (single parts, see mergeRuns) go out in the same message, after it.
-func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedResponse) error {
+// (single parts, see mergeRuns) go out in the same message, after it. now is a recent reading of the clock, for
+// the lag check.
+func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedResponse, now time.Time) error {
 	defer func() {
 		shared.traced.release()
 		for _, m := range more {
@@ -120,7 +132,6 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 	if w.canceled.Load() {
 		return nil
 	}
-	now := time.Now()
 	if s.overdue(w, shared, now) {
 		return s.cancelLagging([]*watcher{w})
 	}
@@ -140,10 +151,9 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 	}
 	s.enc = encodedResponse{}
 	w.sentEvents = true
-	written := time.Now()
-	s.stats.sent(len(shared.parts), shared.events, shared.received, written)
+	s.stats.sent(len(shared.parts), shared.events, shared.received)
 	for _, m := range more {
-		s.stats.sent(0, m.events, m.received, written)
+		s.stats.sent(0, m.events, m.received)
 	}
 	return nil
 }
