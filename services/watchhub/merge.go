@@ -25,20 +25,23 @@ func (f *frame) mergeable() bool {
 // mergeRuns merges each watcher's consecutive live responses among frames into the first of them (its more
 // list), leaving the others marked merged. A watcher's run ends at any other frame of that watcher (created,
 // canceled, progress, catch-up) and every run ends at a frame for the whole stream, so nothing is reordered
-// across them. runs is the sender's scratch map, left empty.
-func mergeRuns(frames []frame, runs map[*watcher]int, maxBytes int) {
-	defer clear(runs)
+// across them. epoch is the sender's run counter: a watcher's run is open while its runEpoch is the counter's
+// value, and its head frame is runHead, so following runs costs no map (a map insert per frame was a seventh of
+// a sender's time with 100 watchers of a key on a stream). Moving the counter on closes every run, so runs
+// never carry over from one call to the next.
+func mergeRuns(frames []frame, epoch *uint64, maxBytes int) {
+	*epoch++
 	for i := range frames {
 		f := &frames[i]
 		switch {
 		case f.w == nil:
-			clear(runs)
+			*epoch++
 		case !f.mergeable():
-			delete(runs, f.w)
+			f.w.runEpoch = 0
 		default:
-			head, open := runs[f.w]
-			if open {
-				h := &frames[head]
+			w := f.w
+			if w.runEpoch == *epoch {
+				h := &frames[w.runHead]
 				if len(h.more) < mergeMaxResponses-1 && h.mergedBytes+f.shared.bytes <= maxBytes {
 					h.more = append(h.more, f.shared)
 					h.mergedBytes += f.shared.bytes
@@ -46,7 +49,7 @@ func mergeRuns(frames []frame, runs map[*watcher]int, maxBytes int) {
 					continue
 				}
 			}
-			runs[f.w] = i
+			w.runEpoch, w.runHead = *epoch, i
 			f.mergedBytes = f.shared.bytes
 		}
 	}

@@ -73,7 +73,7 @@ func (s *stream) flush() error {
 			s.giveBack(frames)
 			return s.sendBatch()
 		}
-		mergeRuns(frames, s.runs, s.hub.cfg.fragmentBytes())
+		mergeRuns(frames, &s.runEpoch, s.hub.cfg.fragmentBytes())
 		now := time.Now()
 		for i := range frames {
 			if err := s.write(&frames[i], now); err != nil {

@@ -70,6 +70,8 @@ type watcher struct {
 	nextRev    int64     // while catching up: the next revision to send
 	sentEvents bool      // events were written since the last progress tick
 	retryAt    time.Time // while catching up: storage failed; try again then
+	runEpoch   uint64    // mergeRuns: w's run of live responses is open while this is the sender's epoch,
+	runHead    int       // and starts at this frame
 
 	canceled atomic.Bool
 }
@@ -110,9 +112,9 @@ type stream struct {
 	wake      chan struct{}
 	ctrlSlots chan struct{}
 	closed    chan struct{}
-	catchUp   []*watcher       // sender only
-	enc       encodedResponse  // sender only: reused for every shared response (SendMsg encodes before returning)
-	runs      map[*watcher]int // sender only: mergeRuns' scratch
+	catchUp   []*watcher      // sender only
+	enc       encodedResponse // sender only: reused for every shared response (SendMsg encodes before returning)
+	runEpoch  uint64          // sender only: mergeRuns' run counter
 	// relayTrace: the peer is a frontend that records spans and asked for sampled events' trace carriers.
 	relayTrace bool
 	// batch collects the responses written for a frontend that asked for relay batches (relaybatch.go); nil
@@ -123,7 +125,7 @@ type stream struct {
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
-	return &stream{hub: h, srv: srv, ctx: srv.Context(), shard: int(h.streamSeq.Add(1) - 1), watchers: map[int64]*watcher{}, runs: map[*watcher]int{},
+	return &stream{hub: h, srv: srv, ctx: srv.Context(), shard: int(h.streamSeq.Add(1) - 1), watchers: map[int64]*watcher{},
 		wake: make(chan struct{}, 1), ctrlSlots: make(chan struct{}, ctrlSlots), closed: make(chan struct{}),
 		relayTrace: h.stages.Recording() && obs.RelayTraceRequested(srv.Context()), stats: h.metrics.newSendStats()}
 }
