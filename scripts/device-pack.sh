@@ -7,7 +7,7 @@
 #   then, with the device tool: run  command: scripts/device-watch-scale.sh  carry: [".device"]  timeout_s: 600
 #
 # The cairn binary keeps its symbols, so the hub's CPU profile that comes back reads here with
-# `gzip -dc .device/cairn.gz >/tmp/cairn-device; go tool pprof /tmp/cairn-device hub-cpu.pb.gz`.
+# `gzip -dc .device/cairn.gz >/tmp/cairn-device; go tool pprof /tmp/cairn-device hub-cpu.pb.gz` (and relay-cpu.pb.gz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=.device build=$(mktemp -d)

@@ -11,9 +11,13 @@
 #   table     the issue's table: scripts/bench-watch.sh beside a 3-member etcd (etcd, 1 hub, 2 hubs, frontends),
 #             `cairn up --child-gomaxprocs $TABLE_PROCS` (16)
 #   cores     one hub against its cores: scripts/bench-hub-cores.sh, PROCS="$CORE_PROCS" (1 4 16)
-#   profile   10 s CPU and mutex profiles of hub-1 at 100,000 watchers, 10 puts/s, --child-gomaxprocs 16
-#             (hub-cpu.pb.gz, hub-mutex.pb.gz: on 2 cores all of a hub's lock waiting was on gRPC's
-#             per-connection control buffer, between the streams' senders and the connection's writer)
+#   profile   10 s CPU and mutex profiles of hub-1 at 100,000 watchers straight on it, 10 puts/s,
+#             --child-gomaxprocs 16 (hub-cpu.pb.gz, hub-mutex.pb.gz: on 2 cores all of a hub's lock waiting was
+#             on gRPC's per-connection control buffer, between the streams' senders and the connection's
+#             writer); then the same of frontend-1 with the watchers through the frontends (relay-cpu.pb.gz,
+#             relay-mutex.pb.gz: on 2 cores a tenth of a relaying frontend's CPU was the grpc-ecosystem
+#             middleware's per-message counter, a label lookup per message, and its lock waiting, as a hub's,
+#             was on gRPC's control buffer)
 # Everything goes to $OUT (the device tool's folder; ./device-out elsewhere): summary.txt, the profile, and
 # logs.tar.gz with each stage's output and every process log of a stage that failed.
 #
@@ -77,27 +81,35 @@ stage table $((ROUNDS * (8 * per_run + 15))) env UP_FLAGS="--child-gomaxprocs $T
 read -r -a procs <<<"$CORE_PROCS"
 stage cores $((ROUNDS * ${#procs[@]} * (2 * per_run + 8))) env PROCS="$CORE_PROCS" scripts/bench-hub-cores.sh
 
-# profile: hub-1 of a stack with pprof on, 100,000 watchers on it directly, 10 puts/s for 30 s; 10 s of CPU
-# profile, then 10 s of mutex profile.
-profile_hub() ( # a subshell: its EXIT trap stops the stack
+# profile: one stack with pprof on, 100,000 watchers, 10 puts/s for 30 s, twice: straight on hub-1 (10 s of
+# hub-1's CPU profile, then 10 s of its mutex profile), then through the frontends (the same of frontend-1,
+# which relays a third of the streams).
+profile_stack() ( # a subshell: its EXIT trap stops the stack
 	work=$(mktemp -d)
 	# shellcheck source=lib/bench.sh
 	source scripts/lib/bench.sh
 	trap 'bench_cleanup; mkdir -p "$logs/profile"; cp "$work"/up/logs/*.log "$logs/profile/" 2>/dev/null; rm -rf "$work"' EXIT
 	up_start up --enable-pprof --child-gomaxprocs 16 || exit 1
-	hub=$(up_child api watchhub-1) metrics=$(up_child metrics watchhub-1)
 	streams=$(awk -v k="$SCALE" 'BEGIN { n = int(1000 * k + 0.5); print (n < 1 ? 1 : n) }')
-	"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 --total 300 --rate 10 \
-		watch --streams "$streams" --watch-per-stream 100 --val-size 32 --watch-endpoints "127.0.0.1:$hub" \
-		>"$work/bench.out" 2>&1 &
-	bench=$!
-	sleep 8
-	http_get "http://127.0.0.1:$metrics/debug/pprof/profile?seconds=10" >"$out/hub-cpu.pb.gz"
-	http_get "http://127.0.0.1:$metrics/debug/pprof/mutex?seconds=10" >"$out/hub-mutex.pb.gz"
-	wait "$bench"
-	grep -E "Events:|Canceled:|50% in|99% in" "$work/bench.out"
-	echo "profiles: $(wc -c <"$out/hub-cpu.pb.gz") bytes in hub-cpu.pb.gz, $(wc -c <"$out/hub-mutex.pb.gz") in hub-mutex.pb.gz"
+	# profile_run NAME CHILD [--watch-endpoints ADDR]: one bench run, profiling CHILD into NAME-{cpu,mutex}.pb.gz.
+	profile_run() {
+		local name=$1 child=$2 metrics bench
+		shift 2
+		metrics=$(up_child metrics "$child")
+		"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 --total 300 --rate 10 \
+			watch --streams "$streams" --watch-per-stream 100 --val-size 32 "$@" >"$work/$name.out" 2>&1 &
+		bench=$!
+		sleep 8
+		http_get "http://127.0.0.1:$metrics/debug/pprof/profile?seconds=10" >"$out/$name-cpu.pb.gz"
+		http_get "http://127.0.0.1:$metrics/debug/pprof/mutex?seconds=10" >"$out/$name-mutex.pb.gz"
+		wait "$bench"
+		echo "$name ($child profiled):"
+		grep -E "Events:|Canceled:|50% in|99% in" "$work/$name.out"
+		echo "profiles: $(wc -c <"$out/$name-cpu.pb.gz") bytes in $name-cpu.pb.gz, $(wc -c <"$out/$name-mutex.pb.gz") in $name-mutex.pb.gz"
+	}
+	profile_run hub watchhub-1 --watch-endpoints "127.0.0.1:$(up_child api watchhub-1)"
+	profile_run relay frontend-1
 )
-stage profile 55 profile_hub
+stage profile 100 profile_stack
 
 say "# done in $((SECONDS - began)) s"
