@@ -107,6 +107,11 @@ type arrivals struct {
 	n  int
 }
 
+// maxUnstamped bounds sendStats.unstamped: a run of frames whose merged responses arrived at many times (a
+// stream that fell behind) is stamped early, every maxUnstamped arrivals, so a sender keeps at most 2 KiB
+// for it; the common run (many watchers of one revision) is one entry.
+const maxUnstamped = 64
+
 func (m *metrics) newSendStats() sendStats {
 	return sendStats{latency: m.deliveryLatency.NewBatch(), lag: m.lag.observed.NewBatch()}
 }
@@ -122,6 +127,9 @@ func (st *sendStats) sent(responses, events int, received time.Time) {
 	if n := len(st.unstamped); n > 0 && st.unstamped[n-1].at.Equal(received) {
 		st.unstamped[n-1].n++
 		return
+	}
+	if len(st.unstamped) == maxUnstamped { // every one of them is written: stamp them now
+		st.stamp(time.Now())
 	}
 	st.unstamped = append(st.unstamped, arrivals{at: received, n: 1})
 }
