@@ -40,10 +40,16 @@ func (q *busQueue) take() []busRecord {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	batch := q.pending
-	clear(q.taken) // not to pin the records handled already
-	if cap(q.taken) > keptQueueCap {
-		q.taken = nil
-	}
-	q.pending, q.taken = q.taken[:0], batch
+	q.pending, q.taken = keepCap(q.taken, keptQueueCap), batch
 	return batch
+}
+
+// keepCap empties s for reuse, cleared so that it pins nothing; a slice whose capacity passed max (left by a
+// burst) goes, and nil comes back.
+func keepCap[S ~[]E, E any](s S, max int) S {
+	clear(s)
+	if cap(s) > max {
+		return nil
+	}
+	return s[:0]
 }

@@ -111,16 +111,16 @@ func TestDispatchKeepsEachWatchersOrder(t *testing.T) {
 			}
 			for _, w := range watchers {
 				next, behind := w.minRev, false
-				for _, f := range w.stream.outbox {
+				for _, f := range outboxFrames(&w.stream.outbox) {
 					if f.w != w {
 						continue
 					}
 					switch {
 					case behind:
 						t.Fatalf("watcher %d/%d: a frame after its catch-up frame", w.stream.shard, w.id)
-					case f.catchUpFrom > 0:
-						if f.catchUpFrom != next {
-							t.Fatalf("watcher %d/%d catches up from %d, want %d", w.stream.shard, w.id, f.catchUpFrom, next)
+					case f.ctl != nil && f.ctl.catchUpFrom > 0:
+						if f.ctl.catchUpFrom != next {
+							t.Fatalf("watcher %d/%d catches up from %d, want %d", w.stream.shard, w.id, f.ctl.catchUpFrom, next)
 						}
 						behind = true
 					default:
@@ -303,7 +303,8 @@ func BenchmarkFanOut(b *testing.B) {
 				rev++
 				b.StopTimer()
 				for _, s := range all {
-					s.giveBack(s.take())
+					taken := s.take()
+					s.giveBack(&taken)
 				}
 				b.StartTimer()
 			}

@@ -42,6 +42,7 @@ type Hub struct {
 	feed    *feed
 	fresh   *freshness
 	lag     lagPolicy // what becomes of watchers that cannot keep up (lag.go)
+	chunks  chunkPool // the streams' outbox chunks (outbox.go)
 
 	// mu guards the window, the groups, every watcher's state and group membership, and every stream's
 	// watchers. Lock order: mu before any stream's mu.

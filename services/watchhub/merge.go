@@ -22,35 +22,77 @@ func (f *frame) mergeable() bool {
 	return f.shared != nil && len(f.shared.boxed) == 1 && f.shared.traced == nil && !f.w.spec.fragment
 }
 
-// mergeRuns merges each watcher's consecutive live responses among frames into the first of them (its more
-// list), leaving the others marked merged. A watcher's run ends at any other frame of that watcher (created,
+// runMerger is a sender's state for mergeRuns: its run counter, and the runs it merged in the frames it
+// is writing.
+type runMerger struct {
+	epoch uint64
+	runs  []mergedRun
+}
+
+// mergedRun is a run of one watcher's live responses written as one: the responses after its first frame's,
+// and the bytes of all of them.
+type mergedRun struct {
+	more  []*sharedResponse
+	bytes int
+}
+
+// keptRuns bounds the runs a sender keeps room for between writes.
+const keptRuns = 1024
+
+// more is what mergeRuns merged into f: the later live responses written with f's.
+func (m *runMerger) more(f *frame) []*sharedResponse {
+	if f.run == 0 {
+		return nil
+	}
+	return m.runs[f.run-1].more
+}
+
+// reset forgets the runs once their frames are written, so that they pin no response.
+func (m *runMerger) reset() { m.runs = keepCap(m.runs, keptRuns) }
+
+// mergeRuns merges each watcher's consecutive live responses in o into the first of them (a run of m's),
+// leaving the others marked merged. A watcher's run ends at any other frame of that watcher (created,
 // canceled, progress, catch-up) and every run ends at a frame for the whole stream, so nothing is reordered
-// across them. epoch is the sender's run counter: a watcher's run is open while its runEpoch is the counter's
+// across them. m.epoch is the sender's run counter: a watcher's run is open while its runEpoch is the counter's
 // value, and its head frame is runHead, so following runs costs no map (a map insert per frame was a seventh of
 // a sender's time with 100 watchers of a key on a stream). Moving the counter on closes every run, so runs
-// never carry over from one call to the next.
-func mergeRuns(frames []frame, epoch *uint64, maxBytes int) {
-	*epoch++
-	for i := range frames {
-		f := &frames[i]
-		switch {
-		case f.w == nil:
-			*epoch++
-		case !f.mergeable():
-			f.w.runEpoch = 0
-		default:
-			w := f.w
-			if w.runEpoch == *epoch {
-				h := &frames[w.runHead]
-				if len(h.more) < mergeMaxResponses-1 && h.mergedBytes+f.shared.bytes <= maxBytes {
-					h.more = append(h.more, f.shared)
-					h.mergedBytes += f.shared.bytes
+// never carry over from one call to the next. Call reset once the frames are written.
+func (m *runMerger) mergeRuns(o *outbox, maxBytes int) {
+	m.epoch++
+	for c := o.head; c != nil; c = c.next {
+		for i := range c.n {
+			f := &c.frames[i]
+			switch {
+			case f.w == nil:
+				m.epoch++
+			case !f.mergeable():
+				f.w.runEpoch = 0
+			default:
+				w := f.w
+				if w.runEpoch == m.epoch && m.extend(w.runHead, f.shared, maxBytes) {
 					f.merged = true
 					continue
 				}
+				w.runEpoch, w.runHead = m.epoch, f
 			}
-			w.runEpoch, w.runHead = *epoch, i
-			f.mergedBytes = f.shared.bytes
 		}
 	}
+}
+
+// extend merges resp into the run headed by head, unless that would pass the limits.
+func (m *runMerger) extend(head *frame, resp *sharedResponse, maxBytes int) bool {
+	if head.run == 0 {
+		if head.shared.bytes+resp.bytes > maxBytes {
+			return false
+		}
+		m.runs = append(m.runs, mergedRun{bytes: head.shared.bytes})
+		head.run = int32(len(m.runs))
+	}
+	r := &m.runs[head.run-1]
+	if len(r.more) >= mergeMaxResponses-1 || r.bytes+resp.bytes > maxBytes {
+		return false
+	}
+	r.more = append(r.more, resp)
+	r.bytes += resp.bytes
+	return true
 }

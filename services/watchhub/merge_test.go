@@ -17,8 +17,16 @@ func TestMergeRuns(t *testing.T) {
 	live := func(w *watcher, bytes int) frame {
 		return frame{w: w, shared: &sharedResponse{boxed: make([]mem.Buffer, 1), bytes: bytes}}
 	}
-	progress := func(w *watcher) frame { return frame{w: w, resp: &pb.WatchResponse{}} }
-	var epoch uint64 // one sender's, across the cases: as a stream's sender calls mergeRuns again and again
+	progress := func(w *watcher) frame { return frame{w: w, ctl: &controlFrame{resp: &pb.WatchResponse{}}} }
+	repeat := func(n int, f func() frame) []frame {
+		frames := make([]frame, n)
+		for i := range frames {
+			frames[i] = f()
+		}
+		return frames
+	}
+	var pool chunkPool
+	var m runMerger // one sender's, across the cases: as a stream's sender merges again and again
 	for _, tc := range []struct {
 		name     string
 		frames   []frame
@@ -40,19 +48,31 @@ func TestMergeRuns(t *testing.T) {
 			map[int]int{0: 1, 1: 1}},
 		{"a run stops at the byte limit", []frame{live(plain, 40), live(plain, 40), live(plain, 40)}, 100,
 			map[int]int{0: 2, 2: 1}},
+		{"two responses over the limit never merge", []frame{live(plain, 60), live(plain, 60)}, 100,
+			map[int]int{0: 1, 1: 1}},
 		{"a run left open by the last call does not carry over", []frame{live(plain, 10), live(plain, 10)}, 100,
 			map[int]int{0: 2}},
 		{"nor one ended by a watcher's control frame", []frame{live(other, 10), progress(other), progress(plain),
 			live(other, 10)}, 100, map[int]int{0: 1, 1: 1, 2: 1, 3: 1}},
+		{"a run goes on across chunks", repeat(outboxChunkFrames+44, func() frame { return live(plain, 1) }), 1 << 20,
+			map[int]int{0: outboxChunkFrames + 44}},
+		{"and stops at etcd's revisions per response", repeat(mergeMaxResponses+5, func() frame { return live(plain, 1) }),
+			1 << 20, map[int]int{0: mergeMaxResponses, mergeMaxResponses: 5}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mergeRuns(tc.frames, &epoch, tc.maxBytes)
+			var o outbox
+			for _, f := range tc.frames {
+				o.push(f, &pool)
+			}
+			m.mergeRuns(&o, tc.maxBytes)
 			got := map[int]int{}
-			for i, f := range tc.frames {
+			for i, f := range outboxFrames(&o) {
 				if !f.merged {
-					got[i] = 1 + len(f.more)
+					got[i] = 1 + len(m.more(&f))
 				}
 			}
+			m.reset()
+			o.release(&pool)
 			if len(got) != len(tc.want) {
 				t.Fatalf("written frames %v, want %v", got, tc.want)
 			}

@@ -60,63 +60,71 @@ func (s *stream) sendLoop() {
 // hub's metrics.
 const statsFlushEvery = 1024
 
-// clockEvery is how many frames a sender writes on one reading of the clock: the lag checks of the frames use
-// the reading taken before them, and their delivery latency the one taken after them. So a latency is
-// overstated by at most the time to write clockEvery frames, and a lag understated by as much.
-const clockEvery = 256
-
 // flush writes everything queued, and sends the relay batch they went into.
 func (s *stream) flush() error {
 	for {
-		frames := s.take()
-		if len(frames) == 0 {
-			s.giveBack(frames)
+		taken := s.take()
+		if taken.len == 0 {
 			return s.sendBatch()
 		}
-		mergeRuns(frames, &s.runEpoch, s.hub.cfg.fragmentBytes())
-		now := time.Now()
-		for i := range frames {
-			if err := s.write(&frames[i], now); err != nil {
-				return err
-			}
-			if i%clockEvery == clockEvery-1 || i == len(frames)-1 {
-				now = time.Now()
-				s.stats.stamp(now)
-			}
+		s.merger.mergeRuns(&taken, s.hub.cfg.fragmentBytes())
+		err := s.writeFrames(&taken)
+		s.merger.reset()
+		s.giveBack(&taken)
+		if err != nil {
+			return err
 		}
-		s.giveBack(frames)
 		if s.stats.pending() >= statsFlushEvery {
 			s.stats.flush(s.hub.metrics)
 		}
 	}
 }
 
+// writeFrames writes the frames taken, in order. It reads the clock once per chunk of the outbox (up to
+// outboxChunkFrames frames): the lag checks of a chunk's frames use the reading taken before them, and their
+// delivery latency the one taken after them. So a latency is overstated by at most the time to write a chunk,
+// and a lag understated by as much.
+func (s *stream) writeFrames(taken *outbox) error {
+	now := time.Now()
+	for c := taken.head; c != nil; c = c.next {
+		for i := range c.n {
+			if err := s.write(&c.frames[i], now); err != nil {
+				return err
+			}
+		}
+		now = time.Now()
+		s.stats.stamp(now)
+	}
+	return nil
+}
+
 // write writes one frame; now is a recent reading of the clock, for the lag check.
 func (s *stream) write(f *frame, now time.Time) error {
-	if f.ctrl {
-		defer s.releaseSlot()
-	}
 	switch {
-	case f.catchUpFrom > 0:
-		if !f.w.canceled.Load() {
-			f.w.nextRev, f.w.retryAt = f.catchUpFrom, time.Time{}
-			s.catchUp = append(s.catchUp, f.w)
-		}
-		return nil
 	case f.merged:
 		return nil // written with an earlier frame of its watcher
 	case f.shared != nil:
-		return s.writeShared(f.w, f.shared, f.more, now)
-	default:
-		if f.w != nil && f.w.canceled.Load() {
-			return nil
+		return s.writeShared(f.w, f.shared, s.merger.more(f), now)
+	}
+	ctl := f.ctl
+	if ctl.slot {
+		defer s.releaseSlot()
+	}
+	switch {
+	case ctl.catchUpFrom > 0:
+		if !f.w.canceled.Load() {
+			f.w.nextRev, f.w.retryAt = ctl.catchUpFrom, time.Time{}
+			s.catchUp = append(s.catchUp, f.w)
 		}
-		if err := s.sendResponse(f.resp); err != nil {
-			return err
-		}
-		s.stats.responses++
+		return nil
+	case f.w != nil && f.w.canceled.Load():
 		return nil
 	}
+	if err := s.sendResponse(ctl.resp); err != nil {
+		return err
+	}
+	s.stats.responses++
+	return nil
 }
 
 // writeShared writes a shared response (all its fragments) to w, unless w is canceled; the responses in more

@@ -71,24 +71,30 @@ type watcher struct {
 	sentEvents bool      // events were written since the last progress tick
 	retryAt    time.Time // while catching up: storage failed; try again then
 	runEpoch   uint64    // mergeRuns: w's run of live responses is open while this is the sender's epoch,
-	runHead    int       // and starts at this frame
+	runHead    *frame    // and starts at this frame
 
 	canceled atomic.Bool
 }
 
-// frame is one thing queued for a stream's sender.
+// frame is one thing queued for a stream's sender: a group's live response for a watcher, or a control frame.
+// Live frames are most of what a stream queues under load (a watcher may have WatcherBufferResponses waiting),
+// so a frame is kept at 32 bytes and what only control frames need is behind ctl.
 type frame struct {
-	w           *watcher
-	shared      *sharedResponse   // a group's live response for w
-	resp        *pb.WatchResponse // a response written as it is (created, canceled, progress)
-	catchUpFrom int64             // > 0: w fell behind here and catches up from it
-	ctrl        bool              // resp holds one of the stream's control slots
-	counted     bool              // counts in w.queued
-	// Set by mergeRuns: later live responses of w written with this one, their bytes with
-	// shared's, and whether this frame's response went out with an earlier one.
-	more        []*sharedResponse
-	mergedBytes int
-	merged      bool
+	w      *watcher
+	shared *sharedResponse // a group's live response for w
+	ctl    *controlFrame   // otherwise
+	// run is set by mergeRuns on the first frame of a run it merged: 1 + the run's index in the sender's
+	// runMerger, which holds the later live responses of w written with this one.
+	run     int32
+	counted bool // counts in w.queued
+	merged  bool // set by mergeRuns: this frame's response went out with an earlier one
+}
+
+// controlFrame is a response written as it is (created, canceled, progress), or a watcher's move to catch-up.
+type controlFrame struct {
+	resp        *pb.WatchResponse
+	catchUpFrom int64 // > 0: w fell behind here and catches up from it
+	slot        bool  // resp holds one of the stream's control slots
 }
 
 // stream is one Watch RPC: the requests it reads, the watchers it carries and the sender goroutine that
@@ -105,8 +111,7 @@ type stream struct {
 	ended    bool
 
 	mu          sync.Mutex
-	outbox      []frame
-	spare       []frame
+	outbox      outbox
 	queuedBytes int
 
 	wake      chan struct{}
@@ -114,7 +119,7 @@ type stream struct {
 	closed    chan struct{}
 	catchUp   []*watcher      // sender only
 	enc       encodedResponse // sender only: reused for every shared response (SendMsg encodes before returning)
-	runEpoch  uint64          // sender only: mergeRuns' run counter
+	merger    runMerger       // sender only
 	// relayTrace: the peer is a frontend that records spans and asked for sampled events' trace carriers.
 	relayTrace bool
 	// batch collects the responses written for a frontend that asked for relay batches (relaybatch.go); nil
@@ -154,14 +159,14 @@ func (q *liveQueue) offer(w *watcher, resp *sharedResponse) bool {
 		q.release()
 		q.s = w.stream
 		q.s.mu.Lock()
-		q.wasEmpty = len(q.s.outbox) == 0
+		q.wasEmpty = q.s.outbox.len == 0
 	}
 	s := q.s
 	if int(w.queued) >= s.hub.cfg.WatcherBufferResponses ||
 		(s.queuedBytes > 0 && s.queuedBytes+resp.bytes > s.hub.cfg.StreamBufferBytes) {
 		return false
 	}
-	s.outbox = append(s.outbox, frame{w: w, shared: resp, counted: true})
+	s.outbox.push(frame{w: w, shared: resp, counted: true}, &s.hub.chunks)
 	w.queued++
 	s.queuedBytes += resp.bytes
 	q.queued = true
@@ -182,16 +187,18 @@ func (q *liveQueue) release() {
 }
 
 // queueCatchUp tells the sender that w catches up from rev once what is queued before is written.
-func (s *stream) queueCatchUp(w *watcher, rev int64) { s.queue(frame{w: w, catchUpFrom: rev}) }
+func (s *stream) queueCatchUp(w *watcher, rev int64) {
+	s.queue(frame{w: w, ctl: &controlFrame{catchUpFrom: rev}})
+}
 
 // queueControl queues a response written as it is.
-func (s *stream) queueControl(resp *pb.WatchResponse, ctrl bool) {
-	s.queue(frame{resp: resp, ctrl: ctrl})
+func (s *stream) queueControl(resp *pb.WatchResponse, slot bool) {
+	s.queue(frame{ctl: &controlFrame{resp: resp, slot: slot}})
 }
 
 func (s *stream) queue(f frame) {
 	s.mu.Lock()
-	s.outbox = append(s.outbox, f)
+	s.outbox.push(f, &s.hub.chunks)
 	if f.counted {
 		f.w.queued++
 	}
@@ -200,29 +207,24 @@ func (s *stream) queue(f frame) {
 }
 
 // take hands the sender everything queued; the buffers count as free again.
-func (s *stream) take() []frame {
+func (s *stream) take() outbox {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	frames := s.outbox
-	s.outbox, s.spare = s.spare[:0], nil
-	for i := range frames {
-		if frames[i].counted {
-			frames[i].w.queued--
+	taken := s.outbox
+	s.outbox = outbox{}
+	for c := taken.head; c != nil; c = c.next {
+		for i := range c.n {
+			if f := &c.frames[i]; f.counted {
+				f.w.queued--
+			}
 		}
 	}
 	s.queuedBytes = 0
-	return frames
+	return taken
 }
 
-// giveBack returns a written batch's slice for reuse.
-func (s *stream) giveBack(frames []frame) {
-	clear(frames)
-	s.mu.Lock()
-	if s.spare == nil {
-		s.spare = frames[:0]
-	}
-	s.mu.Unlock()
-}
+// giveBack returns written frames' chunks to the hub.
+func (s *stream) giveBack(taken *outbox) { taken.release(&s.hub.chunks) }
 
 // acquireSlot waits for room for one more control response.
 func (s *stream) acquireSlot() error {
@@ -417,7 +419,8 @@ func (s *stream) progressTick() {
 		busy := w.queued > 0
 		s.mu.Unlock()
 		if !busy {
-			s.queue(frame{w: w, resp: &pb.WatchResponse{Header: h.responseHeader(head), WatchId: w.id}, counted: true})
+			s.queue(frame{w: w, ctl: &controlFrame{resp: &pb.WatchResponse{Header: h.responseHeader(head), WatchId: w.id}},
+				counted: true})
 		}
 	}
 }
