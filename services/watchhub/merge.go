@@ -1,5 +1,7 @@
 package watchhub
 
+import "slices"
+
 // Merging runs: when a stream's sender finds several live responses of one watcher waiting (the stream fell
 // behind the bus), it writes them as one response, as etcd's unsynced watchers get many revisions in one
 // response. Each response costs gRPC a message on the connection's one writer goroutine whatever its size,
@@ -27,28 +29,36 @@ func (f *frame) mergeable() bool {
 type runMerger struct {
 	epoch uint64
 	runs  []mergedRun
+	later []*sharedResponse // every run's later responses, run after run
 }
 
-// mergedRun is a run of one watcher's live responses written as one: the responses after its first frame's,
-// and the bytes of all of them.
+// mergedRun is a run of one watcher's live responses written as one: the bytes of all of them, and where the
+// responses after its first frame's are in runMerger.later.
 type mergedRun struct {
-	more  []*sharedResponse
-	bytes int
+	bytes        int
+	first, count int
 }
 
-// keptRuns bounds the runs a sender keeps room for between writes.
-const keptRuns = 1024
+// What a sender keeps room for between writes: runs, and their later responses. A burst that needed more
+// gets one allocation of its size.
+const (
+	keptRuns = 256
+	keptMore = 1024
+)
 
 // more is what mergeRuns merged into f: the later live responses written with f's.
 func (m *runMerger) more(f *frame) []*sharedResponse {
-	if f.run == 0 {
+	if f.run == 0 || f.merged {
 		return nil
 	}
-	return m.runs[f.run-1].more
+	r := &m.runs[f.run-1]
+	return m.later[r.first : r.first+r.count : r.first+r.count]
 }
 
 // reset forgets the runs once their frames are written, so that they pin no response.
-func (m *runMerger) reset() { m.runs = keepCap(m.runs, keptRuns) }
+func (m *runMerger) reset() {
+	m.runs, m.later = keepCap(m.runs, keptRuns), keepCap(m.later, keptMore)
+}
 
 // mergeRuns merges each watcher's consecutive live responses in o into the first of them (a run of m's),
 // leaving the others marked merged. A watcher's run ends at any other frame of that watcher (created,
@@ -57,6 +67,9 @@ func (m *runMerger) reset() { m.runs = keepCap(m.runs, keptRuns) }
 // value, and its head frame is runHead, so following runs costs no map (a map insert per frame was a seventh of
 // a sender's time with 100 watchers of a key on a stream). Moving the counter on closes every run, so runs
 // never carry over from one call to the next. Call reset once the frames are written.
+//
+// The first pass decides the runs and counts them; the second lays their later responses out in m.later, one
+// run after another, so that a take costs at most one allocation however many runs it merges.
 func (m *runMerger) mergeRuns(o *outbox, maxBytes int) {
 	m.epoch++
 	for c := o.head; c != nil; c = c.next {
@@ -70,16 +83,34 @@ func (m *runMerger) mergeRuns(o *outbox, maxBytes int) {
 			default:
 				w := f.w
 				if w.runEpoch == m.epoch && m.extend(w.runHead, f.shared, maxBytes) {
-					f.merged = true
+					f.run, f.merged = w.runHead.run, true
 					continue
 				}
 				w.runEpoch, w.runHead = m.epoch, f
 			}
 		}
 	}
+	if len(m.runs) == 0 {
+		return
+	}
+	total := 0
+	for i := range m.runs {
+		r := &m.runs[i]
+		r.first, total, r.count = total, total+r.count, 0
+	}
+	m.later = slices.Grow(m.later[:0], total)[:total]
+	for c := o.head; c != nil; c = c.next {
+		for i := range c.n {
+			if f := &c.frames[i]; f.merged {
+				r := &m.runs[f.run-1]
+				m.later[r.first+r.count] = f.shared
+				r.count++
+			}
+		}
+	}
 }
 
-// extend merges resp into the run headed by head, unless that would pass the limits.
+// extend counts resp into the run headed by head, unless that would pass the limits.
 func (m *runMerger) extend(head *frame, resp *sharedResponse, maxBytes int) bool {
 	if head.run == 0 {
 		if head.shared.bytes+resp.bytes > maxBytes {
@@ -89,10 +120,10 @@ func (m *runMerger) extend(head *frame, resp *sharedResponse, maxBytes int) bool
 		head.run = int32(len(m.runs))
 	}
 	r := &m.runs[head.run-1]
-	if len(r.more) >= mergeMaxResponses-1 || r.bytes+resp.bytes > maxBytes {
+	if r.count >= mergeMaxResponses-1 || r.bytes+resp.bytes > maxBytes {
 		return false
 	}
-	r.more = append(r.more, resp)
+	r.count++
 	r.bytes += resp.bytes
 	return true
 }

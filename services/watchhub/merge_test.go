@@ -66,9 +66,23 @@ func TestMergeRuns(t *testing.T) {
 			}
 			m.mergeRuns(&o, tc.maxBytes)
 			got := map[int]int{}
-			for i, f := range outboxFrames(&o) {
-				if !f.merged {
-					got[i] = 1 + len(m.more(&f))
+			frames := outboxFrames(&o)
+			for i, f := range frames {
+				if f.merged {
+					continue
+				}
+				more := m.more(&f)
+				got[i] = 1 + len(more)
+				// What merged into f is its watcher's next live responses, in order.
+				next := i + 1
+				for k, resp := range more {
+					for next < len(frames) && frames[next].w != f.w {
+						next++
+					}
+					if next == len(frames) || frames[next].shared != resp || !frames[next].merged {
+						t.Fatalf("frame %d: merged response %d is not its watcher's next frame", i, k)
+					}
+					next++
 				}
 			}
 			m.reset()

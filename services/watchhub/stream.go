@@ -83,8 +83,8 @@ type frame struct {
 	w      *watcher
 	shared *sharedResponse // a group's live response for w
 	ctl    *controlFrame   // otherwise
-	// run is set by mergeRuns on the first frame of a run it merged: 1 + the run's index in the sender's
-	// runMerger, which holds the later live responses of w written with this one.
+	// run is set by mergeRuns on the frames of a run it merged: 1 + the run's index in the sender's
+	// runMerger, which holds the later live responses of w written with the run's first frame.
 	run     int32
 	counted bool // counts in w.queued
 	merged  bool // set by mergeRuns: this frame's response went out with an earlier one
