@@ -10,7 +10,10 @@
 # Prints events/s, p50/p99 event latency (put issued → event received), events received of expected, watchers
 # the server canceled (a hub sheds those more than --max-watch-lag behind; their later events are not waited
 # for), and events per CPU-second of the servers that deliver them (the hubs used, plus the frontends that relay; etcd's three
-# members), CPU from /proc; for the frontends row also per CPU-second of the hubs alone, and the frontends' share.
+# members), CPU from /proc; for the frontends row also per CPU-second of the hubs alone, and the frontends' share;
+# and the peak of those servers' summed RSS during the run (sampled every 0.5 s). The rows of one `cairn up` run
+# on the same hubs (1 hub, 2 hubs, frontends), so a later row's RSS starts from what the earlier rows left the
+# hubs holding; run TARGETS="1hub" alone for a hub's own peak.
 #
 #   SCALE=0.1 scripts/bench-watch.sh                      # builds bin/cairn; fits a 2-core machine
 #   CAIRN=/path/cairn ETCD=/path/etcd SCALE=1 PUT_SECONDS=20 ROUNDS=2 UP_FLAGS="--child-gomaxprocs 16" scripts/bench-watch.sh
@@ -33,7 +36,7 @@ source scripts/lib/procstat.sh # cpu_ticks
 trap 'bench_cleanup; rm -rf "$work"' EXIT
 ticks=$(getconf CLK_TCK 2>/dev/null || echo 100)
 
-line() { printf '%-10s %-26s %11s %9s %9s %19s %9s %13s %13s %7s %6s\n' "$@"; }
+line() { printf '%-10s %-26s %11s %9s %9s %19s %9s %13s %13s %7s %9s %6s\n' "$@"; }
 
 # measure TARGET SHAPE ENDPOINTS WATCH-ENDPOINTS RELAY-PIDS PID...: one `cairn bench watch` run, one row. PID...
 # are the servers that deliver the events; RELAY-PIDS (space-separated, may be empty) the frontends relaying them,
@@ -51,7 +54,23 @@ measure() {
 	[[ -n $watch ]] && args+=(--watch-endpoints "$watch")
 	local before relay_before out
 	before=$(cpu_ticks "$@") relay_before=$(cpu_ticks "${relay[@]}")
+	local peak_file sampler
+	peak_file=$(mktemp)
+	(
+		peak=0
+		while :; do
+			r=$(rss_kib "$@" "${relay[@]}")
+			if ((r > peak)); then peak=$r && echo "$peak" >"$peak_file"; fi
+			sleep 0.5
+		done
+	) &
+	sampler=$!
 	out=$("$CAIRN" "${args[@]}" 2>&1) || true
+	kill "$sampler" 2>/dev/null
+	wait "$sampler" 2>/dev/null || true # killed: 143
+	local peak_mib
+	peak_mib=$(awk '{printf "%.0f", $1 / 1024}' "$peak_file")
+	rm -f "$peak_file"
 	local cpu=$(($(cpu_ticks "$@") - before)) relay_cpu=$(($(cpu_ticks "${relay[@]}") - relay_before))
 	local eps p50 p99 got want
 	eps=$(awk '/events\/sec/ {for (i = 1; i <= NF; i++) if ($i == "events/sec.") print $(i-1)}' <<<"$out")
@@ -67,12 +86,13 @@ measure() {
 		share=$(awk -v r="$relay_cpu" -v c="$((cpu + relay_cpu))" 'BEGIN { printf "%.0f%%", (c > 0 ? 100 * r / c : 0) }')
 	fi
 	line "$target" "$((streams * per)) w ($streams×$per) @$rate/s" "${eps:-?}" "${p50:-?}" "${p99:-?}" \
-		"${got:-?}/${want:-?}" "${canceled:-0}" "$per_cpu" "$hub_cpu" "$share" "$(cut -d' ' -f1 /proc/loadavg)"
+		"${got:-?}/${want:-?}" "${canceled:-0}" "$per_cpu" "$hub_cpu" "$share" "${peak_mib:-?}" "$(cut -d' ' -f1 /proc/loadavg)"
 }
 
 echo "SCALE=$SCALE PUT_SECONDS=$PUT_SECONDS; latencies in seconds; events/CPU-s: per CPU-second of the hubs used" \
-	"and the frontends relaying (etcd: its 3 members); hubs ev/CPU-s, relay%: the hubs alone, the frontends' share"
-line target shape events/s p50 p99 received/expected canceled events/CPU-s "hubs ev/CPU-s" relay% load1
+	"and the frontends relaying (etcd: its 3 members); hubs ev/CPU-s, relay%: the hubs alone, the frontends' share;" \
+	"peak RSS MiB: of the same processes, summed"
+line target shape events/s p50 p99 received/expected canceled events/CPU-s "hubs ev/CPU-s" relay% "peak RSS" load1
 for round in $(seq "$ROUNDS"); do
 	if [[ $TARGETS == *" etcd "* ]]; then
 		etcd_start "etcd-$round" http "$(etcd_base)"
