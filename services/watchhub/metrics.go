@@ -99,6 +99,7 @@ type sendStats struct {
 	responses, events int
 	latency, lag      obs.HistogramBatch
 	unstamped         []arrivals // live responses written since the last stamp, by arrival
+	flushedAt         time.Time  // when the counts were last added to the metrics
 }
 
 // arrivals are n responses written whose revisions arrived at the hub at the same time.
@@ -145,10 +146,21 @@ func (st *sendStats) stamp(written time.Time) {
 // pending is how many observations wait for a flush.
 func (st *sendStats) pending() int { return st.responses + st.lag.Len() }
 
-// flush adds the counts to m, stamping what is unstamped now.
+// due reports whether a sender that has not paused should flush now: statsFlushEvery observations wait, or
+// some have waited statsFlushInterval since the last flush.
+func (st *sendStats) due(now time.Time) bool {
+	n := st.pending()
+	return n >= statsFlushEvery || (n > 0 && now.Sub(st.flushedAt) >= statsFlushInterval)
+}
+
+// flush adds the counts to m, stamping what is unstamped now; with nothing counted it does nothing.
 func (st *sendStats) flush(m *metrics) {
+	if st.pending() == 0 && st.latency.Len() == 0 && len(st.unstamped) == 0 {
+		return
+	}
+	now := time.Now()
 	if len(st.unstamped) > 0 {
-		st.stamp(time.Now())
+		st.stamp(now)
 	}
 	if st.responses > 0 {
 		m.responsesSent.Add(float64(st.responses))
@@ -159,6 +171,7 @@ func (st *sendStats) flush(m *metrics) {
 	st.responses, st.events = 0, 0
 	st.latency.Flush()
 	st.lag.Flush()
+	st.flushedAt = now
 }
 
 // enterState and leaveState keep the watcher gauges as a watcher moves between states.

@@ -113,6 +113,51 @@ func TestSendStatsStampsLatency(t *testing.T) {
 	}
 }
 
+// TestSendStatsDue: a sender that never pauses flushes once statsFlushEvery observations wait, or once some
+// have waited statsFlushInterval since its last flush, and never with nothing to add; a flush with nothing
+// counted changes nothing, not even when the interval starts.
+func TestSendStatsDue(t *testing.T) {
+	tests := []struct {
+		name      string
+		responses int
+		lags      int
+		after     time.Duration // since the last flush
+		want      bool
+	}{
+		{"nothing counted, long after", 0, 0, time.Hour, false},
+		{"one response, just after", 1, 0, time.Millisecond, false},
+		{"one response, an interval after", 1, 0, statsFlushInterval, true},
+		{"one lag observation, an interval after", 0, 1, statsFlushInterval, true},
+		{"a full count, just after", statsFlushEvery, 0, 0, true},
+		{"responses and lags make the count", statsFlushEvery / 2, statsFlushEvery / 2, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newMetrics(nil)
+			st := m.newSendStats()
+			st.sent(1, 1, time.Time{})
+			st.flush(m)
+			flushed := st.flushedAt
+			if flushed.IsZero() {
+				t.Fatal("a flush of a count did not note its time")
+			}
+			st.flush(m) // nothing counted: not a flush
+			if st.flushedAt != flushed {
+				t.Fatal("a flush with nothing counted moved the last flush's time")
+			}
+			for range tt.responses {
+				st.sent(1, 1, time.Time{})
+			}
+			for range tt.lags {
+				st.lag.Observe(0.1)
+			}
+			if got := st.due(flushed.Add(tt.after)); got != tt.want {
+				t.Fatalf("due %v after the flush: %v, want %v", tt.after, got, tt.want)
+			}
+		})
+	}
+}
+
 // manyArrivals is n responses, each from a revision that arrived a microsecond after the one before.
 func manyArrivals(t0 time.Time, n int) []time.Time {
 	out := make([]time.Time, n)

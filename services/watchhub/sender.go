@@ -36,6 +36,9 @@ func (s *stream) sendLoop() {
 			return
 		}
 		if worked {
+			if s.stats.due(time.Now()) {
+				s.stats.flush(s.hub.metrics)
+			}
 			continue
 		}
 		if err := s.sendBatch(); err != nil { // written since the last flush (a catch-up round's cancels)
@@ -56,9 +59,14 @@ func (s *stream) sendLoop() {
 	}
 }
 
-// statsFlushEvery bounds how many responses a sender that never pauses writes before its counts reach the
-// hub's metrics.
-const statsFlushEvery = 1024
+// A sender that never pauses adds its counts to the hub's metrics once it has statsFlushEvery responses or lag
+// observations counted, or its oldest count is statsFlushInterval old: a stream catching up writes few, large
+// responses (up to 1000 revisions each), and its counts would otherwise wait for the end of the catch-up (under
+// an overload with no lag bound, the hub's metrics showed no event sent for 50 s while it sent 1.5M a second).
+const (
+	statsFlushEvery    = 1024
+	statsFlushInterval = time.Second
+)
 
 // flush writes everything queued, and sends the relay batch they went into.
 func (s *stream) flush() error {
@@ -68,13 +76,13 @@ func (s *stream) flush() error {
 			return s.sendBatch()
 		}
 		s.merger.mergeRuns(&taken, s.hub.cfg.fragmentBytes())
-		err := s.writeFrames(&taken)
+		written, err := s.writeFrames(&taken)
 		s.merger.reset()
 		s.giveBack(&taken)
 		if err != nil {
 			return err
 		}
-		if s.stats.pending() >= statsFlushEvery {
+		if s.stats.due(written) {
 			s.stats.flush(s.hub.metrics)
 		}
 	}
@@ -83,19 +91,19 @@ func (s *stream) flush() error {
 // writeFrames writes the frames taken, in order. It reads the clock once per chunk of the outbox (up to
 // outboxChunkFrames frames): the lag checks of a chunk's frames use the reading taken before them, and their
 // delivery latency the one taken after them. So a latency is overstated by at most the time to write a chunk,
-// and a lag understated by as much.
-func (s *stream) writeFrames(taken *outbox) error {
+// and a lag understated by as much. It returns the last reading.
+func (s *stream) writeFrames(taken *outbox) (time.Time, error) {
 	now := time.Now()
 	for c := taken.head; c != nil; c = c.next {
 		for i := range c.n {
 			if err := s.write(&c.frames[i], now); err != nil {
-				return err
+				return now, err
 			}
 		}
 		now = time.Now()
 		s.stats.stamp(now)
 	}
-	return nil
+	return now, nil
 }
 
 // write writes one frame; now is a recent reading of the clock, for the lag check.
