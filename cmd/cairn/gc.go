@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/cairn-kv/cairn/internal/gctune"
@@ -30,11 +32,35 @@ func (g *gcFlags) register(flags *pflag.FlagSet) {
 		"the GOMEMLIMIT environment variable, when set, wins and is not raised")
 }
 
-// apply sets the collector's target and starts the tuner (the memory limit, and GOGC's pace for a slow
-// allocator), unless GOMEMLIMIT is set.
-func (g *gcFlags) apply() error {
+// gcPercentAnnotation holds, on a subcommand, its own --gc-percent default (withGCPercent).
+const gcPercentAnnotation = "cairn/gc-percent"
+
+// withGCPercent makes percent cmd's --gc-percent unless the flag is given: for a service whose live heap grows
+// with its load, where defaultGCPercent's headroom over it costs more memory than it saves CPU.
+func withGCPercent(cmd *cobra.Command, percent int) *cobra.Command {
+	if cmd.Annotations == nil {
+		cmd.Annotations = map[string]string{}
+	}
+	cmd.Annotations[gcPercentAnnotation] = strconv.Itoa(percent)
+	return cmd
+}
+
+// percentFor is the --gc-percent cmd runs with: the flag's when given, else cmd's own default, else the flag's.
+func (g *gcFlags) percentFor(cmd *cobra.Command) int {
+	if cmd == nil || cmd.Flags().Changed("gc-percent") {
+		return g.percent
+	}
+	if percent, err := strconv.Atoi(cmd.Annotations[gcPercentAnnotation]); err == nil {
+		return percent
+	}
+	return g.percent
+}
+
+// apply sets the collector's target for cmd (nil: the flag's) and starts the tuner (the memory limit, and
+// GOGC's pace for a slow allocator), unless GOMEMLIMIT is set.
+func (g *gcFlags) apply(cmd *cobra.Command) error {
 	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(g.percent)
+		debug.SetGCPercent(g.percentFor(cmd))
 	}
 	if g.limitMiB < 0 {
 		return fmt.Errorf("--memory-limit-mib %d: must not be negative", g.limitMiB)

@@ -51,7 +51,7 @@ func newRootCommand() *cobra.Command {
 		if !runsNATS(cmd.Name()) {
 			eventbus.StopProcessSampler()
 		}
-		return gc.apply()
+		return gc.apply(cmd)
 	}
 	root.PersistentPostRun = func(*cobra.Command, []string) { gc.stop() }
 	root.AddCommand(
