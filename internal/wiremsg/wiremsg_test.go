@@ -65,40 +65,76 @@ func TestPool(t *testing.T) {
 
 // TestBatch: a batch carries its messages in order, whole, whatever their parts; a flawed batch is an error and
 // nothing after the flaw comes out.
+// countingPool is a Pool that tracks the buffers it handed out and has not had back.
+type countingPool struct {
+	Pool
+	out map[*[]byte]bool
+}
+
+func (p *countingPool) Get(n int) *[]byte {
+	b := p.Pool.Get(n)
+	p.out[b] = true
+	return b
+}
+
+func (p *countingPool) Put(b *[]byte) {
+	if !p.out[b] {
+		panic("a buffer the pool did not hand out, or handed back twice")
+	}
+	delete(p.out, b)
+	p.Pool.Put(b)
+}
+
 func TestBatch(t *testing.T) {
 	t.Parallel()
 	msgs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 300), bytes.Repeat([]byte{8}, batchCopyLimit+1),
 		[]byte("after a large one"), bytes.Repeat([]byte{9}, 3*batchCopyLimit), []byte("last")}
-	var b Batch
-	if b.Take() != nil {
-		t.Fatal("an empty batch is a message")
-	}
-	for _, m := range msgs {
-		half := len(m) / 2
-		b.Add(mem.SliceBuffer(m[:half]), mem.SliceBuffer(m[half:]))
-	}
-	if b.Messages() != len(msgs) {
-		t.Fatalf("%d messages, want %d", b.Messages(), len(msgs))
-	}
-	size := b.Bytes()
-	wire, err := NewCodec().Marshal(b.Take())
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := wire.Materialize()
-	if len(data) != size || b.Messages() != 0 || b.Bytes() != 0 {
-		t.Fatalf("batch of %d bytes, Bytes said %d; after Take %d messages, %d bytes", len(data), size, b.Messages(), b.Bytes())
-	}
-	var got [][]byte
-	if err := SplitBatch(data, func(m []byte) error { got = append(got, m); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != len(msgs) {
-		t.Fatalf("split into %d messages, want %d", len(got), len(msgs))
-	}
-	for i := range msgs {
-		if !bytes.Equal(got[i], msgs[i]) {
-			t.Errorf("message %d is %q, want %q", i, got[i], msgs[i])
+	var data []byte
+	for _, pooled := range []bool{false, true} {
+		var b Batch
+		pool := &countingPool{out: map[*[]byte]bool{}}
+		if pooled {
+			b.Pool = pool
+		}
+		if b.Take() != nil {
+			t.Fatal("an empty batch is a message")
+		}
+		for _, m := range msgs {
+			half := len(m) / 2
+			b.Add(mem.SliceBuffer(m[:half]), mem.SliceBuffer(m[half:]))
+		}
+		if b.Messages() != len(msgs) {
+			t.Fatalf("pooled %v: %d messages, want %d", pooled, b.Messages(), len(msgs))
+		}
+		size := b.Bytes()
+		wire, err := NewCodec().Marshal(b.Take())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The small messages went into three buffers (before, between and after the two large ones): with a
+		// Pool, each is the pool's until gRPC frees the batch.
+		if want := map[bool]int{false: 0, true: 3}[pooled]; len(pool.out) != want {
+			t.Fatalf("pooled %v: %d buffers out of the pool before the batch is freed, want %d", pooled, len(pool.out), want)
+		}
+		data = wire.Materialize()
+		wire.Free()
+		if len(pool.out) != 0 {
+			t.Fatalf("pooled %v: %d buffers not back in the pool once the batch is freed", pooled, len(pool.out))
+		}
+		if len(data) != size || b.Messages() != 0 || b.Bytes() != 0 {
+			t.Fatalf("batch of %d bytes, Bytes said %d; after Take %d messages, %d bytes", len(data), size, b.Messages(), b.Bytes())
+		}
+		var got [][]byte
+		if err := SplitBatch(data, func(m []byte) error { got = append(got, m); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(msgs) {
+			t.Fatalf("pooled %v: split into %d messages, want %d", pooled, len(got), len(msgs))
+		}
+		for i := range msgs {
+			if !bytes.Equal(got[i], msgs[i]) {
+				t.Errorf("pooled %v: message %d is %q, want %q", pooled, i, got[i], msgs[i])
+			}
 		}
 	}
 	for _, tc := range []struct {

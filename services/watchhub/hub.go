@@ -26,6 +26,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/rpctune"
 	"github.com/cairn-kv/cairn/internal/storageclient"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 // Hub is one watchhub. Build it with New, run it with Start, end it with Stop.
@@ -43,6 +44,8 @@ type Hub struct {
 	fresh   *freshness
 	lag     lagPolicy // what becomes of watchers that cannot keep up (lag.go)
 	chunks  chunkPool // the streams' outbox chunks (outbox.go)
+	// relayBuffers are the relay batches' buffers (relaybatch.go): each goes back once gRPC has written it.
+	relayBuffers wiremsg.Pool
 
 	// mu guards the window, the groups, every watcher's state and group membership, and every stream's
 	// watchers. Lock order: mu before any stream's mu.

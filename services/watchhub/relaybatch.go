@@ -27,7 +27,7 @@ const relayBatchBytes = 16 << 10
 // header; before anything is sent on s.
 func (s *stream) useRelayBatches() {
 	if wiremsg.RelayBatchRequested(s.ctx) && s.srv.SetHeader(metadata.Pairs(wiremsg.RelayBatchHeader, "1")) == nil {
-		s.batch = new(wiremsg.Batch)
+		s.batch = &wiremsg.Batch{Pool: &s.hub.relayBuffers}
 	}
 }
 
