@@ -42,8 +42,8 @@ type mergedRun struct {
 // What a sender keeps room for between writes: runs, and their later responses. A burst that needed more
 // gets one allocation of its size.
 const (
-	keptRuns = 256
-	keptMore = 1024
+	keptRuns  = 256
+	keptLater = 1024
 )
 
 // more is what mergeRuns merged into f: the later live responses written with f's.
@@ -57,7 +57,7 @@ func (m *runMerger) more(f *frame) []*sharedResponse {
 
 // reset forgets the runs once their frames are written, so that they pin no response.
 func (m *runMerger) reset() {
-	m.runs, m.later = keepCap(m.runs, keptRuns), keepCap(m.later, keptMore)
+	m.runs, m.later = keepCap(m.runs, keptRuns), keepCap(m.later, keptLater)
 }
 
 // mergeRuns merges each watcher's consecutive live responses in o into the first of them (a run of m's),
