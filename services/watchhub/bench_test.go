@@ -158,7 +158,7 @@ func BenchmarkEncodeForWatchers(b *testing.B) {
 	c := newCodec()
 	ids := make([]mem.Buffer, watchers)
 	for i := range ids {
-		ids[i] = watchIDField(int64(i))
+		ids[i] = newWatchIDField(int64(i))
 	}
 	b.Run("shared", func(b *testing.B) {
 		for b.Loop() {

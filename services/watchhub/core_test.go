@@ -349,7 +349,7 @@ func TestSharedEncodingDecodesAsTheResponse(t *testing.T) {
 	}
 	c := newCodec()
 	for _, id := range []int64{0, 1, 300, 1 << 40, -1} {
-		out, err := c.Marshal(&encodedResponse{watchID: watchIDField(id), part: shared.boxed[0]})
+		out, err := c.Marshal(&encodedResponse{watchID: newWatchIDField(id), part: shared.boxed[0]})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -114,7 +114,7 @@ func TestMergedResponseDecodes(t *testing.T) {
 		shared = append(shared, r)
 	}
 	for _, id := range []int64{0, 5} {
-		wire, err := newCodec().Marshal(&encodedResponse{watchID: watchIDField(id), part: shared[0].boxed[0],
+		wire, err := newCodec().Marshal(&encodedResponse{watchID: newWatchIDField(id), part: shared[0].boxed[0],
 			more: shared[1:]})
 		if err != nil {
 			t.Fatal(err)

@@ -157,7 +157,7 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 	}
 	defer s.traceSent(shared, more)
 	for i, part := range shared.boxed {
-		s.enc = encodedResponse{trace: carrier, watchID: w.idField, part: part}
+		s.enc = encodedResponse{trace: carrier, watchID: w.idField.buffer(), part: part}
 		if i == len(shared.boxed)-1 {
 			s.enc.more = more
 		}

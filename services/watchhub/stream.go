@@ -46,7 +46,7 @@ func (s watcherState) String() string {
 // entry.
 type watcher struct {
 	id             int64
-	idField        mem.Buffer // the encoded watch_id field of its shared responses
+	idField        watchIDField // the encoded watch_id field of its shared responses
 	stream         *stream
 	spec           watchSpec
 	startRev       int64 // as requested; 0 means from now
@@ -340,8 +340,9 @@ func (s *stream) create(req *pb.WatchCreateRequest, receivedAt time.Time) error 
 		refuse(errDuplicateWatchID.Error())
 		return nil
 	}
-	w := &watcher{id: id, idField: watchIDField(id), stream: s, spec: spec, startRev: req.StartRevision,
+	w := &watcher{id: id, stream: s, spec: spec, startRev: req.StartRevision,
 		progressNotify: req.ProgressNotify, created: h.clock()}
+	w.idField.set(id)
 	s.watchers[id] = w
 	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(head), WatchId: id, Created: true}, true)
 	if req.StartRevision == 0 || req.StartRevision > head {
