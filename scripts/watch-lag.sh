@@ -3,13 +3,16 @@
 # turn), `cairn bench watch-latency` straight to the hub with more watchers × puts/s than it can serve, and the
 # hub's /metrics every 2 s: mean lag of the watchers served in the interval (cairn_watchhub_watch_lag_seconds),
 # events/s, watchers catching up and canceled for lag, the hub's RSS, and the store's revision (whether writes
-# kept their rate). Then the bench's own p50/p99 (of the events received) and the load average.
+# kept their rate). Then the bench's own p50/p99 (of the events received) and the load average. VIA=frontends
+# sends the watch streams through the stack's frontends (the default path, relayed to the one hub) instead.
 #
 #   scripts/watch-lag.sh                                               # builds bin/cairn; LAGS="5s 1s"
 #   CAIRN=/path/cairn LAGS="5s 1s 1h" STREAMS=200 PER_STREAM=100 PUTS=4000 RATE=200 scripts/watch-lag.sh
+#   VIA=frontends LAGS=5s scripts/watch-lag.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STREAMS=${STREAMS:-200} PER_STREAM=${PER_STREAM:-100} PUTS=${PUTS:-4000} RATE=${RATE:-200}
+STREAMS=${STREAMS:-200} PER_STREAM=${PER_STREAM:-100} PUTS=${PUTS:-4000} RATE=${RATE:-200} VIA=${VIA:-hub}
+case $VIA in hub | frontends) ;; *) echo "VIA must be hub or frontends, not $VIA" >&2; exit 2 ;; esac
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
 source scripts/lib/bench.sh # sets CAIRN (building bin/cairn when unset), ETCD and ETCDCTL
@@ -44,10 +47,12 @@ for lag in ${LAGS:-5s 1s}; do
 	hub=127.0.0.1:$(up_child api watchhub-1)
 	metrics=http://127.0.0.1:$(up_child metrics watchhub-1)/metrics
 	hubpid=$(up_child pid watchhub-1)
-	echo "--max-watch-lag $lag: $((STREAMS * PER_STREAM)) watchers ($STREAMS streams) on one key, $PUTS puts at $RATE/s; load $(cut -d' ' -f1-3 /proc/loadavg)"
+	via=(--watch-endpoints "$hub")
+	[[ $VIA == frontends ]] && via=()
+	echo "--max-watch-lag $lag: $((STREAMS * PER_STREAM)) watchers ($STREAMS streams, via the $VIA) on one key, $PUTS puts at $RATE/s; load $(cut -d' ' -f1-3 /proc/loadavg)"
 	scrape "$metrics" "$hubpid" &
 	scraper=$!
-	"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 watch-latency --watch-endpoints "$hub" \
+	"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 watch-latency "${via[@]}" \
 		--streams "$STREAMS" --watchers-per-stream "$PER_STREAM" --put-total "$PUTS" --put-rate "$RATE" \
 		--event-timeout 20s 2>&1 | grep -E "Events:|Watchers:|Requests/sec|50%|99%|Error" || true
 	kill "$scraper" 2>/dev/null || true
