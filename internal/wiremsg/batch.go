@@ -41,8 +41,10 @@ func RelayBatchPromised(header metadata.MD) bool { return len(header.Get(RelayBa
 // a larger one is kept as its parts, uncopied.
 const batchCopyLimit = 4 << 10
 
-// batchBufferBytes is the capacity of a batch's buffer for small messages.
-const batchBufferBytes = 20 << 10
+// batchBufferBytes is the capacity of a batch's buffer for small messages: a batch kept within it (see Fits) is
+// one buffer of a Pool's 16 KiB class at the sender and, received into a Pool at the other end, one there too. A
+// batch a message past a class's size takes a buffer of twice that size at each end.
+const batchBufferBytes = 16 << 10
 
 // Batch collects the messages to send as one batch (a backend's side). The zero Batch is empty and ready.
 type Batch struct {
@@ -83,6 +85,19 @@ func (b *Batch) Add(parts ...mem.Buffer) {
 		p.Ref()
 		b.parts = append(b.parts, p)
 	}
+}
+
+// Fits reports whether the message given as parts can be added without taking the batch past limit bytes
+// (Bytes); a message always fits an empty batch.
+func (b *Batch) Fits(limit int, parts ...mem.Buffer) bool {
+	if b.messages == 0 {
+		return true
+	}
+	n := 0
+	for _, p := range parts {
+		n += p.Len()
+	}
+	return b.bytes+protowire.SizeTag(batchEntryField)+protowire.SizeBytes(n) <= limit
 }
 
 // newBuffer starts a buffer for small messages.

@@ -152,6 +152,30 @@ func TestBatch(t *testing.T) {
 	}
 }
 
+// TestBatchFits: Fits says whether a message keeps a batch within a limit exactly as adding it would (Bytes
+// after Add), for messages whose length prefix takes one byte or two, at and around the limit; an empty batch
+// takes any message.
+func TestBatchFits(t *testing.T) {
+	t.Parallel()
+	const limit = 1000
+	if !(&Batch{}).Fits(limit, mem.SliceBuffer(make([]byte, 5*limit))) {
+		t.Fatal("an empty batch does not fit a message over the limit")
+	}
+	for _, first := range []int{100, 800, 870} {
+		for n := 0; n <= 200; n++ {
+			var b Batch
+			b.Add(mem.SliceBuffer(make([]byte, first)))
+			msg := make([]byte, n)
+			fits := b.Fits(limit, mem.SliceBuffer(msg[:n/2]), mem.SliceBuffer(msg[n/2:]))
+			b.Add(mem.SliceBuffer(msg))
+			if want := b.Bytes() <= limit; fits != want {
+				t.Fatalf("after %d bytes, a message of %d: Fits %v, but Add made the batch %d bytes (limit %d)",
+					first, n, fits, b.Bytes(), limit)
+			}
+		}
+	}
+}
+
 // recordingPool is a Pool that counts what comes back to it.
 type recordingPool struct {
 	Pool

@@ -19,9 +19,13 @@ import (
 // every response goes through the batch, in the order the sender writes it, and the batch is sent before the
 // sender waits for more work, so no response waits in it longer than the flush that wrote it.
 
-// relayBatchBytes is the size at which a batch is sent without waiting for the end of the flush: the HTTP/2
-// frame size, so that a frontend's 64 KiB window holds a few batches and the two ends work in parallel.
-const relayBatchBytes = 16 << 10
+// relayBatchBytes is the most a batch holds: a message that would take it further is sent in the next batch,
+// without waiting for the end of the flush. With gRPC's 5-byte message prefix a batch is one HTTP/2 frame
+// (16 KiB), a frontend's 64 KiB window holds four and the two ends work in parallel. It is also the 16 KiB size
+// class of the buffers a batch is written into here and received into at the frontend (wiremsg.Pool): a batch
+// that went a message past 16 KiB, as every full one did, took a 32 KiB buffer at each end, and at 100,000
+// relayed watchers under overload those held 63 MiB of a frontend's 110 MiB heap.
+const relayBatchBytes = 16<<10 - 5
 
 // useRelayBatches makes s send batches if its peer asked for them, and tells the peer so in the response
 // header; before anything is sent on s.
@@ -44,8 +48,7 @@ func (s *stream) sendResponse(resp *pb.WatchResponse) error {
 	if err != nil {
 		return fmt.Errorf("watch response for watch %d: %w", resp.WatchId, err)
 	}
-	s.batch.Add(mem.SliceBuffer(b))
-	return s.sendFullBatch()
+	return s.addToBatch(mem.SliceBuffer(b))
 }
 
 // sendEncoded writes a watcher's shared response; r may be reused once it returns.
@@ -57,17 +60,21 @@ func (s *stream) sendEncoded(r *encodedResponse) error {
 		return nil
 	}
 	s.scratch = r.appendBuffers(s.scratch[:0])
-	s.batch.Add(s.scratch...)
+	err := s.addToBatch(s.scratch...)
 	clear(s.scratch)
-	return s.sendFullBatch()
+	return err
 }
 
-// sendFullBatch sends the batch once it has reached relayBatchBytes.
-func (s *stream) sendFullBatch() error {
-	if s.batch.Bytes() < relayBatchBytes {
-		return nil
+// addToBatch adds a response to the batch, first sending the batch if the response would take it past
+// relayBatchBytes.
+func (s *stream) addToBatch(parts ...mem.Buffer) error {
+	if !s.batch.Fits(relayBatchBytes, parts...) {
+		if err := s.sendBatch(); err != nil {
+			return err
+		}
 	}
-	return s.sendBatch()
+	s.batch.Add(parts...)
+	return nil
 }
 
 // sendBatch sends what the batch holds, if anything; the sender calls it before it waits for more work.

@@ -2,6 +2,7 @@ package watchhub
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // TestRelayBatches: a stream whose peer asks for relay batches is promised them in the response header, and
 // its frames carry the responses a plain stream gets, in the same order, several to a frame once many
-// watchers share a revision; a stream that does not ask gets one response per frame.
+// watchers share a revision, each frame at most relayBatchBytes and full ones filled up to it (a revision's
+// responses here take two); a stream that does not ask gets one response per frame.
 func TestRelayBatches(t *testing.T) {
 	env := newTestEnv(t, 1)
 	h := env.startHub(Config{})
@@ -23,7 +25,10 @@ func TestRelayBatches(t *testing.T) {
 	const watchers = 50
 	const puts = 5
 
-	type frame struct{ responses []*pb.WatchResponse }
+	type frame struct {
+		responses []*pb.WatchResponse
+		bytes     int
+	}
 	open := func(ask bool) (grpc.ClientStream, <-chan frame, func() metadata.MD) {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
@@ -44,7 +49,7 @@ func TestRelayBatches(t *testing.T) {
 					return
 				}
 				header, _ := stream.Header()
-				var f frame
+				f := frame{bytes: len(raw.Data)}
 				each := func(msg []byte) error {
 					resp := new(pb.WatchResponse)
 					if err := proto.Unmarshal(msg, resp); err != nil {
@@ -80,6 +85,8 @@ func TestRelayBatches(t *testing.T) {
 		}
 	}
 	// the stream's responses until wantEvents events and wantCreated created, with the most a frame carried
+	// and the largest frame's bytes
+	largest := 0
 	collect := func(frames <-chan frame, wantEvents, wantCreated int) (all []*pb.WatchResponse, most int) {
 		t.Helper()
 		deadline := time.After(20 * time.Second)
@@ -91,6 +98,7 @@ func TestRelayBatches(t *testing.T) {
 					t.Fatalf("stream ended after %d events", events)
 				}
 				most = max(most, len(f.responses))
+				largest = max(largest, f.bytes)
 				for _, r := range f.responses {
 					all = append(all, r)
 					events += len(r.Events)
@@ -111,12 +119,16 @@ func TestRelayBatches(t *testing.T) {
 	}
 	plainAll, batchedAll := waitCreated(plainFrames), waitCreated(batchedFrames)
 	for i := range puts {
-		env.put("k", string(rune('a'+i)))
+		env.put("k", strings.Repeat(string(rune('a'+i)), 400)) // 50 responses of over 400 bytes: two batches
 	}
 	more, plainMost := collect(plainFrames, watchers*puts, 0)
 	plainAll = append(plainAll, more...)
+	largest = 0
 	more, batchedMost := collect(batchedFrames, watchers*puts, 0)
 	batchedAll = append(batchedAll, more...)
+	if largest > relayBatchBytes || largest < relayBatchBytes-600 {
+		t.Errorf("largest batch %d bytes; want at most %d and within one response of it", largest, relayBatchBytes)
+	}
 
 	if wiremsg.RelayBatchPromised(plainHeader()) || !wiremsg.RelayBatchPromised(batchedHeader()) {
 		t.Fatalf("promised batches: plain stream %v, asking stream %v; want false, true",
