@@ -21,9 +21,11 @@ func NewRaw() any { return new(Raw) }
 
 // Held is a message received as its wire bytes, undecoded, in a buffer of which the receiver holds one
 // reference: it frees it (Buf.Free), or hands it, or pieces of it (mem.SplitUnsafe, SplitHeldBatch), on to gRPC
-// in an Encoded, which frees them once written. With a codec made WithPool, the buffer comes from that pool and
-// goes back to it when its last reference is freed, so a relay that receives and forwards a stream of frames
-// reuses its buffers where a Raw is a new allocation for every frame.
+// in an Encoded, which frees them once written. A message that gRPC hands over in one piece is held in gRPC's
+// own receive buffer, uncopied; one in several pieces (it spanned HTTP/2 frames) is copied into one buffer,
+// from the pool of a codec made WithPool, which it goes back to when its last reference is freed. Either way a
+// relay that receives and forwards a stream of frames reuses its buffers where a Raw is a new allocation for
+// every frame.
 type Held struct{ Buf mem.Buffer }
 
 // NewHeld returns an empty Held, as proxies that receive into fresh messages want.
@@ -64,6 +66,13 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		m.Data = data.Materialize()
 		return nil
 	case *Held:
+		if len(data) == 1 {
+			// In one piece (a message within one HTTP/2 frame, as a hub's relay batches are): gRPC's own buffer,
+			// kept by a reference of the message's rather than copied.
+			data[0].Ref()
+			m.Buf = data[0]
+			return nil
+		}
 		n := data.Len()
 		if c.pool == nil || mem.IsBelowBufferPoolingThreshold(n) {
 			m.Buf = mem.SliceBuffer(data.Materialize())

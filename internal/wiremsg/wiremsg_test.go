@@ -2,6 +2,7 @@ package wiremsg
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -180,15 +181,22 @@ func TestBatchFits(t *testing.T) {
 type recordingPool struct {
 	Pool
 	gets, puts int
+	handedOut  *[]byte // the last buffer Get handed out
 }
 
-func (p *recordingPool) Get(n int) *[]byte { p.gets++; return p.Pool.Get(n) }
-func (p *recordingPool) Put(b *[]byte)     { p.puts++; p.Pool.Put(b) }
+func (p *recordingPool) Get(n int) *[]byte {
+	p.gets++
+	p.handedOut = p.Pool.Get(n)
+	return p.handedOut
+}
+func (p *recordingPool) Put(b *[]byte) { p.puts++; p.Pool.Put(b) }
 
-// TestHeldBatch: a batch received as gRPC hands it over (in pieces) into a Held of a pooled codec splits into
-// references to its messages, whole and in order; its buffer goes back to the pool once the last of them is
-// freed, and not before, whether the batch is whole or flawed (nothing after the flaw comes out). A message
-// below gRPC's pooling threshold is not pooled.
+// TestHeldBatch: a batch received as gRPC hands it over into a Held of a pooled codec splits into references
+// to its messages, whole and in order; its buffer goes back to its pool once the last of them is freed, and
+// not before, whether the batch is whole or flawed (nothing after the flaw comes out). Handed over in pieces
+// (a buffer per data frame), the batch is copied into one buffer of the codec's pool; in one piece, it stays in
+// gRPC's buffer, uncopied, which outlives gRPC's own reference. A message below gRPC's pooling threshold in
+// pieces is not pooled.
 func TestHeldBatch(t *testing.T) {
 	t.Parallel()
 	msgs := [][]byte{[]byte("first"), {}, bytes.Repeat([]byte{7}, 300), bytes.Repeat([]byte{8}, batchCopyLimit+1),
@@ -211,47 +219,62 @@ func TestHeldBatch(t *testing.T) {
 		{"truncated entry", data[:len(data)-1], len(msgs) - 1},
 		{"wrong field", append(append([]byte{}, data[:len(data)-6]...), 0x12, 1, 'x'), len(msgs) - 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var pieces mem.BufferSlice // as gRPC's reader hands a message over: a buffer per data frame
-			for rest := tc.batch; len(rest) > 0; {
-				n := min(len(rest), 1000)
-				pieces = append(pieces, mem.SliceBuffer(rest[:n]))
-				rest = rest[n:]
-			}
-			pool := &recordingPool{}
-			held := NewHeld().(*Held)
-			if err := NewCodec().WithPool(pool).Unmarshal(pieces, held); err != nil {
-				t.Fatal(err)
-			}
-			if pool.gets != 1 {
-				t.Fatalf("a %d-byte batch took %d buffers from the pool, want 1", len(tc.batch), pool.gets)
-			}
-			var refs []mem.Buffer
-			err := SplitHeldBatch(held.Buf, func(m mem.Buffer) error { refs = append(refs, m); return nil })
-			if (err != nil) != (tc.whole < len(msgs)) || len(refs) != tc.whole {
-				t.Fatalf("%d messages passed on, error %v; want %d (an error: %v)", len(refs), err, tc.whole,
-					tc.whole < len(msgs))
-			}
-			for i, ref := range refs {
-				if !bytes.Equal(ref.ReadOnlyData(), msgs[i]) {
-					t.Fatalf("message %d is %d bytes %.20q, want %d bytes %.20q", i, ref.Len(), ref.ReadOnlyData(),
-						len(msgs[i]), msgs[i])
+		for _, onePiece := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, one piece %v", tc.name, onePiece), func(t *testing.T) {
+				pool := &recordingPool{}     // the codec's
+				grpcPool := &recordingPool{} // gRPC's receive buffers'
+				var pieces mem.BufferSlice   // as gRPC's reader hands a message over: a buffer per data frame
+				for rest := tc.batch; len(rest) > 0; {
+					n := min(len(rest), 1000)
+					pieces = append(pieces, mem.SliceBuffer(rest[:n]))
+					rest = rest[n:]
 				}
-			}
-			for i, ref := range refs {
-				if pool.puts != 0 {
-					t.Fatalf("buffer back in the pool with %d of %d message references still held", len(refs)-i, len(refs))
+				if onePiece {
+					buf := grpcPool.Get(len(tc.batch))
+					copy(*buf, tc.batch)
+					pieces = mem.BufferSlice{mem.NewBuffer(buf, grpcPool)}
 				}
-				ref.Free()
-			}
-			if pool.puts != 1 {
-				t.Fatalf("buffer put back %d times once every reference was freed, want once", pool.puts)
-			}
-		})
+				held := NewHeld().(*Held)
+				if err := NewCodec().WithPool(pool).Unmarshal(pieces, held); err != nil {
+					t.Fatal(err)
+				}
+				pieces.Free() // gRPC's references, as it frees them once Unmarshal returns
+				if onePiece {
+					pool = grpcPool // the buffer that must come back
+					if &held.Buf.ReadOnlyData()[0] != &(*grpcPool.handedOut)[0] {
+						t.Fatal("a batch in one piece was copied")
+					}
+				}
+				if pool.gets != 1 {
+					t.Fatalf("a %d-byte batch took %d buffers from the pool, want 1", len(tc.batch), pool.gets)
+				}
+				var refs []mem.Buffer
+				err := SplitHeldBatch(held.Buf, func(m mem.Buffer) error { refs = append(refs, m); return nil })
+				if (err != nil) != (tc.whole < len(msgs)) || len(refs) != tc.whole {
+					t.Fatalf("%d messages passed on, error %v; want %d (an error: %v)", len(refs), err, tc.whole,
+						tc.whole < len(msgs))
+				}
+				for i, ref := range refs {
+					if !bytes.Equal(ref.ReadOnlyData(), msgs[i]) {
+						t.Fatalf("message %d is %d bytes %.20q, want %d bytes %.20q", i, ref.Len(), ref.ReadOnlyData(),
+							len(msgs[i]), msgs[i])
+					}
+				}
+				for i, ref := range refs {
+					if pool.puts != 0 {
+						t.Fatalf("buffer back in the pool with %d of %d message references still held", len(refs)-i, len(refs))
+					}
+					ref.Free()
+				}
+				if pool.puts != 1 {
+					t.Fatalf("buffer put back %d times once every reference was freed, want once", pool.puts)
+				}
+			})
+		}
 	}
 	pool := &recordingPool{}
 	held := NewHeld().(*Held)
-	if err := NewCodec().WithPool(pool).Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte("small"))}, held); err != nil ||
+	if err := NewCodec().WithPool(pool).Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte("sm")), mem.SliceBuffer([]byte("all"))}, held); err != nil ||
 		string(held.Buf.ReadOnlyData()) != "small" || pool.gets != 0 {
 		t.Fatalf("a small Held: %q (%v), %d buffers from the pool; want it unpooled", held.Buf.ReadOnlyData(), err, pool.gets)
 	}
