@@ -41,8 +41,8 @@ type Codec struct {
 // NewCodec returns the codec; use it with grpc.ForceServerCodecV2 or grpc.ForceCodecV2.
 func NewCodec() Codec { return Codec{proto: encoding.GetCodecV2("proto")} }
 
-// WithPool returns the codec receiving Held messages into buffers of pool (a *Pool: it does not clear what it
-// hands out, and the codec writes every byte).
+// WithPool returns the codec copying Held messages that arrive in several pieces into buffers of pool (a *Pool:
+// it does not clear what it hands out, and the codec writes every byte).
 func (c Codec) WithPool(pool mem.BufferPool) Codec {
 	c.pool = pool
 	return c

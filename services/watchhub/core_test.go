@@ -11,6 +11,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -438,4 +439,11 @@ func TestConfig(t *testing.T) {
 		c.ProgressNotifyInterval != 5*time.Second || c.MaxRequestBytes != 1024 || c.WindowRevisions != DefaultWindowRevisions {
 		t.Fatalf("flags parsed into %+v", c)
 	}
+}
+
+// newWatchIDField returns the encoded watch_id field of id as a buffer of its own.
+func newWatchIDField(id int64) mem.Buffer {
+	f := new(watchIDField)
+	f.set(id)
+	return f.buffer()
 }

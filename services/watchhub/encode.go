@@ -115,13 +115,6 @@ func (f *watchIDField) buffer() mem.Buffer {
 	return &f.field
 }
 
-// newWatchIDField returns the encoded watch_id field of id as a buffer of its own.
-func newWatchIDField(id int64) mem.Buffer {
-	f := new(watchIDField)
-	f.set(id)
-	return f.buffer()
-}
-
 // codec is the gRPC codec of the hub's server: it writes encodedResponses without marshalling anything and
 // hands every other message to the standard protobuf codec.
 type codec struct {
