@@ -3,6 +3,8 @@ package wiremsg
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
@@ -20,21 +22,65 @@ import (
 // order. A frontend asks for batches with RelayBatchHeader in the stream's request metadata; a backend that
 // will send them says so with RelayBatchHeader in its response header metadata, so each side keeps working
 // with a peer of another version (an old backend sends single messages, an old frontend never asks).
+//
+// Stamped batches (version RelayBatchStamped) also carry stamps: a varint field (number 2) before a message
+// stamps it and the messages after it in the batch, until the next stamp; 0 is no stamp, and a batch starts
+// with none. A watchhub stamps each event response with when the oldest revision in it reached the hub (on the
+// hub's monotonic clock), and says its lag bound (--max-watch-lag) in RelayLagBoundHeader, so that a frontend
+// can hold the bound on what it relays too: what waits in the relay's buffers grows older after the hub's
+// check. Stamps cost a batch a few bytes each time the stamp changes (once per revision on a busy stream).
 
-// RelayBatchHeader is the metadata key of the ask (request) and of the promise (response header).
+// RelayBatchHeader is the metadata key of the ask (request) and of the promise (response header); its value
+// is the version.
 const RelayBatchHeader = "cairn-relay-batch"
 
-// batchEntryField is the field number of a batch's entries.
-const batchEntryField protowire.Number = 1
+// Relay batch versions, the value of RelayBatchHeader. A frontend asks for the newest one it reads; a backend
+// answers with the one it sends. A backend older than stamps looks only for the header, and answers
+// RelayBatchPlain.
+const (
+	RelayBatchPlain   = "1"
+	RelayBatchStamped = "2"
+)
+
+// RelayLagBoundHeader is a stamping backend's lag bound, in its response header (a Go duration).
+const RelayLagBoundHeader = "cairn-relay-lag-bound"
+
+// LagCancelReason is the cancel_reason of a watch canceled for falling more than bound behind the head, by
+// its hub or by the frontend that relays it; a client that reads it re-watches from the revision after the
+// last one it received.
+func LagCancelReason(bound time.Duration) string {
+	return fmt.Sprintf("watcher fell more than %v behind the head (--max-watch-lag); re-watch from the next revision", bound)
+}
+
+// The field numbers of a batch's messages and stamps.
+const (
+	batchEntryField protowire.Number = 1
+	batchStampField protowire.Number = 2
+)
 
 // RelayBatchRequested reports whether a relayed stream's peer asked for batches (RelayBatchHeader in ctx's
-// incoming metadata).
-func RelayBatchRequested(ctx context.Context) bool {
-	return len(metadata.ValueFromIncomingContext(ctx, RelayBatchHeader)) > 0
+// incoming metadata), and whether it reads stamped ones.
+func RelayBatchRequested(ctx context.Context) (batches, stamps bool) {
+	asked := metadata.ValueFromIncomingContext(ctx, RelayBatchHeader)
+	return len(asked) > 0, slices.Contains(asked, RelayBatchStamped)
 }
 
 // RelayBatchPromised reports whether a backend's response header says its messages are batches.
 func RelayBatchPromised(header metadata.MD) bool { return len(header.Get(RelayBatchHeader)) > 0 }
+
+// RelayStampsPromised reports whether a backend's response header says its batches are stamped, and the lag
+// bound it gave; a bound that is missing or not a positive duration is no promise.
+func RelayStampsPromised(header metadata.MD) (bound time.Duration, ok bool) {
+	if !slices.Contains(header.Get(RelayBatchHeader), RelayBatchStamped) {
+		return 0, false
+	}
+	bounds := header.Get(RelayLagBoundHeader)
+	if len(bounds) != 1 {
+		return 0, false
+	}
+	bound, err := time.ParseDuration(bounds[0])
+	return bound, err == nil && bound > 0
+}
 
 // batchCopyLimit: a message smaller than this is copied into the batch's own buffer, so that a batch of many
 // small messages is a few buffers (each buffer costs gRPC's writer a pass, and each part added an allocation);
@@ -58,6 +104,21 @@ type Batch struct {
 	held     *[]byte         // buf's slice as Pool handed it out; nil without a Pool
 	bytes    int
 	messages int
+	stamp    uint64 // of the messages added from now on (Stamp)
+	written  uint64 // the stamp in force at the batch's end
+}
+
+// Stamp sets the stamp of the messages added from now on (0: none). The batch carries a stamp once, before the
+// first message it applies to; a Take keeps it for the next batch, which carries it again. Stamp only a batch
+// for a peer that reads stamps (RelayBatchStamped).
+func (b *Batch) Stamp(v uint64) { b.stamp = v }
+
+// stampBytes is what the next message's stamp adds to the batch: nothing when the one in force holds.
+func (b *Batch) stampBytes() int {
+	if b.stamp == b.written {
+		return 0
+	}
+	return protowire.SizeTag(batchStampField) + protowire.SizeVarint(b.stamp)
 }
 
 // Add appends one message, given as the concatenation of parts. A small message is copied; a large one's
@@ -71,6 +132,10 @@ func (b *Batch) Add(parts ...mem.Buffer) {
 		b.newBuffer()
 	}
 	before := len(b.buf)
+	if b.stamp != b.written {
+		b.buf = protowire.AppendVarint(protowire.AppendTag(b.buf, batchStampField, protowire.VarintType), b.stamp)
+		b.written = b.stamp
+	}
 	b.buf = protowire.AppendVarint(protowire.AppendTag(b.buf, batchEntryField, protowire.BytesType), uint64(n))
 	b.bytes += len(b.buf) - before + n
 	b.messages++
@@ -87,8 +152,8 @@ func (b *Batch) Add(parts ...mem.Buffer) {
 	}
 }
 
-// Fits reports whether the message given as parts can be added without taking the batch past limit bytes
-// (Bytes); a message always fits an empty batch.
+// Fits reports whether the message given as parts, with its stamp, can be added without taking the batch past
+// limit bytes (Bytes); a message always fits an empty batch.
 func (b *Batch) Fits(limit int, parts ...mem.Buffer) bool {
 	if b.messages == 0 {
 		return true
@@ -97,7 +162,7 @@ func (b *Batch) Fits(limit int, parts ...mem.Buffer) bool {
 	for _, p := range parts {
 		n += p.Len()
 	}
-	return b.bytes+protowire.SizeTag(batchEntryField)+protowire.SizeBytes(n) <= limit
+	return b.bytes+b.stampBytes()+protowire.SizeTag(batchEntryField)+protowire.SizeBytes(n) <= limit
 }
 
 // newBuffer starts a buffer for small messages.
@@ -137,19 +202,21 @@ func (b *Batch) Take() *Encoded {
 	if b.buf != nil {
 		parts = append(parts, b.sealBuffer())
 	}
-	*b = Batch{Pool: b.Pool}
+	*b = Batch{Pool: b.Pool, stamp: b.stamp}
 	return &Encoded{Parts: parts}
 }
 
-// SplitBatch calls each with every message of a received batch, in order, each a subslice of data; it stops
-// at the first error each returns. A malformed batch is an error, and nothing after the flaw is passed on.
-func SplitBatch(data []byte, each func(msg []byte) error) error {
+// SplitBatch calls each with every message of a received batch, in order, each a subslice of data, with its
+// stamp (0 for none); it stops at the first error each returns. A malformed batch is an error, and nothing
+// after the flaw is passed on.
+func SplitBatch(data []byte, each func(msg []byte, stamp uint64) error) error {
+	var stamp uint64
 	for len(data) > 0 {
-		head, size, err := batchEntry(data)
+		head, size, err := batchEntry(data, &stamp)
 		if err != nil {
 			return err
 		}
-		if err := each(data[head : head+size]); err != nil {
+		if err := each(data[head:head+size], stamp); err != nil {
 			return err
 		}
 		data = data[head+size:]
@@ -161,11 +228,12 @@ func SplitBatch(data []byte, each func(msg []byte) error) error {
 // reference to every message (mem.SplitUnsafe; no copy), which it must free or hand on to gRPC, even when it
 // returns an error. The references to what lies between the messages, and to the rest after an error, are
 // freed here. It consumes buf's reference.
-func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer) error) error {
+func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer, stamp uint64) error) error {
 	rest := buf
 	defer func() { rest.Free() }()
+	var stamp uint64
 	for rest.Len() > 0 {
-		head, size, err := batchEntry(rest.ReadOnlyData())
+		head, size, err := batchEntry(rest.ReadOnlyData(), &stamp)
 		if err != nil {
 			return err
 		}
@@ -173,23 +241,33 @@ func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer) error) error {
 		prefix, rest = mem.SplitUnsafe(rest, head)
 		prefix.Free()
 		msg, rest = mem.SplitUnsafe(rest, size)
-		if err := each(msg); err != nil {
+		if err := each(msg, stamp); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// batchEntry reads the entry at the start of a batch: its prefix (tag and length) is data[:head], its message
-// data[head:head+size].
-func batchEntry(data []byte) (head, size int, err error) {
-	num, typ, n := protowire.ConsumeTag(data)
-	if n < 0 || num != batchEntryField || typ != protowire.BytesType {
-		return 0, 0, fmt.Errorf("relay batch: bad entry tag at %d bytes from the end", len(data))
+// batchEntry reads the message at the start of a batch, after the stamps before it (the last one goes into
+// *stamp): its prefix (stamps, tag and length) is data[:head], the message data[head:head+size].
+func batchEntry(data []byte, stamp *uint64) (head, size int, err error) {
+	for {
+		num, typ, n := protowire.ConsumeTag(data[head:])
+		if n < 0 || (num != batchEntryField || typ != protowire.BytesType) && (num != batchStampField || typ != protowire.VarintType) {
+			return 0, 0, fmt.Errorf("relay batch: bad entry tag at %d bytes from the end", len(data)-head)
+		}
+		if num == batchStampField {
+			v, m := protowire.ConsumeVarint(data[head+n:])
+			if m < 0 {
+				return 0, 0, fmt.Errorf("relay batch: bad stamp at %d bytes from the end", len(data)-head)
+			}
+			*stamp, head = v, head+n+m
+			continue
+		}
+		length, m := protowire.ConsumeVarint(data[head+n:])
+		if m < 0 || length > uint64(len(data)-head-n-m) {
+			return 0, 0, fmt.Errorf("relay batch: entry of bad length at %d bytes from the end", len(data)-head)
+		}
+		return head + n + m, int(length), nil
 	}
-	length, m := protowire.ConsumeVarint(data[n:])
-	if m < 0 || length > uint64(len(data)-n-m) {
-		return 0, 0, fmt.Errorf("relay batch: entry of bad length at %d bytes from the end", len(data))
-	}
-	return n + m, int(length), nil
 }

@@ -3,10 +3,14 @@ package wiremsg
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -126,7 +130,7 @@ func TestBatch(t *testing.T) {
 			t.Fatalf("batch of %d bytes, Bytes said %d; after Take %d messages, %d bytes", len(data), size, b.Messages(), b.Bytes())
 		}
 		var got [][]byte
-		if err := SplitBatch(data, func(m []byte) error { got = append(got, m); return nil }); err != nil {
+		if err := SplitBatch(data, func(m []byte, _ uint64) error { got = append(got, m); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != len(msgs) {
@@ -147,7 +151,7 @@ func TestBatch(t *testing.T) {
 		{"wrong field", append(append([]byte{}, data[:7]...), 0x12, 1, 'x'), 1},
 	} {
 		n := 0
-		if err := SplitBatch(tc.flawed, func([]byte) error { n++; return nil }); err == nil || n != tc.whole {
+		if err := SplitBatch(tc.flawed, func([]byte, uint64) error { n++; return nil }); err == nil || n != tc.whole {
 			t.Errorf("%s: %d messages passed on, error %v; want %d and an error", tc.name, n, err, tc.whole)
 		}
 	}
@@ -173,6 +177,93 @@ func TestBatchFits(t *testing.T) {
 				t.Fatalf("after %d bytes, a message of %d: Fits %v, but Add made the batch %d bytes (limit %d)",
 					first, n, fits, b.Bytes(), limit)
 			}
+		}
+	}
+}
+
+// TestBatchStamps: each message comes out of a batch with the stamp set when it was added (0 for none), held
+// or not; a stamp is written only where it changes, Fits counts it, and a Take carries it into the next batch,
+// which writes it again. A stamp that is not a varint, or that ends the batch, is a flaw.
+func TestBatchStamps(t *testing.T) {
+	t.Parallel()
+	type stamped struct {
+		msg   string
+		stamp uint64
+	}
+	adds := []stamped{{"created", 0}, {"a", 7}, {"b", 7}, {"c", 1 << 40}, {"canceled", 0}, {"d", 1 << 40}}
+	var b Batch
+	plain := 0 // the batch's bytes without stamps
+	for _, a := range adds {
+		b.Stamp(a.stamp)
+		before := b.Bytes()
+		b.Add(mem.SliceBuffer(a.msg))
+		plain += b.Bytes() - before
+	}
+	// stamps written: 7 (2 bytes), 1<<40 (7 bytes), 0 (2 bytes), 1<<40 (7 bytes)
+	const stampBytes = 2 + 7 + 2 + 7
+	for _, a := range adds {
+		plain -= protowire.SizeTag(batchEntryField) + protowire.SizeBytes(len(a.msg))
+	}
+	if plain != stampBytes {
+		t.Fatalf("stamps took %d bytes, want %d (written only where the stamp changes)", plain, stampBytes)
+	}
+	if b.Fits(b.Bytes()+3, mem.SliceBuffer("x")) != true {
+		t.Fatal("a 1-byte message under the same stamp does not fit in 3 bytes")
+	}
+	b.Stamp(9)
+	if b.Fits(b.Bytes()+3, mem.SliceBuffer("x")) || !b.Fits(b.Bytes()+5, mem.SliceBuffer("x")) {
+		t.Fatal("Fits does not count a new stamp's 2 bytes")
+	}
+	b.Stamp(1 << 40)
+	data := b.Take().Parts.Materialize()
+	var got []stamped
+	collect := func(m []byte, stamp uint64) error { got = append(got, stamped{string(m), stamp}); return nil }
+	if err := SplitBatch(data, collect); err != nil || !slices.Equal(got, adds) {
+		t.Fatalf("split %v (error %v), want %v", got, err, adds)
+	}
+	got = nil
+	err := SplitHeldBatch(mem.SliceBuffer(data), func(m mem.Buffer, stamp uint64) error {
+		defer m.Free()
+		return collect(m.ReadOnlyData(), stamp)
+	})
+	if err != nil || !slices.Equal(got, adds) {
+		t.Fatalf("held: split %v (error %v), want %v", got, err, adds)
+	}
+	b.Add(mem.SliceBuffer("next"))
+	got = nil
+	if err := SplitBatch(b.Take().Parts.Materialize(), collect); err != nil || !slices.Equal(got, []stamped{{"next", 1 << 40}}) {
+		t.Fatalf("the next batch split %v (error %v), want its message with the stamp in force", got, err)
+	}
+	for name, flawed := range map[string][]byte{
+		"stamp of bytes": protowire.AppendBytes(protowire.AppendTag(nil, batchStampField, protowire.BytesType), []byte("x")),
+		"trailing stamp": protowire.AppendVarint(protowire.AppendTag(append([]byte{}, data...), batchStampField, protowire.VarintType), 3),
+		"cut stamp":      protowire.AppendTag(nil, batchStampField, protowire.VarintType),
+	} {
+		n := 0
+		if err := SplitBatch(flawed, func([]byte, uint64) error { n++; return nil }); err == nil {
+			t.Errorf("%s: no error (%d messages passed on)", name, n)
+		}
+	}
+}
+
+// TestRelayStampsPromised: a header promises stamps only with the stamped version and one positive bound.
+func TestRelayStampsPromised(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		header metadata.MD
+		bound  time.Duration
+		ok     bool
+	}{
+		{metadata.Pairs(RelayBatchHeader, RelayBatchStamped, RelayLagBoundHeader, "5s"), 5 * time.Second, true},
+		{metadata.Pairs(RelayBatchHeader, RelayBatchPlain, RelayLagBoundHeader, "5s"), 0, false},
+		{metadata.Pairs(RelayBatchHeader, RelayBatchStamped), 0, false},
+		{metadata.Pairs(RelayBatchHeader, RelayBatchStamped, RelayLagBoundHeader, "soon"), 0, false},
+		{metadata.Pairs(RelayBatchHeader, RelayBatchStamped, RelayLagBoundHeader, "-1s"), 0, false},
+		{metadata.Pairs(RelayBatchHeader, RelayBatchStamped, RelayLagBoundHeader, "1s", RelayLagBoundHeader, "2s"), 0, false},
+	} {
+		bound, ok := RelayStampsPromised(tc.header)
+		if ok != tc.ok || ok && bound != tc.bound {
+			t.Errorf("%v: bound %v, %v; want %v, %v", tc.header, bound, ok, tc.bound, tc.ok)
 		}
 	}
 }
@@ -249,7 +340,7 @@ func TestHeldBatch(t *testing.T) {
 					t.Fatalf("a %d-byte batch took %d buffers from the pool, want 1", len(tc.batch), pool.gets)
 				}
 				var refs []mem.Buffer
-				err := SplitHeldBatch(held.Buf, func(m mem.Buffer) error { refs = append(refs, m); return nil })
+				err := SplitHeldBatch(held.Buf, func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil })
 				if (err != nil) != (tc.whole < len(msgs)) || len(refs) != tc.whole {
 					t.Fatalf("%d messages passed on, error %v; want %d (an error: %v)", len(refs), err, tc.whole,
 						tc.whole < len(msgs))

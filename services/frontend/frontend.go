@@ -121,7 +121,8 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	pb.RegisterMaintenanceServer(s, &maintenanceServer{f: f})
 	pb.RegisterAuthServer(s, &authServer{f: f})
 	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping, auth: f.auth,
-		stages: f.tel.Stages("frontend", f.cfg.Name)})
+		stages: f.tel.Stages("frontend", f.cfg.Name), canceledForLag: f.metrics.watchLagCanceled,
+		lagWarnings: &lagWarnings{logger: f.logger}})
 	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader, auth: f.auth})
 	recipes := &recipes{client: f.self.Load, mint: f.auth.mint}
 	v3lockpb.RegisterLockServer(s, recipes)

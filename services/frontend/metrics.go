@@ -21,8 +21,10 @@ type metrics struct {
 	registry *prometheus.Registry
 	handled  *obs.Observers
 	retries  prometheus.Counter
-	grpc     *grpcprom.ServerMetrics
-	bytes    *clientBytes
+	// watchLagCanceled counts the watches relays canceled for lag (watchlag.go).
+	watchLagCanceled prometheus.Counter
+	grpc             *grpcprom.ServerMetrics
+	bytes            *clientBytes
 }
 
 func newMetrics(f *Frontend) *metrics {
@@ -33,6 +35,9 @@ func newMetrics(f *Frontend) *metrics {
 			Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10)}, []string{"method", "code"})),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "replica_retries_total", Help: "Requests tried again on another replica after one was unavailable."}),
+		watchLagCanceled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "frontend",
+			Name: "watchers_lag_canceled_total", Help: "Relayed watchers canceled for being more than their hub's " +
+				"--max-watch-lag behind the head when the frontend would have sent them a response."}),
 		// etcd serves grpc_server_handling_seconds with --metrics=extensive; its buckets are the middleware's.
 		grpc:  grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
 		bytes: newClientBytes(),
@@ -44,7 +49,7 @@ func newMetrics(f *Frontend) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "frontend", Name: name, Help: help},
 			func() float64 { return value(f.pool.view()) })
 	}
-	m.registry.MustRegister(m.handled.Vec(), m.retries, m.grpc, m.bytes.sent, m.bytes.received,
+	m.registry.MustRegister(m.handled.Vec(), m.retries, m.watchLagCanceled, m.grpc, m.bytes.sent, m.bytes.received,
 		gauge("storage_replicas_healthy", "Storage replicas that answered their last probe healthy.", func(v *view) float64 {
 			n := 0
 			for _, r := range v.leaderFirst {

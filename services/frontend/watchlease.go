@@ -7,6 +7,7 @@ import (
 
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -40,6 +41,9 @@ type watchServer struct {
 	stopping <-chan struct{}
 	auth     *authGate
 	stages   obs.StageTracer
+	// canceledForLag and lagWarnings count and log the watches relays cancel for lag (watchlag.go).
+	canceledForLag prometheus.Counter
+	lagWarnings    *lagWarnings
 }
 
 func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
@@ -56,7 +60,7 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		}
 	}()
 	// upCtx, not ctx: the goroutine above reads ctx.
-	upCtx := metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, "1")
+	upCtx := metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped)
 	tracing := s.stages.Recording()
 	if tracing {
 		upCtx = metadata.AppendToOutgoingContext(upCtx, obs.RelayTraceHeader, "1")
@@ -66,8 +70,9 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		var upstream grpc.ClientStream
 		if upstream, err = hub.conn.NewStream(upCtx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
 			grpc.ForceCodecV2(wiremsg.NewCodec().WithPool(&s.frames))); err == nil {
-			r := &watchRelay{server: s, upstream: upstream, tracing: tracing}
-			return proxyStream("watch", stream, upstream, wiremsg.NewRaw, wiremsg.NewHeld, r.relay,
+			up := &sendLock{ClientStream: upstream}
+			r := &watchRelay{server: s, upstream: up, tracing: tracing}
+			return proxyStream("watch", stream, up, wiremsg.NewRaw, wiremsg.NewHeld, r.relay,
 				s.auth.screenWatch(stream.Context()))
 		}
 		if stream.Context().Err() != nil {
@@ -81,30 +86,49 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 // (wiremsg.RelayBatchHeader in its response header) sends several responses per frame; each goes to the client
 // as its own message, as the hub would have sent it unbatched, so the client sees the same messages either way.
 // A frame is received into a pooled buffer (wiremsg.Held) and each response goes to gRPC as a reference to its
-// part of it, uncopied; the buffer returns to the pool once every response is written.
+// part of it, uncopied; the buffer returns to the pool once every response is written. A hub that stamps its
+// batches has the relay hold its lag bound too (relayLag).
 type watchRelay struct {
 	server   *watchServer
-	upstream grpc.ClientStream
+	upstream *sendLock
 	tracing  bool
 	batched  bool
-	checked  bool // batched is known: the hub's header came with its first frame
+	checked  bool      // batched and lag are known: the hub's header came with its first frame
+	lag      *relayLag // nil unless the hub stamps its batches
 	msg      wiremsg.Encoded
 }
 
 // relay sends the client the response or responses a hub's frame carries.
 func (r *watchRelay) relay(frame any, send func(any) error) error {
 	if !r.checked {
-		header, _ := r.upstream.Header() // at hand: it came before this frame
-		r.batched, r.checked = wiremsg.RelayBatchPromised(header), true
+		r.readHeader()
 	}
 	held := frame.(*wiremsg.Held)
 	if !r.batched {
 		return r.relayOne(held.Buf, send)
 	}
-	if err := wiremsg.SplitHeldBatch(held.Buf, func(msg mem.Buffer) error { return r.relayOne(msg, send) }); err != nil {
+	each := func(msg mem.Buffer, _ uint64) error { return r.relayOne(msg, send) }
+	if r.lag != nil {
+		receivedAt := r.lag.clock()
+		each = func(msg mem.Buffer, stamp uint64) error { return r.lag.relay(r, msg, stamp, receivedAt, send) }
+	}
+	if err := wiremsg.SplitHeldBatch(held.Buf, each); err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
 		return status.Errorf(codes.Internal, "cairn frontend: watch relay: %v", err)
 	}
 	return nil
+}
+
+// readHeader reads what the hub's response header promised: batches, and stamps with a lag bound. The header
+// is at hand before the first frame.
+func (r *watchRelay) readHeader() {
+	header, _ := r.upstream.Header()
+	r.batched, r.checked = wiremsg.RelayBatchPromised(header), true
+	if bound, ok := wiremsg.RelayStampsPromised(header); ok && r.batched {
+		r.lag = newRelayLag(r.server, bound, &upstreamCanceler{up: r.upstream})
+	}
 }
 
 // relayOne sends one response, and with it msg's reference: gRPC frees it once the response is written (or, if

@@ -24,6 +24,9 @@ type cohort struct {
 	spec    watchSpec
 	nextRev int64
 	members []*watcher
+	// arrived is when the cohort's next revision reached the hub, as its lag was last checked (dropLagging):
+	// the lag stamp of the step's responses.
+	arrived time.Time
 }
 
 // cohorts splits the watchers into cohorts, keeping their order.
@@ -100,11 +103,12 @@ func (s *stream) catchUpStep(c *cohort) ([]*watcher, error) {
 	if err := s.dropLagging(c, arrived); err != nil || !c.live() {
 		return nil, err
 	}
+	c.arrived = arrived
 	if read.kind == readBelow {
 		return c.members, s.catchUpFromStorage(c, read.first-1)
 	}
 	c.advance(read.next)
-	return c.members, s.sendEvents(c.members, read.header, read.events)
+	return c.members, s.sendEvents(c, read.header, read.events)
 }
 
 // readWindow collects the next batch for spec from rev on, at most maxRevs revisions with events; Hub.mu is
@@ -133,8 +137,9 @@ func (h *Hub) readWindow(spec *watchSpec, from int64, maxRevs int) windowRead {
 	return read
 }
 
-// sendEvents writes one catch-up response to each watcher: encoded once, cut into fragments if they asked.
-func (s *stream) sendEvents(ws []*watcher, header *pb.ResponseHeader, events []*mvccpb.Event) error {
+// sendEvents writes one catch-up response to each member of c: encoded once, cut into fragments if they asked.
+func (s *stream) sendEvents(c *cohort, header *pb.ResponseHeader, events []*mvccpb.Event) error {
+	ws := c.members
 	if len(events) == 0 {
 		return nil
 	}
@@ -146,6 +151,7 @@ func (s *stream) sendEvents(ws []*watcher, header *pb.ResponseHeader, events []*
 	if err != nil {
 		return err
 	}
+	shared.arrived = c.arrived
 	for _, w := range ws {
 		// A catch-up response is not live (no arrival time): no lag check, so no clock reading.
 		if err := s.writeShared(w, shared, nil, time.Time{}); err != nil {

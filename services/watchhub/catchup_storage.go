@@ -127,5 +127,5 @@ func (b *catchUpBatch) flush() error {
 	b.c.advance(b.next)
 	events := b.events
 	b.events, b.revsWithEvents, b.next = nil, 0, 0
-	return b.s.sendEvents(b.c.members, header, events)
+	return b.s.sendEvents(b.c, header, events)
 }

@@ -52,8 +52,11 @@ type sharedResponse struct {
 	boxed  []mem.Buffer
 	bytes  int
 	events int
-	// received is when the hub got the revision, for the delivery latency metric.
+	// received is when the hub got the revision, for the delivery latency metric (zero for catch-up).
 	received time.Time
+	// arrived is when the oldest revision in it reached the hub, for the lag stamps: received for a live
+	// response, the arrival its cohort was checked at for a catch-up one.
+	arrived time.Time
 	// traced is the event's trace, when sampled; queued is when the response was queued, for its sends.
 	traced *eventTrace
 	queued time.Time
@@ -88,6 +91,7 @@ type encodedResponse struct {
 	watchID mem.Buffer
 	part    mem.Buffer
 	more    []*sharedResponse
+	stamp   uint64 // its lag stamp, on a stream that sends them (stream.stamps)
 }
 
 // watchIDField is a watcher's encoded watch_id field, made once per watcher and kept inside it: each response

@@ -183,7 +183,7 @@ func (h *Hub) encodeGroup(r revisionEvents, g *group, byShape map[responseShape]
 		return nil, err
 	}
 	h.metrics.encodedResponses.Inc()
-	resp.received = r.received
+	resp.received, resp.arrived = r.received, r.received
 	if byShape != nil {
 		byShape[g.shape] = resp
 	}

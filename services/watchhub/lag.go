@@ -1,7 +1,6 @@
 package watchhub
 
 import (
-	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -9,12 +8,13 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 // Bounded lag. A watcher is behind while revisions it has not been sent have reached the hub; its lag is the
 // age of the oldest of them, counted from when that revision reached the hub or, for a watch created later
 // (one that starts in the past), from the watch's creation. A watcher whose lag passes Config.MaxWatchLag is
-// canceled with lagCancelReason (compact_revision 0) instead of being served later still: its client
+// canceled with wiremsg.LagCancelReason (compact_revision 0) instead of being served later still: its client
 // re-watches from its next revision (client/v3 ends the watch channel; a Kubernetes reflector re-watches from
 // its last resource version), and the hub's work for it stops, so the watchers that keep up stay within the
 // bound when the hub has more watchers than it can serve. A watcher whose next revision is compacted is
@@ -24,12 +24,6 @@ import (
 // arrival is on the response) and before each catch-up step (the arrival of the cohort's next revision is in
 // the window; below the window, the window's oldest arrival bounds it from below). So every response written
 // is within the bound when the sender took it, and the hub costs nothing more per event than a clock read.
-
-// lagCancelReason is the cancel_reason of a watcher canceled for lag; a client that reads it re-watches from
-// the revision after the last one it received.
-func lagCancelReason(bound time.Duration) string {
-	return fmt.Sprintf("watcher fell more than %v behind the head (--max-watch-lag); re-watch from the next revision", bound)
-}
 
 // lagPolicy is the hub's clock and bound for watchers that cannot keep up.
 type lagPolicy struct {
@@ -47,7 +41,24 @@ func (h *Hub) lagOf(w *watcher, arrived, now time.Time) time.Duration {
 	if arrived.IsZero() {
 		return 0
 	}
-	return now.Sub(h.lag.epoch) - max(arrived.Sub(h.lag.epoch), w.created)
+	return now.Sub(h.lag.epoch) - h.lagStart(w, arrived)
+}
+
+// lagStart is when w's lag started, on the hub's clock, given the arrival of the oldest revision it has not
+// been sent: that arrival or, if later, w's creation.
+func (h *Hub) lagStart(w *watcher, arrived time.Time) time.Duration {
+	return max(arrived.Sub(h.lag.epoch), w.created)
+}
+
+// lagStamp is the stamp of a response to w whose oldest revision reached the hub at arrived, for a frontend
+// that relays it (wiremsg.Batch.Stamp): the start of w's lag in nanoseconds of the hub's clock, at least 1; 0,
+// no stamp, for an unknown arrival. The frontend holds the bound on what waits in the relay's buffers with it:
+// it compares stamps with its own clock, so the hub's epoch, and its wall clock, do not matter to it.
+func (h *Hub) lagStamp(w *watcher, arrived time.Time) uint64 {
+	if arrived.IsZero() {
+		return 0
+	}
+	return uint64(max(h.lagStart(w, arrived), 1))
 }
 
 // arrivalOf is when revision rev reached the hub: from the window, or the window's oldest arrival for a
@@ -97,8 +108,8 @@ func (s *stream) dropLagging(c *cohort, arrived time.Time) error {
 }
 
 // cancelLagging removes watchers that passed the bound and tells their client why: canceled, with
-// lagCancelReason and a header at the head. It runs on the sender, so nothing queued for them before is lost
-// and nothing after is written.
+// wiremsg.LagCancelReason and a header at the head. It runs on the sender, so nothing queued for them before is
+// lost and nothing after is written.
 func (s *stream) cancelLagging(ws []*watcher) error {
 	h := s.hub
 	h.mu.Lock()
@@ -120,7 +131,7 @@ func (s *stream) cancelLagging(ws []*watcher) error {
 		h.logger.Warn("watchers canceled: more than --max-watch-lag behind the head", "watchers", len(told),
 			"max_watch_lag", h.lag.bound, "head", header.Revision)
 	}
-	reason := lagCancelReason(h.lag.bound)
+	reason := wiremsg.LagCancelReason(h.lag.bound)
 	for _, w := range told {
 		if err := s.sendResponse(&pb.WatchResponse{Header: header, WatchId: w.id, Canceled: true,
 			CancelReason: reason}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 func TestLagOf(t *testing.T) {
@@ -135,8 +136,8 @@ func TestLaggingWatcherIsCanceled(t *testing.T) {
 			next++
 		}
 		if resp.Canceled {
-			if resp.WatchId != 0 || resp.CompactRevision != 0 || resp.CancelReason != lagCancelReason(bound) {
-				t.Fatalf("canceled %v, want watch 0 with reason %q", resp, lagCancelReason(bound))
+			if resp.WatchId != 0 || resp.CompactRevision != 0 || resp.CancelReason != wiremsg.LagCancelReason(bound) {
+				t.Fatalf("canceled %v, want watch 0 with reason %q", resp, wiremsg.LagCancelReason(bound))
 			}
 			break
 		}

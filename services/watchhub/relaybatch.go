@@ -27,11 +27,20 @@ import (
 // relayed watchers under overload those held 63 MiB of a frontend's 110 MiB heap.
 const relayBatchBytes = 16<<10 - 5
 
-// useRelayBatches makes s send batches if its peer asked for them, and tells the peer so in the response
-// header; before anything is sent on s.
+// useRelayBatches makes s send batches if its peer asked for them, stamped if it asked for stamps, and tells
+// the peer so in the response header (with the lag bound, for stamps); before anything is sent on s.
 func (s *stream) useRelayBatches() {
-	if wiremsg.RelayBatchRequested(s.ctx) && s.srv.SetHeader(metadata.Pairs(wiremsg.RelayBatchHeader, "1")) == nil {
-		s.batch = &wiremsg.Batch{Pool: &s.hub.relayBuffers}
+	batches, stamps := wiremsg.RelayBatchRequested(s.ctx)
+	if !batches {
+		return
+	}
+	header := metadata.Pairs(wiremsg.RelayBatchHeader, wiremsg.RelayBatchPlain)
+	if stamps {
+		header = metadata.Pairs(wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped,
+			wiremsg.RelayLagBoundHeader, s.hub.lag.bound.String())
+	}
+	if s.srv.SetHeader(header) == nil {
+		s.batch, s.stamps = &wiremsg.Batch{Pool: &s.hub.relayBuffers}, stamps
 	}
 }
 
@@ -48,7 +57,7 @@ func (s *stream) sendResponse(resp *pb.WatchResponse) error {
 	if err != nil {
 		return fmt.Errorf("watch response for watch %d: %w", resp.WatchId, err)
 	}
-	return s.addToBatch(mem.SliceBuffer(b))
+	return s.addToBatch(0, mem.SliceBuffer(b))
 }
 
 // sendEncoded writes a watcher's shared response; r may be reused once it returns.
@@ -60,14 +69,17 @@ func (s *stream) sendEncoded(r *encodedResponse) error {
 		return nil
 	}
 	s.scratch = r.appendBuffers(s.scratch[:0])
-	err := s.addToBatch(s.scratch...)
+	err := s.addToBatch(r.stamp, s.scratch...)
 	clear(s.scratch)
 	return err
 }
 
-// addToBatch adds a response to the batch, first sending the batch if the response would take it past
-// relayBatchBytes.
-func (s *stream) addToBatch(parts ...mem.Buffer) error {
+// addToBatch adds a response to the batch with its lag stamp (0 for none; only on a stream that sends stamps),
+// first sending the batch if the response would take it past relayBatchBytes.
+func (s *stream) addToBatch(stamp uint64, parts ...mem.Buffer) error {
+	if s.stamps {
+		s.batch.Stamp(stamp)
+	}
 	if !s.batch.Fits(relayBatchBytes, parts...) {
 		if err := s.sendBatch(); err != nil {
 			return err

@@ -55,7 +55,7 @@ func TestRelayBatches(t *testing.T) {
 				}
 				header, _ := stream.Header()
 				f := frame{bytes: len(raw.Data)}
-				each := func(msg []byte) error {
+				each := func(msg []byte, _ uint64) error {
 					resp := new(pb.WatchResponse)
 					if err := proto.Unmarshal(msg, resp); err != nil {
 						return err
@@ -68,7 +68,7 @@ func TestRelayBatches(t *testing.T) {
 						t.Errorf("frame: %v", err)
 						return
 					}
-				} else if err := each(raw.Data); err != nil {
+				} else if err := each(raw.Data, 0); err != nil {
 					t.Errorf("frame: %v", err)
 					return
 				}
@@ -190,8 +190,9 @@ func (r *batchRecorder) SendMsg(m any) error {
 }
 
 // TestRelayBatchesStayWithinTheLimit: responses of every size from a few bytes to past the batch limit, in
-// a random order, go into batches of at most relayBatchBytes (one over it only alone), each as full as the
-// next response allows, and all of them are sent.
+// a random order, go into batches of at most relayBatchBytes (one over it only alone, with its stamp), each as
+// full as the next response allows, and all of them are sent; with lag stamps (a new one every third response,
+// and again at the start of each batch) counted in.
 func TestRelayBatchesStayWithinTheLimit(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	var responses []int
@@ -199,29 +200,160 @@ func TestRelayBatchesStayWithinTheLimit(t *testing.T) {
 		responses = append(responses, 1+rng.IntN(3000))
 	}
 	responses = append(responses, relayBatchBytes+100, 5, relayBatchBytes-4, 4<<10, 7)
-	rec := &batchRecorder{}
-	s := &stream{srv: rec, batch: &wiremsg.Batch{Pool: new(wiremsg.Pool)}}
-	// entry is a response's size in a batch: its tag and length prefix, then its bytes
-	entry := func(n int) int { return protowire.SizeTag(1) + protowire.SizeBytes(n) }
-	var want []int // the batches, as the responses fill them
-	for _, n := range responses {
-		if len(want) == 0 || want[len(want)-1]+entry(n) > relayBatchBytes {
-			want = append(want, 0)
+	for _, stamps := range []bool{false, true} {
+		rec := &batchRecorder{}
+		s := &stream{srv: rec, batch: &wiremsg.Batch{Pool: new(wiremsg.Pool)}, stamps: stamps}
+		// entry is a response's size in a batch: its stamp if it needs one, its tag and length prefix, then
+		// its bytes
+		var written uint64
+		entry := func(n int, stamp uint64) int {
+			size := protowire.SizeTag(1) + protowire.SizeBytes(n)
+			if stamps && stamp != written {
+				size += protowire.SizeTag(2) + protowire.SizeVarint(stamp)
+			}
+			return size
 		}
-		want[len(want)-1] += entry(n)
-		if err := s.addToBatch(mem.SliceBuffer(bytes.Repeat([]byte{'x'}, n))); err != nil {
+		var want, count []int // the batches, as the responses fill them, and their responses
+		for i, n := range responses {
+			stamp := uint64(1e12 + i/3)
+			if len(want) == 0 || want[len(want)-1]+entry(n, stamp) > relayBatchBytes {
+				want, count, written = append(want, 0), append(count, 0), 0
+			}
+			want[len(want)-1] += entry(n, stamp)
+			count[len(count)-1]++
+			written = stamp
+			if err := s.addToBatch(stamp, mem.SliceBuffer(bytes.Repeat([]byte{'x'}, n))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.sendBatch(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(rec.sizes, want) {
+			t.Fatalf("stamps %v: batches of %v bytes; want %v", stamps, rec.sizes, want)
+		}
+		for i, size := range rec.sizes {
+			if size > relayBatchBytes && count[i] != 1 {
+				t.Errorf("stamps %v: batch %d: %d bytes, over the limit %d", stamps, i, size, relayBatchBytes)
+			}
+		}
+	}
+}
+
+// TestRelayStamps: a stream whose peer asks for stamped batches is promised them with the hub's lag bound, and
+// every event response is stamped with when its watcher's lag started on the hub's clock: a live one with
+// its revision's arrival, in order, a catch-up one of a watch created later with the watch's creation; a
+// created response is not stamped. A plain batch stream gets no stamps.
+func TestRelayStamps(t *testing.T) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(Config{MaxWatchLag: 3 * time.Second})
+	conn := dialHub(t, h.Addr())
+	type stamped struct {
+		resp  *pb.WatchResponse
+		stamp uint64
+	}
+	open := func(version string) (grpc.ClientStream, <-chan stamped) {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		ctx = metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, version)
+		stream, err := conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
+			grpc.ForceCodecV2(wiremsg.NewCodec()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make(chan stamped, 64)
+		go func() {
+			defer close(out)
+			for {
+				var raw wiremsg.Raw
+				if err := stream.RecvMsg(&raw); err != nil {
+					return
+				}
+				err := wiremsg.SplitBatch(raw.Data, func(msg []byte, stamp uint64) error {
+					resp := new(pb.WatchResponse)
+					if err := proto.Unmarshal(msg, resp); err != nil {
+						return err
+					}
+					out <- stamped{resp, stamp}
+					return nil
+				})
+				if err != nil {
+					t.Errorf("frame: %v", err)
+					return
+				}
+			}
+		}()
+		return stream, out
+	}
+	next := func(from <-chan stamped) stamped {
+		t.Helper()
+		select {
+		case r, ok := <-from:
+			if !ok {
+				t.Fatal("stream ended")
+			}
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("no response within 10 s")
+		}
+		return stamped{}
+	}
+	create := func(s grpc.ClientStream, id, start int64) {
+		t.Helper()
+		req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+			Key: []byte("k"), WatchId: id, StartRevision: start}}}
+		if err := s.SendMsg(req); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.sendBatch(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(rec.sizes, want) {
-		t.Fatalf("batches of %v bytes; want %v", rec.sizes, want)
-	}
-	for i, size := range rec.sizes {
-		if size > relayBatchBytes && size != entry(relayBatchBytes+100) {
-			t.Errorf("batch %d: %d bytes, over the limit %d", i, size, relayBatchBytes)
+	stampedStream, stamps := open(wiremsg.RelayBatchStamped)
+	plainStream, plain := open(wiremsg.RelayBatchPlain)
+	create(stampedStream, 1, 0)
+	create(plainStream, 1, 0)
+	for _, r := range []stamped{next(stamps), next(plain)} {
+		if !r.resp.Created || r.stamp != 0 {
+			t.Fatalf("first response %v stamped %d, want created and no stamp", r.resp, r.stamp)
 		}
+	}
+	if header, _ := stampedStream.Header(); true {
+		if bound, ok := wiremsg.RelayStampsPromised(header); !ok || bound != 3*time.Second {
+			t.Fatalf("header %v promises stamps %v with bound %v; want 3s", header, ok, bound)
+		}
+	}
+	if header, _ := plainStream.Header(); wiremsg.RelayBatchPromised(header) == false {
+		t.Fatalf("plain stream header %v promises no batches", header)
+	} else if _, ok := wiremsg.RelayStampsPromised(header); ok {
+		t.Fatalf("plain stream header %v promises stamps", header)
+	}
+	before := uint64(h.clock())
+	first := env.put("k", "a")
+	env.put("k", "b")
+	var live []uint64
+	for len(live) < 2 {
+		r := next(stamps)
+		for range r.resp.Events {
+			live = append(live, r.stamp)
+		}
+	}
+	after := uint64(h.clock())
+	if live[0] < before || live[1] < live[0] || live[1] > after {
+		t.Fatalf("live stamps %v, want in order between %d and %d", live, before, after)
+	}
+	for n := 0; n < 2; {
+		if r := next(plain); r.stamp != 0 {
+			t.Fatalf("plain batch response stamped %d", r.stamp)
+		} else {
+			n += len(r.resp.Events)
+		}
+	}
+	created := uint64(h.clock())
+	create(stampedStream, 2, first)
+	if r := next(stamps); !r.resp.Created || r.stamp != 0 {
+		t.Fatalf("response %v stamped %d, want created and no stamp", r.resp, r.stamp)
+	}
+	r := next(stamps)
+	if r.resp.WatchId != 2 || len(r.resp.Events) != 2 || r.stamp < created || r.stamp > uint64(h.clock()) {
+		t.Fatalf("catch-up response %v stamped %d; want watch 2's two events stamped at its creation, after %d",
+			r.resp, r.stamp, created)
 	}
 }

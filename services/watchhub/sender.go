@@ -156,8 +156,12 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 		carrier = shared.traced.relay
 	}
 	defer s.traceSent(shared, more)
+	var stamp uint64
+	if s.stamps {
+		stamp = s.hub.lagStamp(w, shared.arrived)
+	}
 	for i, part := range shared.boxed {
-		s.enc = encodedResponse{trace: carrier, watchID: w.idField.buffer(), part: part}
+		s.enc = encodedResponse{trace: carrier, watchID: w.idField.buffer(), part: part, stamp: stamp}
 		if i == len(shared.boxed)-1 {
 			s.enc.more = more
 		}

@@ -124,7 +124,10 @@ type stream struct {
 	relayTrace bool
 	// batch collects the responses written for a frontend that asked for relay batches (relaybatch.go); nil
 	// on other streams. Sender only.
-	batch   *wiremsg.Batch
+	batch *wiremsg.Batch
+	// stamps: the frontend also asked for lag stamps (wiremsg.RelayBatchStamped), so every response in batch
+	// is stamped with the start of its watcher's lag (Hub.lagStamp). Sender only.
+	stamps  bool
 	scratch mem.BufferSlice // sender only: one response's buffers on their way into batch
 	stats   sendStats       // sender only: counts for the hub's metrics, flushed when the sender pauses
 }

@@ -1,0 +1,242 @@
+package frontend
+
+import (
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/wiremsg"
+)
+
+// The lag bound through a relay. A hub cancels a watcher that falls more than --max-watch-lag behind, but it
+// checks when it writes a response; through a frontend, a response then waits in the relay's buffers (the
+// hub's write quota, the relay's window and the frontend's own write quota, about 200 KiB per stream), which
+// drain at the frontend's pace. When the frontend is the bottleneck that added seconds past the bound. So a
+// hub stamps each event response of a relayed stream with when its watcher's lag started (wiremsg stamps, on
+// the hub's monotonic clock) and says its bound, and the relay checks each response again just before it
+// sends it to the client: one past the bound is not sent, and its watch is canceled here as the hub would
+// have canceled it (wiremsg.LagCancelReason); the relay asks the hub to cancel it too, and drops what the hub
+// still sends for it up to and including the hub's "canceled" that removes it (the answer to the cancel, or the
+// hub's own cancel for lag; one for compaction leaves the watch registered, and the answer still comes). The
+// client sees one cancel, as from the hub.
+//
+// The two clocks are compared without being synchronized: the relay's clock minus a stamp is the hub clock's
+// offset plus the response's age, and the smallest such difference seen over the last minutes is taken as the
+// offset (the quickest delivery, at or near no lag). So a response's lag is measured from that quickest
+// delivery, the clocks' epochs and wall time do not matter, and an estimate made while every delivery was late
+// errs towards sending, as a relay without stamps does.
+
+// lagOffsetWindow is how long an observed offset counts: the estimate is the smallest of the last one or two
+// windows, so it follows a drift of the clocks' rates.
+const lagOffsetWindow = 5 * time.Minute
+
+// relayLag holds a hub's lag bound on one relayed stream. The relay goroutine owns it.
+type relayLag struct {
+	bound  time.Duration
+	reason string
+	// clock reads the relay's clock (monotonic).
+	clock func() time.Duration
+	// offset is the smallest (relay clock when the frame was received - stamp) of the current window (cur)
+	// and the one before (prev); the window ends at until.
+	cur, prev int64
+	until     time.Duration
+	// dropping are the watches canceled here that the hub has not yet said it removed.
+	dropping map[int64]struct{}
+	cancel   *upstreamCanceler
+	server   *watchServer
+}
+
+func newRelayLag(s *watchServer, bound time.Duration, cancel *upstreamCanceler) *relayLag {
+	epoch := time.Now()
+	return &relayLag{bound: bound, reason: wiremsg.LagCancelReason(bound), clock: func() time.Duration { return time.Since(epoch) },
+		cur: math.MaxInt64, prev: math.MaxInt64, cancel: cancel, server: s}
+}
+
+// observe counts a response stamped stamp in a frame received at receivedAt in the offset estimate.
+func (l *relayLag) observe(stamp uint64, receivedAt time.Duration) {
+	if receivedAt >= l.until {
+		l.prev = l.cur
+		if receivedAt >= l.until+lagOffsetWindow { // a whole window without a stamp
+			l.prev = math.MaxInt64
+		}
+		l.cur, l.until = math.MaxInt64, receivedAt+lagOffsetWindow
+	}
+	l.cur = min(l.cur, int64(receivedAt)-int64(stamp))
+}
+
+// late reports whether a response stamped stamp is past the bound now; observe has counted it.
+func (l *relayLag) late(stamp uint64) bool {
+	age := int64(l.clock()) - int64(stamp) - min(l.cur, l.prev)
+	return age > int64(l.bound)
+}
+
+// relay sends the client msg, stamped stamp, from a frame received at receivedAt, unless its watch is
+// canceled here or it is past the bound; it consumes msg's reference.
+func (l *relayLag) relay(r *watchRelay, msg mem.Buffer, stamp uint64, receivedAt time.Duration, send func(any) error) error {
+	if len(l.dropping) > 0 {
+		if id, removed := watchRemoved(msg.ReadOnlyData()); l.isDropping(id) {
+			if removed {
+				delete(l.dropping, id)
+			}
+			msg.Free()
+			return nil
+		}
+	}
+	if stamp != 0 {
+		l.observe(stamp, receivedAt)
+		if l.late(stamp) {
+			return l.cancelWatch(msg, send)
+		}
+	}
+	return r.relayOne(msg, send)
+}
+
+func (l *relayLag) isDropping(id int64) bool {
+	_, ok := l.dropping[id]
+	return ok
+}
+
+// cancelWatch cancels the watch of a late response: the client gets a cancel with the reason and the
+// response's header, the hub a cancel request, and the watch's responses are dropped from now on.
+func (l *relayLag) cancelWatch(late mem.Buffer, send func(any) error) error {
+	var r pb.WatchResponse // a trace carrier, an unknown field, is discarded
+	err := proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(late.ReadOnlyData(), &r)
+	late.Free()
+	if err != nil {
+		return status.Errorf(codes.Internal, "cairn frontend: watch relay: %v", err)
+	}
+	if l.dropping == nil {
+		l.dropping = map[int64]struct{}{}
+	}
+	l.dropping[r.WatchId] = struct{}{}
+	l.cancel.cancel(r.WatchId)
+	l.server.lagCanceled(l.bound)
+	return send(&pb.WatchResponse{Header: r.Header, WatchId: r.WatchId, Canceled: true, CancelReason: l.reason})
+}
+
+// watchRemoved reads, from a WatchResponse's encoding and without decoding the rest, its watch ID and whether
+// it says the hub removed the watch: canceled, and not for compaction (a hub keeps a watch it canceled for
+// compaction until the client cancels it). A malformed response reads as far as it is whole.
+func watchRemoved(data []byte) (id int64, removed bool) {
+	var canceled, compacted bool
+	for len(data) > 0 {
+		num, typ, n := protowire.ConsumeTag(data)
+		if n < 0 {
+			break
+		}
+		data = data[n:]
+		if typ != protowire.VarintType || num != 2 && num != 4 && num != 5 { // watch_id, canceled, compact_revision
+			m := protowire.ConsumeFieldValue(num, typ, data)
+			if m < 0 {
+				break
+			}
+			data = data[m:]
+			continue
+		}
+		v, m := protowire.ConsumeVarint(data)
+		if m < 0 {
+			break
+		}
+		data = data[m:]
+		switch num {
+		case 2:
+			id = int64(v)
+		case 4:
+			canceled = v != 0
+		case 5:
+			compacted = v != 0
+		}
+	}
+	return id, canceled && !compacted
+}
+
+// upstreamCanceler sends a relayed stream's hub the cancel requests of the watches its relay canceled, from a
+// goroutine of its own while there are any, so that the relay never waits on the hub's flow control (the
+// hub's stream may be waiting on the relay). Its sends and the client's requests' go through one sendLock.
+type upstreamCanceler struct {
+	up      *sendLock
+	mu      sync.Mutex
+	ids     []int64
+	sending bool
+}
+
+func (c *upstreamCanceler) cancel(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ids = append(c.ids, id)
+	if !c.sending {
+		c.sending = true
+		go c.send()
+	}
+}
+
+func (c *upstreamCanceler) send() {
+	for {
+		c.mu.Lock()
+		ids := c.ids
+		c.ids = nil
+		if len(ids) == 0 {
+			c.sending = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		for _, id := range ids {
+			// An error ends the stream, and the relay with it; what is left is moot.
+			_ = c.up.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+				CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+		}
+	}
+}
+
+// sendLock makes a client stream's sends safe from two goroutines (gRPC's are not): proxyStream's, which
+// forwards the client's requests, and an upstreamCanceler's.
+type sendLock struct {
+	grpc.ClientStream
+	mu sync.Mutex
+}
+
+func (s *sendLock) SendMsg(m any) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *sendLock) CloseSend() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ClientStream.CloseSend()
+}
+
+// lagWarnings logs the watches a frontend cancels for lag, at most once a second.
+type lagWarnings struct {
+	logger *slog.Logger
+	last   atomic.Int64 // unix nanoseconds of the last warning
+	count  atomic.Int64 // canceled since
+}
+
+func (w *lagWarnings) canceled(bound time.Duration) {
+	w.count.Add(1)
+	now, last := time.Now().UnixNano(), w.last.Load()
+	if now-last < int64(time.Second) || !w.last.CompareAndSwap(last, now) {
+		return
+	}
+	w.logger.Warn("relayed watchers canceled: more than --max-watch-lag behind the head when relayed",
+		"watchers", w.count.Swap(0), "max_watch_lag", bound)
+}
+
+// lagCanceled counts a watch the relay canceled for lag.
+func (s *watchServer) lagCanceled(bound time.Duration) {
+	s.canceledForLag.Inc()
+	s.lagWarnings.canceled(bound)
+}

@@ -1,0 +1,226 @@
+package frontend
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/testing/waittest"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
+)
+
+// fakeHubStream is a relay's upstream: the hub's response header, and the requests the relay sends.
+type fakeHubStream struct {
+	grpc.ClientStream
+	header metadata.MD
+	mu     sync.Mutex
+	sent   []int64 // the watch IDs of the cancel requests sent
+}
+
+func (f *fakeHubStream) Header() (metadata.MD, error) { return f.header, nil }
+func (f *fakeHubStream) SendMsg(m any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sent = append(f.sent, m.(*pb.WatchRequest).GetCancelRequest().GetWatchId())
+	return nil
+}
+func (f *fakeHubStream) canceled() []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.sent)
+}
+
+// hubResponse is one response in a hub's frame, with its lag stamp.
+type hubResponse struct {
+	resp  *pb.WatchResponse
+	stamp uint64
+}
+
+func event(id, rev int64) *pb.WatchResponse {
+	return &pb.WatchResponse{Header: &pb.ResponseHeader{Revision: rev}, WatchId: id,
+		Events: []*mvccpb.Event{{Kv: &mvccpb.KeyValue{Key: []byte("k"), ModRevision: rev}}}}
+}
+
+// frameOf is the frame a hub sends for responses: a stamped batch, in a Held as the relay receives it.
+func frameOf(t *testing.T, responses []hubResponse) *wiremsg.Held {
+	var b wiremsg.Batch
+	for _, r := range responses {
+		data, err := proto.Marshal(r.resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Stamp(r.stamp)
+		b.Add(mem.SliceBuffer(data))
+	}
+	return &wiremsg.Held{Buf: mem.SliceBuffer(b.Take().Parts.Materialize())}
+}
+
+// TestRelayLagBound: a relay whose hub stamps its batches cancels, just before it would send it, a watch whose
+// response is more than the hub's bound behind, measured from the quickest delivery it saw, whatever the
+// hub's clock reads: the client gets one cancel with the hub's reason and the late response's header, the
+// hub a cancel request, and what the hub still sends for the watch is dropped up to the hub's "canceled" that
+// removes it (not its cancel for compaction). Responses without a stamp are never late; a hub that does not
+// stamp has nothing checked.
+func TestRelayLagBound(t *testing.T) {
+	const bound = 5 * time.Second
+	const hubEpoch = uint64(1e15) // the hub's clock is days ahead of the relay's: it does not matter
+	ms := func(n int) uint64 { return hubEpoch + uint64(n)*uint64(time.Millisecond) }
+	reason := wiremsg.LagCancelReason(bound)
+	type frame struct {
+		at        time.Duration // the relay's clock when the frame is received
+		responses []hubResponse
+	}
+	for _, tc := range []struct {
+		name   string
+		header metadata.MD
+		frames []frame
+		// blocked is how long the client's send of a response blocks, by its watch ID and revision
+		blocked map[string]time.Duration
+		want    []string // what the client gets
+		cancels []int64  // the hub is asked to cancel
+	}{
+		{
+			name:   "a send that blocks makes the rest of the frame late",
+			header: metadata.Pairs(wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped, wiremsg.RelayLagBoundHeader, bound.String()),
+			frames: []frame{
+				{at: 10 * time.Millisecond, responses: []hubResponse{
+					{&pb.WatchResponse{WatchId: 1, Created: true}, 0}, {&pb.WatchResponse{WatchId: 2, Created: true}, 0},
+					{event(1, 10), ms(0)}, {event(2, 10), ms(0)}}},
+				{at: time.Second, responses: []hubResponse{
+					{event(1, 11), ms(990)},                           // sent at 1 s; the client blocks it for 6 s
+					{event(2, 11), ms(990)},                           // 6 s late: canceled
+					{event(1, 12), ms(995)},                           // 6 s late: canceled
+					{&pb.WatchResponse{WatchId: 3, Created: true}, 0}, // never late
+					{event(2, 12), ms(1000)}}},                        // dropped
+				{at: 7 * time.Second, responses: []hubResponse{
+					{event(3, 13), ms(6990)},
+					{&pb.WatchResponse{WatchId: 2, Canceled: true}, 0},                     // the hub's answer: dropped
+					{event(2, 13), ms(6990)},                                               // a new watch 2 (the ID is free again)
+					{&pb.WatchResponse{WatchId: 1, Canceled: true, CompactRevision: 5}, 0}, // still registered
+					{event(1, 13), ms(6990)},                                               // dropped
+					{&pb.WatchResponse{WatchId: 1, Canceled: true}, 0}}},                   // the answer: dropped
+				{at: 8 * time.Second, responses: []hubResponse{{event(1, 14), ms(7990)}}}, // a new watch 1
+			},
+			blocked: map[string]time.Duration{"1@11": 6 * time.Second},
+			want: []string{"1 created", "2 created", "1 event@10", "2 event@10", "1 event@11",
+				"2 canceled@11 " + reason, "1 canceled@12 " + reason, "3 created",
+				"3 event@13", "2 event@13", "1 event@14"},
+			cancels: []int64{2, 1},
+		},
+		{
+			name: "the quickest delivery sets the offset",
+			header: metadata.Pairs(wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped, wiremsg.RelayLagBoundHeader,
+				bound.String()),
+			frames: []frame{
+				{at: 4 * time.Second, responses: []hubResponse{{event(1, 10), ms(0)}}},                      // 4 s late, or the hub's clock is behind
+				{at: 5 * time.Second, responses: []hubResponse{{event(1, 11), ms(4500)}}},                   // the quickest: 0.5 s
+				{at: 10*time.Second + time.Millisecond, responses: []hubResponse{{event(1, 12), ms(5000)}}}, // 4.5 s late: sent
+				{at: 11 * time.Second, responses: []hubResponse{{event(1, 13), ms(5000)}}},                  // 5.5 s late: canceled
+				{at: 12 * time.Second, responses: []hubResponse{{&pb.WatchResponse{WatchId: 1, Canceled: true}, 0}}},
+			},
+			want:    []string{"1 event@10", "1 event@11", "1 event@12", "1 canceled@13 " + reason},
+			cancels: []int64{1},
+		},
+		{
+			name:   "a hub without stamps",
+			header: metadata.Pairs(wiremsg.RelayBatchHeader, wiremsg.RelayBatchPlain),
+			frames: []frame{
+				{at: 0, responses: []hubResponse{{event(1, 10), 0}}},
+				{at: time.Minute, responses: []hubResponse{{event(1, 11), 0}, {event(1, 12), 0}}},
+			},
+			blocked: map[string]time.Duration{"1@11": time.Hour},
+			want:    []string{"1 event@10", "1 event@11", "1 event@12"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hub := &fakeHubStream{header: tc.header}
+			canceled := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
+			s := &watchServer{canceledForLag: canceled, lagWarnings: &lagWarnings{logger: slog.New(slog.DiscardHandler)}}
+			r := &watchRelay{server: s, upstream: &sendLock{ClientStream: hub}}
+			var now time.Duration
+			var got []string
+			send := func(m any) error {
+				resp, ok := m.(*pb.WatchResponse) // the relay's own, a cancel
+				if !ok {
+					encoded := m.(*wiremsg.Encoded)
+					resp = new(pb.WatchResponse)
+					if err := proto.Unmarshal(encoded.Parts.Materialize(), resp); err != nil {
+						t.Fatal(err)
+					}
+					encoded.Parts.Free()
+					encoded.Parts = nil
+				}
+				line := fmt.Sprint(resp.WatchId)
+				switch {
+				case resp.Created:
+					line += " created"
+				case resp.Canceled:
+					line += fmt.Sprintf(" canceled@%d %s", resp.Header.GetRevision(), resp.CancelReason)
+				default:
+					line += fmt.Sprintf(" event@%d", resp.Header.GetRevision())
+				}
+				got = append(got, line)
+				if len(resp.Events) > 0 {
+					now += tc.blocked[fmt.Sprintf("%d@%d", resp.WatchId, resp.Header.Revision)]
+				}
+				return nil
+			}
+			r.readHeader()
+			if r.lag != nil {
+				r.lag.clock = func() time.Duration { return now }
+			}
+			for _, f := range tc.frames {
+				now = max(now, f.at)
+				if err := r.relay(frameOf(t, f.responses), send); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("the client got\n%q\nwant\n%q", got, tc.want)
+			}
+			waittest.Until(t, 5*time.Second, time.Millisecond, "the cancel requests", func() bool {
+				return len(hub.canceled()) >= len(tc.cancels)
+			})
+			if !slices.Equal(hub.canceled(), tc.cancels) {
+				t.Errorf("the hub was asked to cancel %v, want %v", hub.canceled(), tc.cancels)
+			}
+			if n := testutil.ToFloat64(canceled); n != float64(len(tc.cancels)) {
+				t.Errorf("canceled-for-lag counter %v, want %d", n, len(tc.cancels))
+			}
+			if r.lag != nil && len(r.lag.dropping) != 0 {
+				t.Errorf("still dropping %v once the hub removed every watch", r.lag.dropping)
+			}
+		})
+	}
+}
+
+// TestLagOffsetWindow: the offset estimate forgets a quick delivery after one to two windows, so that it
+// follows the clocks' drift.
+func TestLagOffsetWindow(t *testing.T) {
+	l := newRelayLag(&watchServer{}, time.Second, nil)
+	var now time.Duration
+	l.clock = func() time.Duration { return now }
+	l.observe(0, 0) // offset 0
+	now = lagOffsetWindow / 2
+	l.observe(uint64(now)-uint64(time.Second)/2, now) // a delivery 0.5 s slower
+	if now += 600 * time.Millisecond; !l.late(uint64(lagOffsetWindow/2) - uint64(time.Second)/2) {
+		t.Fatal("1.1 s behind the quickest delivery is not late with a 1 s bound")
+	}
+	now = 2*lagOffsetWindow + time.Second
+	l.observe(uint64(now)-uint64(time.Second)/2, now) // the quick delivery is two windows old
+	if l.late(uint64(now) - uint64(time.Second)/2) {
+		t.Fatal("the estimate still holds a delivery from two windows ago")
+	}
+}

@@ -1,0 +1,131 @@
+package frontend_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cairn-kv/cairn/internal/testing/clustertest"
+	"github.com/cairn-kv/cairn/internal/testing/metricstest"
+	"github.com/cairn-kv/cairn/internal/wiremsg"
+	"github.com/cairn-kv/cairn/services/watchhub"
+)
+
+// TestRelayedWatchLagBound: a client that stops reading a relayed stream for longer than the hub's lag bound
+// gets, when it reads again, each watch's events in order and without a gap, then one cancel with the lag
+// reason, and nothing more for it; the frontend canceled watches (their responses grew late in the relay's
+// buffers, after the hub's check), and the stream goes on serving a new watch.
+func TestRelayedWatchLagBound(t *testing.T) {
+	const bound = time.Second
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Watchhubs: 1,
+		ConfigureWatchhub: func(cfg *watchhub.Config) { cfg.MaxWatchLag = bound }})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Fixed windows (no BDP estimation), so that a client that does not read holds up the relay at 64 KiB.
+	conn, err := grpc.NewClient(strings.TrimPrefix(c.Endpoints()[0], "http://"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const watchers, puts = 10, 100
+	create := func(id int64, key string) {
+		t.Helper()
+		if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+			CreateRequest: &pb.WatchCreateRequest{Key: []byte(key), WatchId: id}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := range int64(watchers) {
+		create(id, "k")
+	}
+	for range watchers {
+		if resp, err := stream.Recv(); err != nil || !resp.Created {
+			t.Fatalf("created: %v, %v", resp, err)
+		}
+	}
+	cli := c.Client(t)
+	var first int64
+	for i := range puts { // 2 MiB of responses, far more than the relay's buffers hold
+		resp, err := cli.Put(ctx, "k", strings.Repeat(fmt.Sprintf("%08d", i), 256))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = resp.Header.Revision
+		}
+	}
+	time.Sleep(3 * bound) // the client reads nothing meanwhile
+
+	next := make([]int64, watchers) // the revision each watch expects next
+	for i := range next {
+		next[i] = first
+	}
+	reason := wiremsg.LagCancelReason(bound)
+	canceled := 0
+	for canceled < watchers {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d cancels: %v", canceled, err)
+		}
+		id := resp.WatchId
+		if id < 0 || id >= watchers || next[id] < 0 {
+			t.Fatalf("response %v for a watch canceled or unknown", resp)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision != next[id] {
+				t.Fatalf("watch %d: revision %d, want %d", id, ev.Kv.ModRevision, next[id])
+			}
+			next[id]++
+		}
+		if resp.Canceled {
+			if resp.CancelReason != reason || resp.CompactRevision != 0 {
+				t.Fatalf("watch %d canceled with %q (compact %d), want %q", id, resp.CancelReason, resp.CompactRevision, reason)
+			}
+			if next[id] == first+puts {
+				t.Fatalf("watch %d got every put, then a cancel", id)
+			}
+			next[id] = -1
+			canceled++
+		}
+	}
+	// The stream still serves: a new watch's event comes, and nothing more for the canceled ones.
+	create(watchers, "other")
+	put, err := cli.Put(ctx, "other", "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.WatchId != watchers {
+			t.Fatalf("response %v after every watch was canceled", resp)
+		}
+		if len(resp.Events) > 0 {
+			if rev := resp.Events[0].Kv.ModRevision; rev != put.Header.Revision {
+				t.Fatalf("new watch: revision %d, want %d", rev, put.Header.Revision)
+			}
+			break
+		}
+	}
+	families, err := metricstest.Scrape(c.Endpoints()[0] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := metricstest.Value(families, "cairn_frontend_watchers_lag_canceled_total"); n < 1 {
+		t.Errorf("the frontend canceled %v watches for lag; want at least 1 (their responses were late in its buffers)", n)
+	}
+}
