@@ -4,7 +4,8 @@
 # hub's /metrics every 2 s: mean lag of the watchers served in the interval (cairn_watchhub_watch_lag_seconds),
 # events/s, watchers catching up and canceled for lag, the hub's RSS, and the store's revision (whether writes
 # kept their rate). Then the bench's own p50/p99 (of the events received) and the load average. VIA=frontends
-# sends the watch streams through the stack's frontends (the default path, relayed to the one hub) instead.
+# sends the watch streams through the stack's frontends (the default path, relayed to the one hub) instead, and
+# prints how many watchers the frontends canceled for lag (responses that grew late in the relay's buffers).
 #
 #   scripts/watch-lag.sh                                               # builds bin/cairn; LAGS="5s 1s"
 #   CAIRN=/path/cairn LAGS="5s 1s 1h" STREAMS=200 PER_STREAM=100 PUTS=4000 RATE=200 scripts/watch-lag.sh
@@ -57,6 +58,14 @@ for lag in ${LAGS:-5s 1s}; do
 		--event-timeout 20s 2>&1 | grep -E "Events:|Watchers:|Requests/sec|50%|99%|Error" || true
 	kill "$scraper" 2>/dev/null || true
 	wait "$scraper" 2>/dev/null || true
+	if [[ $VIA == frontends ]]; then
+		canceled=0
+		for ep in ${endpoints//,/ }; do
+			n=$(http_get "$ep/metrics" | awk '/^cairn_frontend_watchers_lag_canceled_total / {print $2}') || true
+			canceled=$(awk -v a="$canceled" -v b="${n:-0}" 'BEGIN {printf "%.0f", a + b}')
+		done
+		echo "  canceled for lag by the frontends: $canceled"
+	fi
 	echo "  load $(cut -d' ' -f1-3 /proc/loadavg)"
 	stop_last
 done

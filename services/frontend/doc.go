@@ -35,7 +35,10 @@
 //     decoded; the frontend asks the hub for relay batches (wiremsg.RelayBatchHeader), and a hub that promises
 //     them sends several responses per frame, each relayed to the client as its own message, so the client
 //     sees the messages the hub would have sent it directly, at a gRPC message's cost per batch between hub
-//     and frontend rather than per response. Lease calls and keep-alive streams go to the
+//     and frontend rather than per response. A hub also stamps each event response in a batch with when its
+//     watcher's lag started, and the relay holds the hub's --max-watch-lag on what it sends: a response that
+//     grew late in the relay's buffers is not sent, and its watch is canceled as the hub would have canceled
+//     it (watchlag.go). Lease calls and keep-alive streams go to the
 //     active leasekeeper: a keeper that is unavailable or answers FailedPrecondition "not the active
 //     leasekeeper" is passed over. With no --watch-endpoints / --lease-endpoints those services answer
 //     codes.Unimplemented.

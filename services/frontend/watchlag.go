@@ -52,14 +52,14 @@ type relayLag struct {
 	until     time.Duration
 	// dropping are the watches canceled here that the hub has not yet said it removed.
 	dropping map[int64]struct{}
-	cancel   *upstreamCanceler
+	upstream *upstreamSends
 	server   *watchServer
 }
 
-func newRelayLag(s *watchServer, bound time.Duration, cancel *upstreamCanceler) *relayLag {
+func newRelayLag(s *watchServer, bound time.Duration, upstream *upstreamSends) *relayLag {
 	epoch := time.Now()
 	return &relayLag{bound: bound, reason: wiremsg.LagCancelReason(bound), clock: func() time.Duration { return time.Since(epoch) },
-		cur: math.MaxInt64, prev: math.MaxInt64, cancel: cancel, server: s}
+		cur: math.MaxInt64, prev: math.MaxInt64, upstream: upstream, server: s}
 }
 
 // observe counts a response stamped stamp in a frame received at receivedAt in the offset estimate.
@@ -119,7 +119,7 @@ func (l *relayLag) cancelWatch(late mem.Buffer, send func(any) error) error {
 		l.dropping = map[int64]struct{}{}
 	}
 	l.dropping[r.WatchId] = struct{}{}
-	l.cancel.cancel(r.WatchId)
+	l.upstream.cancel(r.WatchId)
 	l.server.lagCanceled(l.bound)
 	return send(&pb.WatchResponse{Header: r.Header, WatchId: r.WatchId, Canceled: true, CancelReason: l.reason})
 }
@@ -160,62 +160,71 @@ func watchRemoved(data []byte) (id int64, removed bool) {
 	return id, canceled && !compacted
 }
 
-// upstreamCanceler sends a relayed stream's hub the cancel requests of the watches its relay canceled, from a
-// goroutine of its own while there are any, so that the relay never waits on the hub's flow control (the
-// hub's stream may be waiting on the relay). Its sends and the client's requests' go through one sendLock.
-type upstreamCanceler struct {
-	up      *sendLock
-	mu      sync.Mutex
-	ids     []int64
-	sending bool
-}
-
-func (c *upstreamCanceler) cancel(id int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ids = append(c.ids, id)
-	if !c.sending {
-		c.sending = true
-		go c.send()
-	}
-}
-
-func (c *upstreamCanceler) send() {
-	for {
-		c.mu.Lock()
-		ids := c.ids
-		c.ids = nil
-		if len(ids) == 0 {
-			c.sending = false
-			c.mu.Unlock()
-			return
-		}
-		c.mu.Unlock()
-		for _, id := range ids {
-			// An error ends the stream, and the relay with it; what is left is moot.
-			_ = c.up.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
-				CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
-		}
-	}
-}
-
-// sendLock makes a client stream's sends safe from two goroutines (gRPC's are not): proxyStream's, which
-// forwards the client's requests, and an upstreamCanceler's.
-type sendLock struct {
+// upstreamSends makes the sends on a relayed stream's upstream safe from two goroutines (gRPC's are not):
+// proxyStream's, which forwards the client's requests, and the relay's cancel requests for the watches it
+// canceled. The relay queues a cancel without waiting (the hub's stream may be waiting on the relay, and the
+// hub on its flow control), and a goroutine of its own sends it; any client request goes after the cancels
+// queued before it, so a client that re-creates a watch ID the relay canceled reaches the hub after the cancel.
+type upstreamSends struct {
 	grpc.ClientStream
-	mu sync.Mutex
+	sending sync.Mutex // held for each send
+	mu      sync.Mutex // cancels and flushing
+	cancels []int64
+	// flushing: a goroutine is on its way to send the queued cancels.
+	flushing bool
 }
 
-func (s *sendLock) SendMsg(m any) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ClientStream.SendMsg(m)
+func (u *upstreamSends) SendMsg(m any) error {
+	u.sending.Lock()
+	defer u.sending.Unlock()
+	if err := u.sendCancels(); err != nil {
+		return err
+	}
+	return u.ClientStream.SendMsg(m)
 }
 
-func (s *sendLock) CloseSend() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ClientStream.CloseSend()
+func (u *upstreamSends) CloseSend() error {
+	u.sending.Lock()
+	defer u.sending.Unlock()
+	_ = u.sendCancels() // the stream's error, if any, comes from its Recv
+	return u.ClientStream.CloseSend()
+}
+
+// cancel queues a cancel request for watch id, and sees that it is sent.
+func (u *upstreamSends) cancel(id int64) {
+	u.mu.Lock()
+	u.cancels = append(u.cancels, id)
+	start := !u.flushing
+	u.flushing = true
+	u.mu.Unlock()
+	if start {
+		go func() {
+			u.sending.Lock()
+			defer u.sending.Unlock()
+			_ = u.sendCancels() // an error ends the stream, and the relay with it
+		}()
+	}
+}
+
+// sendCancels sends the queued cancel requests, in order; u.sending is held.
+func (u *upstreamSends) sendCancels() error {
+	for {
+		u.mu.Lock()
+		ids := u.cancels
+		u.cancels = nil
+		if len(ids) == 0 {
+			u.flushing = false
+			u.mu.Unlock()
+			return nil
+		}
+		u.mu.Unlock()
+		for _, id := range ids {
+			if err := u.ClientStream.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+				CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // lagWarnings logs the watches a frontend cancels for lag, at most once a second.

@@ -148,7 +148,7 @@ func TestRelayLagBound(t *testing.T) {
 			hub := &fakeHubStream{header: tc.header}
 			canceled := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
 			s := &watchServer{canceledForLag: canceled, lagWarnings: &lagWarnings{logger: slog.New(slog.DiscardHandler)}}
-			r := &watchRelay{server: s, upstream: &sendLock{ClientStream: hub}}
+			r := &watchRelay{server: s, upstream: &upstreamSends{ClientStream: hub}}
 			var now time.Duration
 			var got []string
 			send := func(m any) error {
@@ -222,5 +222,64 @@ func TestLagOffsetWindow(t *testing.T) {
 	l.observe(uint64(now)-uint64(time.Second)/2, now) // the quick delivery is two windows old
 	if l.late(uint64(now) - uint64(time.Second)/2) {
 		t.Fatal("the estimate still holds a delivery from two windows ago")
+	}
+}
+
+// gatedStream records what is sent on it, the first send waiting for open.
+type gatedStream struct {
+	grpc.ClientStream
+	open chan struct{}
+	mu   sync.Mutex
+	sent []string
+}
+
+func (g *gatedStream) SendMsg(m any) error {
+	req := m.(*pb.WatchRequest)
+	g.mu.Lock()
+	first := len(g.sent) == 0
+	if c := req.GetCancelRequest(); c != nil {
+		g.sent = append(g.sent, fmt.Sprint("cancel ", c.WatchId))
+	} else {
+		g.sent = append(g.sent, fmt.Sprint("create ", req.GetCreateRequest().GetWatchId()))
+	}
+	g.mu.Unlock()
+	if first {
+		<-g.open
+	}
+	return nil
+}
+
+// TestUpstreamCancelOrder: the relay queues a cancel without waiting while a client request's send is held up
+// (by flow control), and a client request made after the cancel goes to the hub after it.
+func TestUpstreamCancelOrder(t *testing.T) {
+	g := &gatedStream{open: make(chan struct{})}
+	u := &upstreamSends{ClientStream: g}
+	create := func(id int64) *pb.WatchRequest {
+		return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{WatchId: id}}}
+	}
+	held := make(chan error)
+	go func() { held <- u.SendMsg(create(1)) }()
+	waittest.Until(t, 5*time.Second, time.Millisecond, "the first send", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.sent) == 1
+	})
+	u.cancel(7) // returns although a send is held up
+	after := make(chan error)
+	go func() { after <- u.SendMsg(create(7)) }()
+	close(g.open)
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-after; err != nil {
+		t.Fatal(err)
+	}
+	waittest.Until(t, 5*time.Second, time.Millisecond, "every send", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.sent) == 3
+	})
+	if want := []string{"create 1", "cancel 7", "create 7"}; !slices.Equal(g.sent, want) {
+		t.Fatalf("sent %q, want %q", g.sent, want)
 	}
 }

@@ -70,7 +70,7 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		var upstream grpc.ClientStream
 		if upstream, err = hub.conn.NewStream(upCtx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
 			grpc.ForceCodecV2(wiremsg.NewCodec().WithPool(&s.frames))); err == nil {
-			up := &sendLock{ClientStream: upstream}
+			up := &upstreamSends{ClientStream: upstream}
 			r := &watchRelay{server: s, upstream: up, tracing: tracing}
 			return proxyStream("watch", stream, up, wiremsg.NewRaw, wiremsg.NewHeld, r.relay,
 				s.auth.screenWatch(stream.Context()))
@@ -90,7 +90,7 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 // batches has the relay hold its lag bound too (relayLag).
 type watchRelay struct {
 	server   *watchServer
-	upstream *sendLock
+	upstream *upstreamSends
 	tracing  bool
 	batched  bool
 	checked  bool      // batched and lag are known: the hub's header came with its first frame
@@ -127,7 +127,7 @@ func (r *watchRelay) readHeader() {
 	header, _ := r.upstream.Header()
 	r.batched, r.checked = wiremsg.RelayBatchPromised(header), true
 	if bound, ok := wiremsg.RelayStampsPromised(header); ok && r.batched {
-		r.lag = newRelayLag(r.server, bound, &upstreamCanceler{up: r.upstream})
+		r.lag = newRelayLag(r.server, bound, r.upstream)
 	}
 }
 

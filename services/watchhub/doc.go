@@ -28,7 +28,8 @@
 // concatenated, nothing is encoded again), so a hub under load sends fewer, larger messages instead of falling
 // further behind. On a stream a frontend relays (it asks, wiremsg.RelayBatchHeader) the sender writes the
 // responses of each flush as relay batches of up to 16 KiB, one gRPC message each, which the frontend splits
-// into its client's messages (relaybatch.go). A watcher that starts in the past,
+// into its client's messages (relaybatch.go); each event response in them is stamped with when its watcher's
+// lag started, so that the frontend holds the lag bound on what waits in the relay's buffers too. A watcher that starts in the past,
 // or whose stream cannot take more (more than WatcherBufferResponses responses or StreamBufferBytes bytes
 // unwritten), catches up on the sender from the window, then from storage History below the window, in
 // batches of at most 1000 revisions (as etcd's unsynced watchers do), and rejoins its group at the head.
