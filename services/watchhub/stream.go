@@ -23,8 +23,9 @@ const (
 	invalidWatchID int64 = -1
 )
 
-// ctrlSlots bounds the control responses (created, canceled, progress) a stream's requests may have waiting;
-// past it the stream stops reading requests until the sender catches up, as etcd's ctrlStream does.
+// ctrlSlots bounds the control responses (created, progress; a cancel's answer is bounded by the creates) a
+// stream's requests may have waiting; past it the stream stops reading requests until the sender catches up,
+// as etcd's ctrlStream does.
 const ctrlSlots = 64
 
 // watcherState is where a watcher is in its life; it changes only under Hub.mu.
@@ -360,21 +361,21 @@ func (s *stream) create(req *pb.WatchCreateRequest, receivedAt time.Time) error 
 	return nil
 }
 
-// cancelWatch removes a watch and answers canceled; an unknown ID gets no answer, as in etcd.
+// cancelWatch removes a watch and answers canceled; an unknown ID gets no answer, as in etcd. The answer takes
+// no control slot: a watch is answered canceled once, so these answers are bounded by the creates, which take
+// one each. So a stream whose sender is behind still removes every watch it is asked to at once, and writes
+// nothing more for them (a frontend cancels a stream's late watchers in a burst, issue 23), where waiting for
+// a slot left the watchers after the 64th served until the sender had written the answers before them.
 func (s *stream) cancelWatch(id int64) error {
 	h := s.hub
-	if err := s.acquireSlot(); err != nil {
-		return err
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w, ok := s.watchers[id]
 	if !ok || s.ended {
-		s.releaseSlot()
 		return nil
 	}
 	h.removeWatcher(w)
-	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(h.win.head), WatchId: id, Canceled: true}, true)
+	s.queueControl(&pb.WatchResponse{Header: h.responseHeader(h.win.head), WatchId: id, Canceled: true}, false)
 	return nil
 }
 

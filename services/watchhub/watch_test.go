@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
@@ -467,5 +469,70 @@ func TestWatchEventsInOneRevision(t *testing.T) {
 	resp := <-wch
 	if got := describe(resp.Events); !slices.Equal(got, []string{"PUT t1@3=a", "PUT t2@3=b", "DELETE t3@3="}) {
 		t.Fatalf("one response with %v", got)
+	}
+}
+
+// TestCancelWhileSenderBehind: a stream whose client has stopped reading, with more control responses waiting
+// than it has slots for, still removes every watch it is asked to cancel, at once; once the client reads
+// again, each watch's events come in order and then its one "canceled".
+func TestCancelWhileSenderBehind(t *testing.T) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(Config{})
+	conn, err := grpc.NewClient(h.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)) // no window growth
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := pb.NewWatchClient(conn).Watch(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const watchers = 2 * ctrlSlots
+	for id := range int64(watchers) {
+		if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+			CreateRequest: &pb.WatchCreateRequest{Key: []byte("k"), WatchId: id}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "every watch created", func() bool {
+		return testutil.ToFloat64(h.metrics.watcherTotal) == watchers
+	})
+	first := env.put("k", strings.Repeat("v", 4<<10))
+	for range 20 { // 128 watchers × 20 × 4 KiB: far more than the client's window and the sender's quota
+		env.put("k", strings.Repeat("v", 4<<10))
+	}
+	for id := range int64(watchers) {
+		if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
+			CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "every watch removed while the client reads nothing", func() bool {
+		return testutil.ToFloat64(h.metrics.watcherTotal) == 0
+	})
+	next := make([]int64, watchers) // the revision each watch expects next; -1 once canceled
+	for i := range next {
+		next[i] = first
+	}
+	for canceled := 0; canceled < watchers; {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := resp.WatchId
+		if next[id] < 0 {
+			t.Fatalf("watch %d: response %v after its cancel", id, resp)
+		}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision != next[id] {
+				t.Fatalf("watch %d: revision %d, want %d", id, ev.Kv.ModRevision, next[id])
+			}
+			next[id]++
+		}
+		if resp.Canceled {
+			next[id] = -1
+			canceled++
+		}
 	}
 }
