@@ -21,8 +21,10 @@ type metrics struct {
 	registry *prometheus.Registry
 	handled  *obs.Observers
 	retries  prometheus.Counter
-	// watchLagCanceled counts the watches relays canceled for lag (watchlag.go).
+	// watchLagCanceled counts the watches relays canceled for lag, watchRelayLag the lag they relay at
+	// (watchlag.go).
 	watchLagCanceled prometheus.Counter
+	watchRelayLag    prometheus.Histogram
 	grpc             *grpcprom.ServerMetrics
 	bytes            *clientBytes
 }
@@ -38,6 +40,11 @@ func newMetrics(f *Frontend) *metrics {
 		watchLagCanceled: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "watchers_lag_canceled_total", Help: "Relayed watchers canceled for being more than their hub's " +
 				"--max-watch-lag behind the head when the frontend would have sent them a response."}),
+		watchRelayLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "frontend",
+			Name: "watch_relay_lag_seconds", Help: "For each frame of watch responses relayed from a hub that stamps " +
+				"them, the largest lag among the responses sent: how far behind the head, counted from the hub, " +
+				"a relayed watcher was when the frontend sent it a response.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		// etcd serves grpc_server_handling_seconds with --metrics=extensive; its buckets are the middleware's.
 		grpc:  grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
 		bytes: newClientBytes(),
@@ -49,7 +56,7 @@ func newMetrics(f *Frontend) *metrics {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "cairn", Subsystem: "frontend", Name: name, Help: help},
 			func() float64 { return value(f.pool.view()) })
 	}
-	m.registry.MustRegister(m.handled.Vec(), m.retries, m.watchLagCanceled, m.grpc, m.bytes.sent, m.bytes.received,
+	m.registry.MustRegister(m.handled.Vec(), m.retries, m.watchLagCanceled, m.watchRelayLag, m.grpc, m.bytes.sent, m.bytes.received,
 		gauge("storage_replicas_healthy", "Storage replicas that answered their last probe healthy.", func(v *view) float64 {
 			n := 0
 			for _, r := range v.leaderFirst {

@@ -50,6 +50,10 @@ type relayLag struct {
 	// and the one before (prev); the window ends at until.
 	cur, prev int64
 	until     time.Duration
+	// frameLag is the largest lag of the responses sent from the frame being relayed (observed per frame), if
+	// frameSent.
+	frameLag  time.Duration
+	frameSent bool
 	// dropping are the watches canceled here that the hub has not yet said it removed.
 	dropping map[int64]struct{}
 	upstream *upstreamSends
@@ -74,10 +78,9 @@ func (l *relayLag) observe(stamp uint64, receivedAt time.Duration) {
 	l.cur = min(l.cur, int64(receivedAt)-int64(stamp))
 }
 
-// late reports whether a response stamped stamp is past the bound now; observe has counted it.
-func (l *relayLag) late(stamp uint64) bool {
-	age := int64(l.clock()) - int64(stamp) - min(l.cur, l.prev)
-	return age > int64(l.bound)
+// lagOf is the lag now of a response stamped stamp; observe has counted it.
+func (l *relayLag) lagOf(stamp uint64) time.Duration {
+	return time.Duration(int64(l.clock()) - int64(stamp) - min(l.cur, l.prev))
 }
 
 // relay sends the client msg, stamped stamp, from a frame received at receivedAt, unless its watch is
@@ -94,9 +97,11 @@ func (l *relayLag) relay(r *watchRelay, msg mem.Buffer, stamp uint64, receivedAt
 	}
 	if stamp != 0 {
 		l.observe(stamp, receivedAt)
-		if l.late(stamp) {
+		lag := l.lagOf(stamp)
+		if lag > l.bound {
 			return l.cancelWatch(msg, send)
 		}
+		l.frameLag, l.frameSent = max(l.frameLag, lag), true
 	}
 	return r.relayOne(msg, send)
 }
@@ -242,6 +247,14 @@ func (w *lagWarnings) canceled(bound time.Duration) {
 	}
 	w.logger.Warn("relayed watchers canceled: more than --max-watch-lag behind the head when relayed",
 		"watchers", w.count.Swap(0), "max_watch_lag", bound)
+}
+
+// frameRelayed observes the largest lag of the responses a stamped frame had sent, if any.
+func (l *relayLag) frameRelayed() {
+	if l.frameSent {
+		l.server.relayLag.Observe(l.frameLag.Seconds())
+		l.frameLag, l.frameSent = 0, false
+	}
 }
 
 // lagCanceled counts a watch the relay canceled for lag.

@@ -3,6 +3,7 @@ package frontend
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc"
@@ -87,9 +89,11 @@ func TestRelayLagBound(t *testing.T) {
 		header metadata.MD
 		frames []frame
 		// blocked is how long the client's send of a response blocks, by its watch ID and revision
-		blocked map[string]time.Duration
-		want    []string // what the client gets
-		cancels []int64  // the hub is asked to cancel
+		blocked  map[string]time.Duration
+		want     []string // what the client gets
+		cancels  []int64  // the hub is asked to cancel
+		observed int      // frames that sent a stamped response, each observed with its largest lag
+		lagSum   float64  // the sum of those observations, in seconds
 	}{
 		{
 			name:   "a send that blocks makes the rest of the frame late",
@@ -117,7 +121,9 @@ func TestRelayLagBound(t *testing.T) {
 			want: []string{"1 created", "2 created", "1 event@10", "2 event@10", "1 event@11",
 				"2 canceled@11 " + reason, "1 canceled@12 " + reason, "3 created",
 				"3 event@13", "2 event@13", "1 event@14"},
-			cancels: []int64{2, 1},
+			cancels:  []int64{2, 1},
+			observed: 4,
+			lagSum:   0.005 + 0.005, // the quickest delivery, 5 ms quicker than the first, came in frame 2
 		},
 		{
 			name: "the quickest delivery sets the offset",
@@ -130,8 +136,10 @@ func TestRelayLagBound(t *testing.T) {
 				{at: 11 * time.Second, responses: []hubResponse{{event(1, 13), ms(5000)}}},                  // 5.5 s late: canceled
 				{at: 12 * time.Second, responses: []hubResponse{{&pb.WatchResponse{WatchId: 1, Canceled: true}, 0}}},
 			},
-			want:    []string{"1 event@10", "1 event@11", "1 event@12", "1 canceled@13 " + reason},
-			cancels: []int64{1},
+			want:     []string{"1 event@10", "1 event@11", "1 event@12", "1 canceled@13 " + reason},
+			cancels:  []int64{1},
+			observed: 3,
+			lagSum:   0 + 0 + 4.501, // each of the first two was the quickest when it came
 		},
 		{
 			name:   "a hub without stamps",
@@ -147,7 +155,9 @@ func TestRelayLagBound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			hub := &fakeHubStream{header: tc.header}
 			canceled := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
-			s := &watchServer{canceledForLag: canceled, lagWarnings: &lagWarnings{logger: slog.New(slog.DiscardHandler)}}
+			relayLag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h"})
+			s := &watchServer{canceledForLag: canceled, lagWarnings: &lagWarnings{logger: slog.New(slog.DiscardHandler)},
+				relayLag: relayLag}
 			r := &watchRelay{server: s, upstream: &upstreamSends{ClientStream: hub}}
 			var now time.Duration
 			var got []string
@@ -199,6 +209,14 @@ func TestRelayLagBound(t *testing.T) {
 			if n := testutil.ToFloat64(canceled); n != float64(len(tc.cancels)) {
 				t.Errorf("canceled-for-lag counter %v, want %d", n, len(tc.cancels))
 			}
+			var observed dto.Metric
+			if err := relayLag.Write(&observed); err != nil {
+				t.Fatal(err)
+			}
+			if n, sum := observed.Histogram.GetSampleCount(), observed.Histogram.GetSampleSum(); n != uint64(tc.observed) ||
+				math.Abs(sum-tc.lagSum) > 1e-6 {
+				t.Errorf("relay lag observed %d times, sum %v s; want %d, %v s", n, sum, tc.observed, tc.lagSum)
+			}
 			if r.lag != nil && len(r.lag.dropping) != 0 {
 				t.Errorf("still dropping %v once the hub removed every watch", r.lag.dropping)
 			}
@@ -215,12 +233,12 @@ func TestLagOffsetWindow(t *testing.T) {
 	l.observe(0, 0) // offset 0
 	now = lagOffsetWindow / 2
 	l.observe(uint64(now)-uint64(time.Second)/2, now) // a delivery 0.5 s slower
-	if now += 600 * time.Millisecond; !l.late(uint64(lagOffsetWindow/2) - uint64(time.Second)/2) {
+	if now += 600 * time.Millisecond; l.lagOf(uint64(lagOffsetWindow/2)-uint64(time.Second)/2) <= time.Second {
 		t.Fatal("1.1 s behind the quickest delivery is not late with a 1 s bound")
 	}
 	now = 2*lagOffsetWindow + time.Second
 	l.observe(uint64(now)-uint64(time.Second)/2, now) // the quick delivery is two windows old
-	if l.late(uint64(now) - uint64(time.Second)/2) {
+	if l.lagOf(uint64(now)-uint64(time.Second)/2) > time.Second {
 		t.Fatal("the estimate still holds a delivery from two windows ago")
 	}
 }

@@ -41,9 +41,11 @@ type watchServer struct {
 	stopping <-chan struct{}
 	auth     *authGate
 	stages   obs.StageTracer
-	// canceledForLag and lagWarnings count and log the watches relays cancel for lag (watchlag.go).
+	// canceledForLag and lagWarnings count and log the watches relays cancel for lag, relayLag observes the
+	// largest lag relayed from each frame (watchlag.go).
 	canceledForLag prometheus.Counter
 	lagWarnings    *lagWarnings
+	relayLag       prometheus.Observer
 }
 
 func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
@@ -112,7 +114,11 @@ func (r *watchRelay) relay(frame any, send func(any) error) error {
 		receivedAt := r.lag.clock()
 		each = func(msg mem.Buffer, stamp uint64) error { return r.lag.relay(r, msg, stamp, receivedAt, send) }
 	}
-	if err := wiremsg.SplitHeldBatch(held.Buf, each); err != nil {
+	err := wiremsg.SplitHeldBatch(held.Buf, each)
+	if r.lag != nil {
+		r.lag.frameRelayed()
+	}
+	if err != nil {
 		if _, ok := status.FromError(err); ok {
 			return err
 		}
