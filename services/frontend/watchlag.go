@@ -20,8 +20,8 @@ import (
 
 // The lag bound through a relay. A hub cancels a watcher that falls more than --max-watch-lag behind, but it
 // checks when it writes a response; through a frontend, a response then waits in the relay's buffers (the
-// hub's write quota, the relay's window and the frontend's own write quota, about 200 KiB per stream), which
-// drain at the frontend's pace. When the frontend is the bottleneck that added seconds past the bound. So a
+// hub's write quota and the relay's window, 64 KiB each per stream), which drain at the frontend's pace. When
+// the frontend is the bottleneck that added seconds past the bound. So a
 // hub stamps each event response of a relayed stream with when its watcher's lag started (wiremsg stamps, on
 // the hub's monotonic clock) and says its bound, and the relay checks each response again just before it
 // sends it to the client: one past the bound is not sent, and its watch is canceled here as the hub would
