@@ -87,9 +87,9 @@ func (l *relayLag) lagOf(stamp uint64) time.Duration {
 // canceled here or it is past the bound; it consumes msg's reference.
 func (l *relayLag) relay(r *watchRelay, msg mem.Buffer, stamp uint64, receivedAt time.Duration, send func(any) error) error {
 	if len(l.dropping) > 0 {
-		if id, removed := watchRemoved(msg.ReadOnlyData()); l.isDropping(id) {
-			if removed {
-				delete(l.dropping, id)
+		if f := readWatchFields(msg.ReadOnlyData()); l.isDropping(f.id) {
+			if f.removed {
+				delete(l.dropping, f.id)
 			}
 			msg.Free()
 			return nil
@@ -114,25 +114,35 @@ func (l *relayLag) isDropping(id int64) bool {
 // cancelWatch cancels the watch of a late response: the client gets a cancel with the reason and the
 // response's header, the hub a cancel request, and the watch's responses are dropped from now on.
 func (l *relayLag) cancelWatch(late mem.Buffer, send func(any) error) error {
-	var r pb.WatchResponse // a trace carrier, an unknown field, is discarded
-	err := proto.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(late.ReadOnlyData(), &r)
+	f := readWatchFields(late.ReadOnlyData())
+	header := new(pb.ResponseHeader)
+	err := proto.Unmarshal(f.header, header) // only the header: a late response may carry 1000 revisions
 	late.Free()
 	if err != nil {
-		return status.Errorf(codes.Internal, "cairn frontend: watch relay: %v", err)
+		return status.Errorf(codes.Internal, "cairn frontend: watch relay: response header: %v", err)
 	}
 	if l.dropping == nil {
 		l.dropping = map[int64]struct{}{}
 	}
-	l.dropping[r.WatchId] = struct{}{}
-	l.upstream.cancel(r.WatchId)
+	l.dropping[f.id] = struct{}{}
+	l.upstream.cancel(f.id)
 	l.server.lagCanceled(l.bound)
-	return send(&pb.WatchResponse{Header: r.Header, WatchId: r.WatchId, Canceled: true, CancelReason: l.reason})
+	return send(&pb.WatchResponse{Header: header, WatchId: f.id, Canceled: true, CancelReason: l.reason})
 }
 
-// watchRemoved reads, from a WatchResponse's encoding and without decoding the rest, its watch ID and whether
-// it says the hub removed the watch: canceled, and not for compaction (a hub keeps a watch it canceled for
-// compaction until the client cancels it). A malformed response reads as far as it is whole.
-func watchRemoved(data []byte) (id int64, removed bool) {
+// watchFields are the fields of a WatchResponse the relay reads: its header (encoded), watch ID, and
+// whether it says the hub removed the watch: canceled, and not for compaction (a hub keeps a watch it
+// canceled for compaction until the client cancels it).
+type watchFields struct {
+	header  []byte
+	id      int64
+	removed bool
+}
+
+// readWatchFields reads them from a WatchResponse's encoding without decoding the rest (events are skipped
+// whole); a malformed response reads as far as it is whole.
+func readWatchFields(data []byte) watchFields {
+	var f watchFields
 	var canceled, compacted bool
 	for len(data) > 0 {
 		num, typ, n := protowire.ConsumeTag(data)
@@ -140,10 +150,18 @@ func watchRemoved(data []byte) (id int64, removed bool) {
 			break
 		}
 		data = data[n:]
-		if typ != protowire.VarintType || num != 2 && num != 4 && num != 5 { // watch_id, canceled, compact_revision
+		switch {
+		case num == 1 && typ == protowire.BytesType: // header
+			v, m := protowire.ConsumeBytes(data)
+			if m < 0 {
+				return f
+			}
+			f.header, data = v, data[m:]
+			continue
+		case typ != protowire.VarintType || num != 2 && num != 4 && num != 5: // watch_id, canceled, compact_revision
 			m := protowire.ConsumeFieldValue(num, typ, data)
 			if m < 0 {
-				break
+				return f
 			}
 			data = data[m:]
 			continue
@@ -155,14 +173,15 @@ func watchRemoved(data []byte) (id int64, removed bool) {
 		data = data[m:]
 		switch num {
 		case 2:
-			id = int64(v)
+			f.id = int64(v)
 		case 4:
 			canceled = v != 0
 		case 5:
 			compacted = v != 0
 		}
 	}
-	return id, canceled && !compacted
+	f.removed = canceled && !compacted
+	return f
 }
 
 // upstreamSends makes the sends on a relayed stream's upstream safe from two goroutines (gRPC's are not):

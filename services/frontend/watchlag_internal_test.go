@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
@@ -337,5 +338,48 @@ func BenchmarkRelayFrame(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/response")
 		})
+	}
+}
+
+// TestReadWatchFields: the relay reads a response's header, watch ID and whether the hub removed the watch
+// from its encoding, past a trace carrier and events, and a cut-off response as far as it is whole.
+func TestReadWatchFields(t *testing.T) {
+	encode := func(r *pb.WatchResponse) []byte {
+		data, err := proto.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	header := &pb.ResponseHeader{ClusterId: 1, MemberId: 2, Revision: 12, RaftTerm: 3}
+	withEvents := event(7, 12)
+	withEvents.Header = header
+	carrier := protowire.AppendBytes(protowire.AppendTag(nil, protowire.MaxValidNumber, protowire.BytesType), make([]byte, 25))
+	for _, tc := range []struct {
+		name    string
+		data    []byte
+		id      int64
+		removed bool
+		header  *pb.ResponseHeader
+	}{
+		{"events", encode(withEvents), 7, false, header},
+		{"trace carrier first", append(carrier, encode(withEvents)...), 7, false, header},
+		{"canceled", encode(&pb.WatchResponse{Header: header, WatchId: 9, Canceled: true}), 9, true, header},
+		{"canceled for compaction", encode(&pb.WatchResponse{WatchId: 9, Canceled: true, CompactRevision: 4}), 9, false, nil},
+		{"watch 0", encode(&pb.WatchResponse{Canceled: true}), 0, true, nil},
+		{"cut in the events", encode(withEvents)[:len(encode(withEvents))-3], 7, false, header},
+	} {
+		f := readWatchFields(tc.data)
+		got := new(pb.ResponseHeader)
+		if err := proto.Unmarshal(f.header, got); err != nil {
+			t.Fatalf("%s: header: %v", tc.name, err)
+		}
+		want := tc.header
+		if want == nil {
+			want = new(pb.ResponseHeader)
+		}
+		if f.id != tc.id || f.removed != tc.removed || !proto.Equal(got, want) {
+			t.Errorf("%s: watch %d removed %v header %v; want %d, %v, %v", tc.name, f.id, f.removed, got, tc.id, tc.removed, want)
+		}
 	}
 }
