@@ -3,7 +3,9 @@ package wiremsg
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -368,5 +370,63 @@ func TestHeldBatch(t *testing.T) {
 	if err := NewCodec().WithPool(pool).Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte("sm")), mem.SliceBuffer([]byte("all"))}, held); err != nil ||
 		string(held.Buf.ReadOnlyData()) != "small" || pool.gets != 0 {
 		t.Fatalf("a small Held: %q (%v), %d buffers from the pool; want it unpooled", held.Buf.ReadOnlyData(), err, pool.gets)
+	}
+}
+
+// TestHeldBatchLendsMessages: a full batch (16 KiB, in a buffer of that class, so that its last messages lie in
+// the last KiB of the buffer's capacity) lends out every message; its buffer goes back to its pool once, when
+// the last message is freed, whatever the order, and whichever goroutines free them.
+func TestHeldBatchLendsMessages(t *testing.T) {
+	t.Parallel()
+	var b Batch
+	var msgs [][]byte
+	for i := 0; ; i++ {
+		msg := bytes.Repeat([]byte{byte(i)}, 90+i%20)
+		if !b.Fits(16<<10-5, mem.SliceBuffer(msg)) {
+			break
+		}
+		b.Add(mem.SliceBuffer(msg))
+		msgs = append(msgs, msg)
+	}
+	data := b.Take().Parts.Materialize()
+	for _, concurrent := range []bool{false, true} {
+		pool := &recordingPool{}
+		buf := pool.Get(len(data))
+		if cap(*buf) != 16<<10 {
+			t.Fatalf("a %d-byte batch in a buffer of %d", len(data), cap(*buf))
+		}
+		copy(*buf, data)
+		var refs []mem.Buffer
+		err := SplitHeldBatch(mem.NewBuffer(buf, pool), func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil })
+		if err != nil || len(refs) != len(msgs) {
+			t.Fatalf("%d messages, error %v; want %d", len(refs), err, len(msgs))
+		}
+		for i, ref := range refs {
+			if !bytes.Equal(ref.ReadOnlyData(), msgs[i]) {
+				t.Fatalf("message %d is %.20q, want %.20q", i, ref.ReadOnlyData(), msgs[i])
+			}
+		}
+		rand.Shuffle(len(refs), func(i, j int) { refs[i], refs[j] = refs[j], refs[i] })
+		if concurrent {
+			var wg sync.WaitGroup
+			for half := range 2 {
+				wg.Go(func() {
+					for i := half; i < len(refs); i += 2 {
+						refs[i].Free()
+					}
+				})
+			}
+			wg.Wait()
+		} else {
+			for i, ref := range refs {
+				if pool.puts != 0 {
+					t.Fatalf("buffer back with %d of %d messages still lent out", len(refs)-i, len(refs))
+				}
+				ref.Free()
+			}
+		}
+		if pool.puts != 1 {
+			t.Fatalf("concurrent %v: buffer put back %d times once every message was freed, want once", concurrent, pool.puts)
+		}
 	}
 }
