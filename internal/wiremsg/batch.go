@@ -224,13 +224,21 @@ func SplitBatch(data []byte, each func(msg []byte, stamp uint64) error) error {
 // another core, takes from it as it writes each, so that count's cache line crossed between two cores twice per
 // message, 10% of a relaying frontend's CPU. A message in the last KiB of buf's capacity is a view after all
 // (gRPC does not count a buffer that small), and so is every message of a buffer that is not counted.
-func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer, stamp uint64) error) error {
+//
+// written, if not nil, is called once every message lent out has been freed (gRPC frees one once it has
+// written it), from the goroutine that freed the last: gRPC's writer, or this one. It does not wait for the
+// views (the last KiB's messages, written after the others), and for a buffer that is not counted there is no
+// telling: then it is called before SplitHeldBatch returns.
+func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer, stamp uint64) error, written func()) error {
 	data := buf.ReadOnlyData()
 	if _, plain := buf.(mem.SliceBuffer); plain || len(data) == 0 {
 		defer buf.Free()
+		if written != nil {
+			defer written()
+		}
 		return splitBatch(data, func(start, end int, stamp uint64) error { return each(buf.Slice(start, end), stamp) })
 	}
-	held := &heldBatch{buf: buf}
+	held := &heldBatch{buf: buf, written: written}
 	held.pending.Store(heldBias)
 	lent := int64(0)
 	err := splitBatch(data, func(start, end int, stamp uint64) error {
@@ -252,6 +260,7 @@ const heldBias = 1 << 40
 // mem.BufferPool, and it frees the batch's buffer when the last of them comes back.
 type heldBatch struct {
 	buf     mem.Buffer
+	written func()       // called when the last message comes back; may be nil
 	pending atomic.Int64 // messages lent out and not back, plus heldBias until the last is lent out
 	scratch []byte       // the message being lent out: mem.NewBuffer takes a *[]byte
 }
@@ -264,6 +273,9 @@ func (h *heldBatch) Put(*[]byte) { h.release(1) }
 
 func (h *heldBatch) release(n int64) {
 	if h.pending.Add(-n) == 0 {
+		if h.written != nil {
+			h.written()
+		}
 		h.buf.Free()
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,7 +228,7 @@ func TestBatchStamps(t *testing.T) {
 	err := SplitHeldBatch(mem.SliceBuffer(data), func(m mem.Buffer, stamp uint64) error {
 		defer m.Free()
 		return collect(m.ReadOnlyData(), stamp)
-	})
+	}, nil)
 	if err != nil || !slices.Equal(got, adds) {
 		t.Fatalf("held: split %v (error %v), want %v", got, err, adds)
 	}
@@ -342,7 +343,7 @@ func TestHeldBatch(t *testing.T) {
 					t.Fatalf("a %d-byte batch took %d buffers from the pool, want 1", len(tc.batch), pool.gets)
 				}
 				var refs []mem.Buffer
-				err := SplitHeldBatch(held.Buf, func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil })
+				err := SplitHeldBatch(held.Buf, func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil }, nil)
 				if (err != nil) != (tc.whole < len(msgs)) || len(refs) != tc.whole {
 					t.Fatalf("%d messages passed on, error %v; want %d (an error: %v)", len(refs), err, tc.whole,
 						tc.whole < len(msgs))
@@ -375,7 +376,8 @@ func TestHeldBatch(t *testing.T) {
 
 // TestHeldBatchLendsMessages: a full batch (16 KiB, in a buffer of that class, so that its last messages lie in
 // the last KiB of the buffer's capacity) lends out every message; its buffer goes back to its pool once, when
-// the last message is freed, whatever the order, and whichever goroutines free them.
+// the last message is freed, whatever the order, and whichever goroutines free them. written is called once,
+// before the buffer goes back (when the messages lent out are back: the views may still be out).
 func TestHeldBatchLendsMessages(t *testing.T) {
 	t.Parallel()
 	var b Batch
@@ -397,7 +399,14 @@ func TestHeldBatchLendsMessages(t *testing.T) {
 		}
 		copy(*buf, data)
 		var refs []mem.Buffer
-		err := SplitHeldBatch(mem.NewBuffer(buf, pool), func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil })
+		var written atomic.Int32
+		err := SplitHeldBatch(mem.NewBuffer(buf, pool), func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil },
+			func() {
+				if pool.puts != 0 {
+					t.Error("written called after the buffer went back")
+				}
+				written.Add(1)
+			})
 		if err != nil || len(refs) != len(msgs) {
 			t.Fatalf("%d messages, error %v; want %d", len(refs), err, len(msgs))
 		}
@@ -424,6 +433,9 @@ func TestHeldBatchLendsMessages(t *testing.T) {
 				}
 				ref.Free()
 			}
+		}
+		if written.Load() != 1 {
+			t.Fatalf("concurrent %v: written called %d times, want once", concurrent, written.Load())
 		}
 		if pool.puts != 1 {
 			t.Fatalf("concurrent %v: buffer put back %d times once every message was freed, want once", concurrent, pool.puts)

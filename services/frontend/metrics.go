@@ -43,7 +43,8 @@ func newMetrics(f *Frontend) *metrics {
 		watchRelayLag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "cairn", Subsystem: "frontend",
 			Name: "watch_relay_lag_seconds", Help: "For each frame of watch responses relayed from a hub that stamps " +
 				"them, the largest lag among the responses sent: how far behind the head, counted from the hub, " +
-				"a relayed watcher was when the frontend sent it a response.",
+				"a relayed watcher was expected to be when the frontend wrote it a response (its lag when " +
+				"relayed plus the frontend's recent write wait).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		// etcd serves grpc_server_handling_seconds with --metrics=extensive; its buckets are the middleware's.
 		grpc:  grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),

@@ -30,6 +30,13 @@ import (
 // hub's own cancel for lag; one for compaction leaves the watch registered, and the answer still comes). The
 // client sees one cancel, as from the hub.
 //
+// What the relay has sent then waits in the frontend's own write quota toward the client (64 KiB per stream)
+// until gRPC's writer writes it, which takes as long as the client stream drains that much: seconds, when the
+// frontend is the bottleneck. So the relay checks a response's lag plus that wait, as measured for its last
+// frame (from the end of its relay to gRPC's freeing its last response, wiremsg.SplitHeldBatch's written),
+// against the bound: a response that would be written past it is not sent. What waits after the write, in the
+// client's flow-control window, is the client's own pace, as straight from a hub.
+//
 // The two clocks are compared without being synchronized: the relay's clock minus a stamp is the hub clock's
 // offset plus the response's age, and the smallest such difference seen over the last minutes is taken as the
 // offset (the quickest delivery, at or near no lag). So a response's lag is measured from that quickest
@@ -54,6 +61,9 @@ type relayLag struct {
 	// frameSent.
 	frameLag  time.Duration
 	frameSent bool
+	// writeWait is how long the last frame waited, from the end of its relay until gRPC had written all of it
+	// (nanoseconds; set on gRPC's writer).
+	writeWait atomic.Int64
 	// dropping are the watches canceled here that the hub has not yet said it removed.
 	dropping map[int64]struct{}
 	upstream *upstreamSends
@@ -78,9 +88,25 @@ func (l *relayLag) observe(stamp uint64, receivedAt time.Duration) {
 	l.cur = min(l.cur, int64(receivedAt)-int64(stamp))
 }
 
-// lagOf is the lag now of a response stamped stamp; observe has counted it.
+// lagOf is the lag at which a response stamped stamp and sent now would be written to the client: its lag
+// now plus the last frame's write wait. observe has counted it.
 func (l *relayLag) lagOf(stamp uint64) time.Duration {
-	return time.Duration(int64(l.clock()) - int64(stamp) - min(l.cur, l.prev))
+	return time.Duration(int64(l.clock()) - int64(stamp) - min(l.cur, l.prev) + l.writeWait.Load())
+}
+
+// relayedFrame is a frame between the end of its relay and its last response written.
+type relayedFrame struct {
+	relayedAt atomic.Int64 // the relay's clock when it had sent all of the frame; 0 before
+}
+
+// frameWritten records the write wait of a frame gRPC has written all of; a frame written before its relay
+// ended waited for nothing.
+func (l *relayLag) frameWritten(f *relayedFrame) {
+	wait := int64(0)
+	if at := f.relayedAt.Load(); at != 0 {
+		wait = max(int64(l.clock())-at, 0)
+	}
+	l.writeWait.Store(wait)
 }
 
 // relay sends the client msg, stamped stamp, from a frame received at receivedAt, unless its watch is
@@ -268,8 +294,9 @@ func (w *lagWarnings) canceled(bound time.Duration) {
 		"watchers", w.count.Swap(0), "max_watch_lag", bound)
 }
 
-// frameRelayed observes the largest lag of the responses a stamped frame had sent, if any.
-func (l *relayLag) frameRelayed() {
+// frameRelayed marks the end of a frame's relay, and observes the largest lag of the responses it sent, if any.
+func (l *relayLag) frameRelayed(f *relayedFrame) {
+	f.relayedAt.Store(max(int64(l.clock()), 1))
 	if l.frameSent {
 		l.server.relayLag.Observe(l.frameLag.Seconds())
 		l.frameLag, l.frameSent = 0, false

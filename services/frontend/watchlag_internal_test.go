@@ -404,3 +404,68 @@ func TestReadWatchFields(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayCountsWriteWait: the relay counts how long gRPC took to write its last frame to the client, from
+// the end of the frame's relay to its last response freed, into the lag of what it sends next: a response that
+// would be written past the bound is not sent, though it is within the bound when relayed.
+func TestRelayCountsWriteWait(t *testing.T) {
+	const bound = 5 * time.Second
+	const hubEpoch = uint64(1e15)
+	ms := func(n int) uint64 { return hubEpoch + uint64(n)*uint64(time.Millisecond) }
+	hub := &fakeHubStream{header: metadata.Pairs(wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped,
+		wiremsg.RelayLagBoundHeader, bound.String())}
+	relayLag := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h", Buckets: []float64{1, 5}})
+	s := &watchServer{canceledForLag: prometheus.NewCounter(prometheus.CounterOpts{Name: "c"}),
+		lagWarnings: &lagWarnings{logger: slog.New(slog.DiscardHandler)}, relayLag: relayLag}
+	r := &watchRelay{server: s, upstream: &upstreamSends{ClientStream: hub}}
+	r.readHeader()
+	var now time.Duration
+	r.lag.clock = func() time.Duration { return now }
+	var pool wiremsg.Pool
+	counted := func(responses []hubResponse) *wiremsg.Held { // in a pooled buffer, as gRPC hands a frame over
+		data := frameOf(t, responses).Buf.ReadOnlyData()
+		buf := pool.Get(16 << 10)
+		*buf = append((*buf)[:0], data...)
+		return &wiremsg.Held{Buf: mem.NewBuffer(buf, &pool)}
+	}
+	var unwritten mem.BufferSlice // what gRPC has not written yet
+	var got []string
+	send := func(m any) error {
+		resp, ok := m.(*pb.WatchResponse)
+		if !ok {
+			encoded := m.(*wiremsg.Encoded)
+			resp = new(pb.WatchResponse)
+			if err := proto.Unmarshal(encoded.Parts.Materialize(), resp); err != nil {
+				t.Fatal(err)
+			}
+			unwritten = append(unwritten, encoded.Parts...)
+			encoded.Parts = nil
+		}
+		got = append(got, fmt.Sprintf("%d canceled %v", resp.WatchId, resp.Canceled))
+		return nil
+	}
+	if err := r.relay(counted([]hubResponse{{event(1, 10), ms(0)}, {event(2, 10), ms(0)}}), send); err != nil {
+		t.Fatal(err)
+	}
+	now = 3 * time.Second // the client drains slowly: the frame is written 3 s after its relay
+	unwritten.Free()
+	unwritten = nil
+	if wait := time.Duration(r.lag.writeWait.Load()); wait < 3*time.Second-time.Millisecond || wait > 3*time.Second {
+		t.Fatalf("write wait %v, want 3 s", wait)
+	}
+	// 0.5 s and 2.5 s behind when relayed: 3.5 s and 5.5 s when written
+	if err := r.relay(counted([]hubResponse{{event(1, 11), ms(2500)}, {event(2, 11), ms(500)}}), send); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"1 canceled false", "2 canceled false", "1 canceled false", "2 canceled true"}; !slices.Equal(got, want) {
+		t.Fatalf("the client got %q, want %q", got, want)
+	}
+	var observed dto.Metric
+	if err := relayLag.Write(&observed); err != nil {
+		t.Fatal(err)
+	}
+	if n, sum := observed.Histogram.GetSampleCount(), observed.Histogram.GetSampleSum(); n != 2 || math.Abs(sum-3.5) > 1e-3 {
+		t.Errorf("relay lag observed %d times, sum %v s; want 2, 3.5 s (0, then 0.5 + 3)", n, sum)
+	}
+	unwritten.Free()
+}

@@ -110,13 +110,17 @@ func (r *watchRelay) relay(frame any, send func(any) error) error {
 		return r.relayOne(held.Buf, send)
 	}
 	each := func(msg mem.Buffer, _ uint64) error { return r.relayOne(msg, send) }
+	var written func()
+	var relayed *relayedFrame
 	if r.lag != nil {
 		receivedAt := r.lag.clock()
 		each = func(msg mem.Buffer, stamp uint64) error { return r.lag.relay(r, msg, stamp, receivedAt, send) }
+		relayed = new(relayedFrame)
+		written = func() { r.lag.frameWritten(relayed) }
 	}
-	err := wiremsg.SplitHeldBatch(held.Buf, each)
+	err := wiremsg.SplitHeldBatch(held.Buf, each, written)
 	if r.lag != nil {
-		r.lag.frameRelayed()
+		r.lag.frameRelayed(relayed)
 	}
 	if err != nil {
 		if _, ok := status.FromError(err); ok {
