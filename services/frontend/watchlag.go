@@ -32,10 +32,12 @@ import (
 //
 // What the relay has sent then waits in the frontend's own write quota toward the client (64 KiB per stream)
 // until gRPC's writer writes it, which takes as long as the client stream drains that much: seconds, when the
-// frontend is the bottleneck. So the relay checks a response's lag plus that wait, as measured for its last
-// frame (from the end of its relay to gRPC's freeing its last response, wiremsg.SplitHeldBatch's written),
-// against the bound: a response that would be written past it is not sent. What waits after the write, in the
-// client's flow-control window, is the client's own pace, as straight from a hub.
+// frontend is the bottleneck. So while frames it relayed are still unwritten, the relay checks a response's lag
+// plus that wait, as measured for its last frame written (from the end of its relay to gRPC's freeing its last
+// response, wiremsg.SplitHeldBatch's written), against the bound: a response that would be written past it is
+// not sent. With nothing unwritten the new response waits behind nothing, however long the last one waited (a
+// client that paused and caught up). What waits after the write, in the client's flow-control window, is the
+// client's own pace, as straight from a hub.
 //
 // The two clocks are compared without being synchronized: the relay's clock minus a stamp is the hub clock's
 // offset plus the response's age, and the smallest such difference seen over the last minutes is taken as the
@@ -61,9 +63,10 @@ type relayLag struct {
 	// frameSent.
 	frameLag  time.Duration
 	frameSent bool
-	// writeWait is how long the last frame waited, from the end of its relay until gRPC had written all of it
-	// (nanoseconds; set on gRPC's writer).
+	// writeWait is how long the last frame written waited, from the end of its relay until gRPC had written
+	// all of it (nanoseconds; set on gRPC's writer); unwritten counts the frames relayed and not yet written.
 	writeWait atomic.Int64
+	unwritten atomic.Int64
 	// dropping are the watches canceled here that the hub has not yet said it removed.
 	dropping map[int64]struct{}
 	upstream *upstreamSends
@@ -89,9 +92,13 @@ func (l *relayLag) observe(stamp uint64, receivedAt time.Duration) {
 }
 
 // lagOf is the lag at which a response stamped stamp and sent now would be written to the client: its lag
-// now plus the last frame's write wait. observe has counted it.
+// now plus, while frames are unwritten, the last frame's write wait. observe has counted it.
 func (l *relayLag) lagOf(stamp uint64) time.Duration {
-	return time.Duration(int64(l.clock()) - int64(stamp) - min(l.cur, l.prev) + l.writeWait.Load())
+	lag := int64(l.clock()) - int64(stamp) - min(l.cur, l.prev)
+	if l.unwritten.Load() > 0 {
+		lag += l.writeWait.Load()
+	}
+	return time.Duration(lag)
 }
 
 // relayedFrame is a frame between the end of its relay and its last response written.
@@ -107,6 +114,7 @@ func (l *relayLag) frameWritten(f *relayedFrame) {
 		wait = max(int64(l.clock())-at, 0)
 	}
 	l.writeWait.Store(wait)
+	l.unwritten.Add(-1)
 }
 
 // relay sends the client msg, stamped stamp, from a frame received at receivedAt, unless its watch is
@@ -296,6 +304,7 @@ func (w *lagWarnings) canceled(bound time.Duration) {
 
 // frameRelayed marks the end of a frame's relay, and observes the largest lag of the responses it sent, if any.
 func (l *relayLag) frameRelayed(f *relayedFrame) {
+	l.unwritten.Add(1) // written may have come first: the count is right once both have
 	f.relayedAt.Store(max(int64(l.clock()), 1))
 	if l.frameSent {
 		l.server.relayLag.Observe(l.frameLag.Seconds())

@@ -405,9 +405,10 @@ func TestReadWatchFields(t *testing.T) {
 	}
 }
 
-// TestRelayCountsWriteWait: the relay counts how long gRPC took to write its last frame to the client, from
-// the end of the frame's relay to its last response freed, into the lag of what it sends next: a response that
-// would be written past the bound is not sent, though it is within the bound when relayed.
+// TestRelayCountsWriteWait: while frames it relayed are unwritten, the relay counts how long gRPC took to write
+// its last frame to the client, from the end of the frame's relay to its last response freed, into the lag of
+// what it sends next: a response that would be written past the bound is not sent, though it is within the
+// bound when relayed. With everything written, a response waits behind nothing.
 func TestRelayCountsWriteWait(t *testing.T) {
 	const bound = 5 * time.Second
 	const hubEpoch = uint64(1e15)
@@ -447,8 +448,13 @@ func TestRelayCountsWriteWait(t *testing.T) {
 	if err := r.relay(counted([]hubResponse{{event(1, 10), ms(0)}, {event(2, 10), ms(0)}}), send); err != nil {
 		t.Fatal(err)
 	}
-	now = 3 * time.Second // the client drains slowly: the frame is written 3 s after its relay
-	unwritten.Free()
+	// the client drains slowly: the frame is written 3 s after its relay, and a frame is still unwritten
+	if err := r.relay(counted([]hubResponse{{&pb.WatchResponse{WatchId: 3, Created: true}, 0}}), send); err != nil {
+		t.Fatal(err)
+	}
+	stillOut := unwritten[len(unwritten)-1]
+	now = 3 * time.Second
+	unwritten[:len(unwritten)-1].Free()
 	unwritten = nil
 	if wait := time.Duration(r.lag.writeWait.Load()); wait < 3*time.Second-time.Millisecond || wait > 3*time.Second {
 		t.Fatalf("write wait %v, want 3 s", wait)
@@ -457,15 +463,26 @@ func TestRelayCountsWriteWait(t *testing.T) {
 	if err := r.relay(counted([]hubResponse{{event(1, 11), ms(2500)}, {event(2, 11), ms(500)}}), send); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"1 canceled false", "2 canceled false", "1 canceled false", "2 canceled true"}; !slices.Equal(got, want) {
+	if want := []string{"1 canceled false", "2 canceled false", "3 canceled false", "1 canceled false",
+		"2 canceled true"}; !slices.Equal(got, want) {
 		t.Fatalf("the client got %q, want %q", got, want)
+	}
+	// Everything written: 2.5 s behind is 2.5 s, whatever the last frame waited.
+	stillOut.Free()
+	unwritten.Free()
+	unwritten, got = nil, nil
+	if err := r.relay(counted([]hubResponse{{event(1, 12), ms(500)}}), send); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"1 canceled false"}; !slices.Equal(got, want) {
+		t.Fatalf("with nothing unwritten the client got %q, want %q", got, want)
 	}
 	var observed dto.Metric
 	if err := relayLag.Write(&observed); err != nil {
 		t.Fatal(err)
 	}
-	if n, sum := observed.Histogram.GetSampleCount(), observed.Histogram.GetSampleSum(); n != 2 || math.Abs(sum-3.5) > 1e-3 {
-		t.Errorf("relay lag observed %d times, sum %v s; want 2, 3.5 s (0, then 0.5 + 3)", n, sum)
+	if n, sum := observed.Histogram.GetSampleCount(), observed.Histogram.GetSampleSum(); n != 3 || math.Abs(sum-6) > 1e-3 {
+		t.Errorf("relay lag observed %d times, sum %v s; want 3, 6 s (0, then 0.5 + 3, then 2.5)", n, sum)
 	}
 	unwritten.Free()
 }
