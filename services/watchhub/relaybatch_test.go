@@ -35,16 +35,11 @@ func TestRelayBatches(t *testing.T) {
 		bytes     int
 	}
 	open := func(ask bool) (grpc.ClientStream, <-chan frame, func() metadata.MD) {
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
+		version := ""
 		if ask {
-			ctx = metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, "1")
+			version = wiremsg.RelayBatchPlain
 		}
-		stream, err := conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
-			grpc.ForceCodecV2(wiremsg.NewCodec()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		stream := openRawWatch(t, conn, version)
 		frames := make(chan frame, 1<<12)
 		go func() {
 			defer close(frames)
@@ -253,14 +248,7 @@ func TestRelayStamps(t *testing.T) {
 		stamp uint64
 	}
 	open := func(version string) (grpc.ClientStream, <-chan stamped) {
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		ctx = metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, version)
-		stream, err := conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
-			grpc.ForceCodecV2(wiremsg.NewCodec()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		stream := openRawWatch(t, conn, version)
 		out := make(chan stamped, 64)
 		go func() {
 			defer close(out)
@@ -356,4 +344,21 @@ func TestRelayStamps(t *testing.T) {
 		t.Fatalf("catch-up response %v stamped %d; want watch 2's two events stamped at its creation, after %d",
 			r.resp, r.stamp, created)
 	}
+}
+
+// openRawWatch opens a Watch stream on conn that receives frames undecoded (wiremsg.Raw), asking for relay
+// batches of the given version ("" asks for none); it ends with the test.
+func openRawWatch(t *testing.T, conn *grpc.ClientConn, version string) grpc.ClientStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if version != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, version)
+	}
+	stream, err := conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
+		grpc.ForceCodecV2(wiremsg.NewCodec()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }
