@@ -21,6 +21,7 @@ import (
 
 	"github.com/cairn-kv/cairn/api/eventpb"
 	"github.com/cairn-kv/cairn/internal/eventbus/eventbustest"
+	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 )
 
@@ -492,5 +493,45 @@ func TestSubscribeLeaseChanges(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestConfirm: Confirm returns once the server has a subscription that reached it late, so a record published
+// right after reaches it; with no server it gives up after its wait.
+func TestConfirm(t *testing.T) {
+	srv := startServer(t, -1)
+	const delay = 300 * time.Millisecond
+	slow := loopbacktest.DelayedProxy(t, srv.ClientURL()[len("nats://"):], delay)
+	sub, err := Connect("nats://"+slow, "sub", quietLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sub.Close)
+	var got collector
+	if _, err := Subscribe(sub, "test", got.handle); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := Confirm(context.Background(), sub, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < delay {
+		t.Fatalf("Confirm returned after %v, before the subscription could reach the server (%v)", took, delay)
+	}
+	publishQueued(t, srv.ClientURL(), 0x1a, 1, 1, record)
+	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the record published after Confirm", func() bool {
+		return got.count(0x1a) == 1
+	})
+
+	down, err := Connect("nats://"+loopbacktest.Addr(t), "down", quietLogger(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	start = time.Now()
+	if err := Confirm(context.Background(), down, 200*time.Millisecond); err == nil {
+		t.Fatal("Confirm with no server returned nil")
+	} else if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Confirm with no server took %v, want about its 200ms wait", took)
 	}
 }

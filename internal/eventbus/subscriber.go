@@ -1,13 +1,28 @@
 package eventbus
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/cairn-kv/cairn/api/eventpb"
 )
+
+// Confirm waits, up to wait, until the NATS server has processed everything nc has sent, its subscriptions
+// included: a record published after Confirm returns nil reaches them. A subscriber that reads the store's
+// position after subscribing confirms first, so that no record between that position and its subscription
+// is lost on the bus. It uses the context form of Flush, which is safe in a synctest bubble.
+func Confirm(ctx context.Context, nc *nats.Conn, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("nats server did not confirm the subscriptions within %v: %w", wait, err)
+	}
+	return nil
+}
 
 // Handler receives each record as it arrives, from one goroutine per subscription, in arrival order.
 type Handler func(rec *eventpb.AppliedRecord, meta Meta)

@@ -144,6 +144,9 @@ func (k *Keeper) Active() bool {
 // ID is this keeper's claimant ID (its name plus a random suffix).
 func (k *Keeper) ID() string { return k.id }
 
+// subscribedWait is how long Start waits for the NATS server to confirm the keeper's subscription.
+const subscribedWait = time.Second
+
 // Start connects to the bus, loads the leases from storage, serves the Lease API and starts following the
 // claim: the keeper becomes active when it wins it.
 func (k *Keeper) Start(ctx context.Context) error {
@@ -162,6 +165,10 @@ func (k *Keeper) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	k.cancel = cancel
+	// The load below must not miss a lease change applied just after it: the server has the subscription first.
+	if err := eventbus.Confirm(ctx, nc, subscribedWait); err != nil {
+		k.logger.Warn("leasekeeper loads leases before the bus answers; reconciliation fills what it misses", "nats", k.cfg.NATSURL, "err", err)
+	}
 	if err := k.reconcile(ctx); err != nil {
 		k.logger.Warn("initial lease load failed; reconciliation will retry", "err", err)
 	}

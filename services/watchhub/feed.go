@@ -90,8 +90,20 @@ func (f *feed) run(ctx context.Context) {
 	}
 }
 
+// subscribedWait is how long initialize waits for the NATS server to confirm the hub's subscription.
+const subscribedWait = time.Second
+
 // initialize learns the store's revision from storage, retrying until one answers.
+//
+// It first waits, up to subscribedWait, until the NATS server has the hub's subscription: a revision written
+// after the one read here then comes over the bus. Without that wait a write just after the hub's first watch
+// could be published before the server knew of the hub, and reach the hub only at the next poll, when the gap
+// shows. A hub whose NATS server does not answer serves anyway, from storage polls, as it does whenever the bus
+// is down.
 func (f *feed) initialize(ctx context.Context) bool {
+	if err := eventbus.Confirm(ctx, f.hub.nc, subscribedWait); err != nil && ctx.Err() == nil {
+		f.hub.logger.Warn("watchhub serves from storage polls until the bus answers", "nats", f.hub.cfg.NATSURL, "err", err)
+	}
 	for {
 		if head, compactRev, ok := f.pollStatus(ctx); ok {
 			f.seq = newSequencer(head, maxPendingRevisions)

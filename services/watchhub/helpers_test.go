@@ -146,7 +146,9 @@ func (env *testEnv) startHub(cfg Config) *Hub {
 			cfg.StorageEndpoints = append(cfg.StorageEndpoints, s.cfg.ListenURL)
 		}
 	}
-	cfg.NATSURL = env.natsURL()
+	if cfg.NATSURL == "" {
+		cfg.NATSURL = env.natsURL()
+	}
 	if cfg.StoragePollInterval == 0 {
 		cfg.StoragePollInterval = 50 * time.Millisecond
 	}

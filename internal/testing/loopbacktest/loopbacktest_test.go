@@ -1,9 +1,11 @@
 package loopbacktest
 
 import (
+	"io"
 	"net"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestAddrIsBindable(t *testing.T) {
@@ -31,5 +33,50 @@ func TestPortsAreNeverHandedOutTwice(t *testing.T) {
 			t.Fatalf("port %d handed out twice", p)
 		}
 		seen[p] = true
+	}
+}
+
+// TestDelayedProxy: bytes sent through the proxy reach the target no sooner than the delay, in order; the
+// target's answer comes straight back.
+func TestDelayedProxy(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	arrived := make(chan time.Time, 2)
+	go func() {
+		c, err := echo.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 2)
+		for range 2 {
+			if _, err := io.ReadFull(c, buf[:1]); err != nil {
+				return
+			}
+			arrived <- time.Now()
+			_, _ = c.Write(buf[:1])
+		}
+	}()
+	const delay = 200 * time.Millisecond
+	c, err := net.Dial("tcp", DelayedProxy(t, echo.Addr().String(), delay))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, b := range []byte("ab") {
+		sent := time.Now()
+		if _, err := c.Write([]byte{b}); err != nil {
+			t.Fatal(err)
+		}
+		if at := <-arrived; at.Sub(sent) < delay {
+			t.Fatalf("%q arrived %v after it was sent, want at least %v", b, at.Sub(sent), delay)
+		}
+		got := make([]byte, 1)
+		if _, err := io.ReadFull(c, got); err != nil || got[0] != b {
+			t.Fatalf("echo = %q, %v; want %q", got, err, b)
+		}
 	}
 }
