@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -185,5 +186,21 @@ func TestExporterNone(t *testing.T) {
 				t.Errorf("span sampled %v, want %v", span.SpanContext().IsSampled(), tt.wantRecording)
 			}
 		})
+	}
+}
+
+// TestServiceDefaults: what a service is given is kept; what is nil becomes no telemetry and slog's default
+// logger.
+func TestServiceDefaults(t *testing.T) {
+	tel, logger := NoTelemetry(), slog.New(slog.DiscardHandler)
+	if gotTel, gotLogger := ServiceDefaults(tel, logger); gotTel != tel || gotLogger != logger {
+		t.Fatalf("ServiceDefaults replaced what it was given: %p %p, want %p %p", gotTel, gotLogger, tel, logger)
+	}
+	gotTel, gotLogger := ServiceDefaults(nil, nil)
+	if gotTel == nil || gotTel.Tracers == nil || gotTel.Propagator == nil {
+		t.Fatalf("ServiceDefaults(nil) telemetry = %+v, want NoTelemetry", gotTel)
+	}
+	if gotLogger != slog.Default() {
+		t.Fatal("ServiceDefaults(nil) logger is not slog.Default()")
 	}
 }

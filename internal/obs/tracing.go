@@ -3,6 +3,7 @@ package obs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 
@@ -95,6 +96,19 @@ func NoTelemetry() *Telemetry {
 		Tracers:    tracenoop.NewTracerProvider(),
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}),
 	}
+}
+
+// ServiceDefaults gives every service's Deps its defaults for the two they all take: no telemetry
+// (NoTelemetry) for a nil tel, and slog's default logger for a nil logger, so that a service built without
+// one still reports its errors.
+func ServiceDefaults(tel *Telemetry, logger *slog.Logger) (*Telemetry, *slog.Logger) {
+	if tel == nil {
+		tel = NoTelemetry()
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return tel, logger
 }
 
 // Tracer returns the named tracer (use the package path as name).

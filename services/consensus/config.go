@@ -86,7 +86,7 @@ type Config struct {
 // Deps are what a member takes from the process that runs it: where it reports, and the listeners the caller
 // bound (nats-server's tests bind port 0 first the same way), so no port is picked free and bound later.
 type Deps struct {
-	// Logger, Telemetry and Registry are where the member reports; nil means discard, no tracing, no
+	// Logger, Telemetry and Registry are where the member reports; nil means slog.Default, no tracing, no
 	// metrics.
 	Logger    *slog.Logger
 	Telemetry *obs.Telemetry
@@ -123,14 +123,9 @@ func checkPeerTLS(cfg Config, peer *tlsconfig.Link) error {
 	return nil
 }
 
-// withDefaults fills what is nil with what discards.
+// withDefaults fills what is nil: no telemetry, and slog's default logger.
 func (d Deps) withDefaults() Deps {
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
-	if d.Telemetry == nil {
-		d.Telemetry = obs.NoTelemetry()
-	}
+	d.Telemetry, d.Logger = obs.ServiceDefaults(d.Telemetry, d.Logger)
 	return d
 }
 

@@ -97,7 +97,7 @@ type Config struct {
 // Deps are what a frontend takes from the process that runs it: where it reports, and the listeners the
 // caller bound (a test cluster and `cairn dev` bind 127.0.0.1:0 first and pass them).
 type Deps struct {
-	// Logger and Telemetry are where the frontend reports; nil: discard and no tracing.
+	// Logger and Telemetry are where the frontend reports; nil: slog.Default and no tracing.
 	Logger    *slog.Logger
 	Telemetry *obs.Telemetry
 	// Registry receives the frontend's metrics and is what its /metrics serves; nil: a registry of its own.
@@ -114,13 +114,9 @@ type Deps struct {
 	Internal *tlsconfig.Link
 }
 
+// withDefaults fills what is nil: no telemetry, and slog's default logger.
 func (d Deps) withDefaults() Deps {
-	if d.Telemetry == nil {
-		d.Telemetry = obs.NoTelemetry()
-	}
-	if d.Logger == nil {
-		d.Logger = slog.New(slog.DiscardHandler)
-	}
+	d.Telemetry, d.Logger = obs.ServiceDefaults(d.Telemetry, d.Logger)
 	return d
 }
 

@@ -113,13 +113,9 @@ type Deps struct {
 	Internal *tlsconfig.Link
 }
 
+// withDefaults fills what is nil: no telemetry, and slog's default logger.
 func (d Deps) withDefaults() Deps {
-	if d.Telemetry == nil {
-		d.Telemetry = obs.NoTelemetry()
-	}
-	if d.Logger == nil {
-		d.Logger = slog.Default()
-	}
+	d.Telemetry, d.Logger = obs.ServiceDefaults(d.Telemetry, d.Logger)
 	return d
 }
 

@@ -122,12 +122,7 @@ func (d Deps) withDefaults() Deps {
 	if d.Sink == nil {
 		d.Sink = NopSink{}
 	}
-	if d.Telemetry == nil {
-		d.Telemetry = obs.NoTelemetry()
-	}
-	if d.Logger == nil {
-		d.Logger = slog.Default()
-	}
+	d.Telemetry, d.Logger = obs.ServiceDefaults(d.Telemetry, d.Logger)
 	return d
 }
 
