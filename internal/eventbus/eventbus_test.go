@@ -239,8 +239,14 @@ func TestSubscribeFirstCopiesDropsUnwanted(t *testing.T) {
 	srv := startServer(t, -1)
 	var gated, all collector
 	var wanted atomic.Bool
-	sub := subscribeAll(t, srv, map[*collector]bool{&all: false})
-	if _, err := SubscribeFirstCopies(sub, "test", wanted.Load, gated.handle); err != nil {
+	var wantedCalls atomic.Int64
+	sub := subscribeAll(t, srv, nil)
+	allSub, err := Subscribe(sub, "test", all.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gatedSub, err := SubscribeFirstCopies(sub, "test", func() bool { wantedCalls.Add(1); return wanted.Load() }, gated.handle)
+	if err != nil {
 		t.Fatal(err)
 	}
 	eventbustest.Flush(t, sub)
@@ -269,8 +275,14 @@ func TestSubscribeFirstCopiesDropsUnwanted(t *testing.T) {
 	}
 	const records = 100
 	publishQueued(t, srv.ClientURL(), 0x1a, 1, records, record)
-	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the unwanted copies sent", func() bool {
-		return all.count(0x1a) == records
+	// Each subscription hands its messages on from a goroutine of its own: the gated one has judged them all
+	// once it was asked about as many as it was delivered, as many as the other one, which has them all.
+	waittest.Until(t, 10*time.Second, 5*time.Millisecond, "the unwanted copies judged", func() bool {
+		allDelivered, _ := allSub.Delivered()
+		gatedDelivered, _ := gatedSub.Delivered()
+		pending, _, _ := gatedSub.Pending()
+		return all.count(0x1a) == records && gatedDelivered == allDelivered && pending == 0 &&
+			wantedCalls.Load() == gatedDelivered
 	})
 	wanted.Store(true)
 	publishQueued(t, srv.ClientURL(), 0x1a, 1000, 1000, record)
