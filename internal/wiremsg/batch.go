@@ -30,6 +30,15 @@ import (
 // hub's monotonic clock), and says its lag bound (--max-watch-lag) in RelayLagBoundHeader, so that a frontend
 // can hold the bound on what it relays too: what waits in the relay's buffers grows older after the hub's
 // check. Stamps cost a batch a few bytes each time the stamp changes (once per revision on a busy stream).
+//
+// Acknowledged batches (RelayBatchAcked, asked and promised beside RelayBatchStamped) are stamped batches that
+// the frontend acknowledges once it has written every message of them to its client: it sends up the stream a
+// request carrying only a varint field of its own (number relayAckField, not one of etcd's), the number of
+// batches written so far (RelayAck). A backend keeps only a few batches unacknowledged, so what waits for the
+// client stays in the backend, where a watchhub merges each watcher's waiting revisions into one response and
+// checks their lag, rather than in the buffers between them (each per stream: the backend's write quota, the
+// relay's window and the frontend's write quota, 64 KiB each, which hold seconds of one stream's one-event
+// responses when a relay falls behind).
 
 // RelayBatchHeader is the metadata key of the ask (request) and of the promise (response header); its value
 // is the version.
@@ -41,6 +50,7 @@ const RelayBatchHeader = "cairn-relay-batch"
 const (
 	RelayBatchPlain   = "1"
 	RelayBatchStamped = "2"
+	RelayBatchAcked   = "3"
 )
 
 // RelayLagBoundHeader is a stamping backend's lag bound, in its response header (a Go duration).
@@ -60,10 +70,57 @@ const (
 )
 
 // RelayBatchRequested reports whether a relayed stream's peer asked for batches (RelayBatchHeader in ctx's
-// incoming metadata), and whether it reads stamped ones.
-func RelayBatchRequested(ctx context.Context) (batches, stamps bool) {
+// incoming metadata), whether it reads stamped ones, and whether it acknowledges them (only with stamps).
+func RelayBatchRequested(ctx context.Context) (batches, stamps, acks bool) {
 	asked := metadata.ValueFromIncomingContext(ctx, RelayBatchHeader)
-	return len(asked) > 0, slices.Contains(asked, RelayBatchStamped)
+	stamps = slices.Contains(asked, RelayBatchStamped)
+	return len(asked) > 0, stamps, stamps && slices.Contains(asked, RelayBatchAcked)
+}
+
+// RelayAcksPromised reports whether a backend's response header says it waits for acknowledgments.
+func RelayAcksPromised(header metadata.MD) bool {
+	return slices.Contains(header.Get(RelayBatchHeader), RelayBatchAcked)
+}
+
+// relayAckField is the field number of an acknowledgment in a request sent up a relayed stream.
+const relayAckField protowire.Number = 100
+
+// RelayAckEvery is how many batches a frontend may write before it acknowledges them, and so the fewest a
+// backend must let go unacknowledged. Acknowledging every other batch halves what acknowledgments cost both
+// ends (a gRPC message each way's worth) and still lets a backend send on as soon as its client has taken all
+// it was sent.
+const RelayAckEvery = 2
+
+// RelayAck is the request that acknowledges the first n batches of a relayed stream, encoded.
+func RelayAck(n uint64) *Encoded {
+	b := protowire.AppendVarint(protowire.AppendTag(make([]byte, 0, 16), relayAckField, protowire.VarintType), n)
+	return &Encoded{Parts: mem.BufferSlice{mem.SliceBuffer(b)}}
+}
+
+// ReadRelayAck reads an acknowledgment from the fields a request's decoder did not know (its unknown
+// fields), the last if there are several; ok is false if there is none.
+func ReadRelayAck(unknown []byte) (n uint64, ok bool) {
+	for len(unknown) > 0 {
+		num, typ, m := protowire.ConsumeTag(unknown)
+		if m < 0 {
+			return n, ok
+		}
+		unknown = unknown[m:]
+		if num == relayAckField && typ == protowire.VarintType {
+			v, m := protowire.ConsumeVarint(unknown)
+			if m < 0 {
+				return n, ok
+			}
+			n, ok, unknown = v, true, unknown[m:]
+			continue
+		}
+		m = protowire.ConsumeFieldValue(num, typ, unknown)
+		if m < 0 {
+			return n, ok
+		}
+		unknown = unknown[m:]
+	}
+	return n, ok
 }
 
 // RelayBatchPromised reports whether a backend's response header says its messages are batches.

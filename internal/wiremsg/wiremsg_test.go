@@ -442,3 +442,66 @@ func TestHeldBatchLendsMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestRelayAcks: an acknowledgment is a request etcd's decoder takes for an empty one, with the count in its
+// unknown fields; any other request reads as no acknowledgment. Acknowledgments are asked for and promised
+// only with stamps.
+func TestRelayAcks(t *testing.T) {
+	t.Parallel()
+	for _, n := range []uint64{1, 2, 300, 1 << 40} {
+		req := new(pb.WatchRequest)
+		if err := proto.Unmarshal(RelayAck(n).Parts.Materialize(), req); err != nil {
+			t.Fatal(err)
+		}
+		if req.RequestUnion != nil {
+			t.Fatalf("ack %d decodes as %v, want no request", n, req)
+		}
+		if got, ok := ReadRelayAck(req.ProtoReflect().GetUnknown()); !ok || got != n {
+			t.Fatalf("ack %d read as %d, %v", n, got, ok)
+		}
+	}
+	create, err := proto.Marshal(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+		CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := append(RelayAck(3).Parts.Materialize(), RelayAck(5).Parts.Materialize()...)
+	for _, tc := range []struct {
+		name    string
+		unknown []byte
+		want    uint64
+		ok      bool
+	}{
+		{"none", nil, 0, false},
+		{"other fields", create, 0, false},
+		{"the last of two", twice, 5, true},
+		{"cut", RelayAck(300).Parts.Materialize()[:2], 0, false},
+		{"mistyped", protowire.AppendBytes(protowire.AppendTag(nil, 100, protowire.BytesType), []byte{7}), 0, false},
+	} {
+		if got, ok := ReadRelayAck(tc.unknown); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: ReadRelayAck = %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+	for _, tc := range []struct {
+		asked                 []string
+		batches, stamps, acks bool
+	}{
+		{nil, false, false, false},
+		{[]string{RelayBatchPlain}, true, false, false},
+		{[]string{RelayBatchStamped}, true, true, false},
+		{[]string{RelayBatchStamped, RelayBatchAcked}, true, true, true},
+		{[]string{RelayBatchAcked}, true, false, false}, // acks only with stamps
+	} {
+		md := metadata.MD{}
+		for _, v := range tc.asked {
+			md.Append(RelayBatchHeader, v)
+		}
+		ctx := metadata.NewIncomingContext(t.Context(), md)
+		if b, s, a := RelayBatchRequested(ctx); b != tc.batches || s != tc.stamps || a != tc.acks {
+			t.Errorf("asked %v: RelayBatchRequested = %v %v %v, want %v %v %v", tc.asked, b, s, a, tc.batches, tc.stamps, tc.acks)
+		}
+		if got := RelayAcksPromised(md); got != slices.Contains(tc.asked, RelayBatchAcked) {
+			t.Errorf("header %v: RelayAcksPromised = %v", md, got)
+		}
+	}
+}

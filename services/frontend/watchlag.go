@@ -220,15 +220,19 @@ func readWatchFields(data []byte) watchFields {
 
 // upstreamSends makes the sends on a relayed stream's upstream safe from two goroutines (gRPC's are not):
 // proxyStream's, which forwards the client's requests, and the relay's cancel requests for the watches it
-// canceled. The relay queues a cancel without waiting (the hub's stream may be waiting on the relay, and the
-// hub on its flow control), and a goroutine of its own sends it; any client request goes after the cancels
+// canceled and acknowledgments of the batches written (wiremsg.RelayAck). The relay queues them without
+// waiting (the hub's stream may be waiting on the relay, and the hub on its flow control; an acknowledgment is
+// queued from gRPC's writer), and a goroutine of its own sends them; any client request goes after the cancels
 // queued before it, so a client that re-creates a watch ID the relay canceled reaches the hub after the cancel.
+// Acknowledgments are counts: only the latest queued is sent.
 type upstreamSends struct {
 	grpc.ClientStream
 	sending sync.Mutex // held for each send
-	mu      sync.Mutex // cancels and flushing
+	mu      sync.Mutex // cancels, acks and flushing
 	cancels []int64
-	// flushing: a goroutine is on its way to send the queued cancels.
+	// ackTo is the latest acknowledgment queued, ackSent the latest sent.
+	ackTo, ackSent uint64
+	// flushing: a goroutine is on its way to send what is queued.
 	flushing bool
 }
 
@@ -252,6 +256,18 @@ func (u *upstreamSends) CloseSend() error {
 func (u *upstreamSends) cancel(id int64) {
 	u.mu.Lock()
 	u.cancels = append(u.cancels, id)
+	u.flushLocked()
+}
+
+// ack queues an acknowledgment of the first n batches, and sees that it is sent; it never waits for a send.
+func (u *upstreamSends) ack(n uint64) {
+	u.mu.Lock()
+	u.ackTo = max(u.ackTo, n)
+	u.flushLocked()
+}
+
+// flushLocked starts a goroutine to send what is queued unless one is on its way; it unlocks u.mu.
+func (u *upstreamSends) flushLocked() {
 	start := !u.flushing
 	u.flushing = true
 	u.mu.Unlock()
@@ -264,21 +280,29 @@ func (u *upstreamSends) cancel(id int64) {
 	}
 }
 
-// sendCancels sends the queued cancel requests, in order; u.sending is held.
+// sendCancels sends the queued cancel requests, in order, and the latest acknowledgment; u.sending is held.
 func (u *upstreamSends) sendCancels() error {
 	for {
 		u.mu.Lock()
 		ids := u.cancels
 		u.cancels = nil
-		if len(ids) == 0 {
+		ack := u.ackTo
+		sendAck := ack != u.ackSent
+		if len(ids) == 0 && !sendAck {
 			u.flushing = false
 			u.mu.Unlock()
 			return nil
 		}
+		u.ackSent = ack
 		u.mu.Unlock()
 		for _, id := range ids {
 			if err := u.ClientStream.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{
 				CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}); err != nil {
+				return err
+			}
+		}
+		if sendAck {
+			if err := u.ClientStream.SendMsg(wiremsg.RelayAck(ack)); err != nil {
 				return err
 			}
 		}

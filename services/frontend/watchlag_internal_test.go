@@ -29,15 +29,34 @@ type fakeHubStream struct {
 	grpc.ClientStream
 	header metadata.MD
 	mu     sync.Mutex
-	sent   []int64 // the watch IDs of the cancel requests sent
+	sent   []int64  // the watch IDs of the cancel requests sent
+	acks   []uint64 // the acknowledgments sent
 }
 
 func (f *fakeHubStream) Header() (metadata.MD, error) { return f.header, nil }
 func (f *fakeHubStream) SendMsg(m any) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if encoded, ok := m.(*wiremsg.Encoded); ok {
+		req := new(pb.WatchRequest)
+		if err := proto.Unmarshal(encoded.Parts.Materialize(), req); err != nil {
+			return err
+		}
+		n, ok := wiremsg.ReadRelayAck(req.ProtoReflect().GetUnknown())
+		if !ok {
+			return fmt.Errorf("encoded request %v is no acknowledgment", req)
+		}
+		f.acks = append(f.acks, n)
+		return nil
+	}
 	f.sent = append(f.sent, m.(*pb.WatchRequest).GetCancelRequest().GetWatchId())
 	return nil
+}
+
+func (f *fakeHubStream) acked() []uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.acks)
 }
 func (f *fakeHubStream) canceled() []int64 {
 	f.mu.Lock()
@@ -485,4 +504,64 @@ func TestRelayCountsWriteWait(t *testing.T) {
 		t.Errorf("relay lag observed %d times, sum %v s; want 3, 6 s (0, then 0.5 + 3, then 2.5)", n, sum)
 	}
 	unwritten.Free()
+}
+
+// TestRelayAcknowledgesWrittenFrames: to a hub that waits for acknowledgments, the relay sends the number of
+// frames whose responses gRPC has all written (freed), at every wiremsg.RelayAckEvery-th; to one that does not,
+// nothing.
+func TestRelayAcknowledgesWrittenFrames(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		versions []string
+		acks     bool
+	}{
+		{"acknowledged", []string{wiremsg.RelayBatchStamped, wiremsg.RelayBatchAcked}, true},
+		{"stamped only", []string{wiremsg.RelayBatchStamped}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			header := metadata.Pairs(wiremsg.RelayLagBoundHeader, "5s")
+			for _, v := range tc.versions {
+				header.Append(wiremsg.RelayBatchHeader, v)
+			}
+			hub := &fakeHubStream{header: header}
+			s := &watchServer{canceledForLag: prometheus.NewCounter(prometheus.CounterOpts{Name: "c"}),
+				lagWarnings: &lagWarnings{logger: slog.New(slog.DiscardHandler)},
+				relayLag:    prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h"})}
+			r := &watchRelay{server: s, upstream: &upstreamSends{ClientStream: hub}}
+			var pool wiremsg.Pool
+			var frames []mem.BufferSlice // each frame's responses, unwritten
+			send := func(m any) error {
+				encoded := m.(*wiremsg.Encoded)
+				frames[len(frames)-1] = append(frames[len(frames)-1], encoded.Parts...)
+				encoded.Parts = nil
+				return nil
+			}
+			for i := range 2 * wiremsg.RelayAckEvery {
+				data := frameOf(t, []hubResponse{{event(1, int64(10+i)), 1}, {event(2, int64(10+i)), 1}}).Buf.ReadOnlyData()
+				buf := pool.Get(16 << 10)
+				*buf = append((*buf)[:0], data...)
+				frames = append(frames, nil)
+				if err := r.relay(&wiremsg.Held{Buf: mem.NewBuffer(buf, &pool)}, send); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := hub.acked(); len(got) != 0 {
+				t.Fatalf("acknowledged %v with nothing written", got)
+			}
+			var want []uint64
+			for i := range frames {
+				frames[i].Free()
+				if n := uint64(i + 1); tc.acks && n%wiremsg.RelayAckEvery == 0 {
+					want = append(want, n)
+					waittest.Until(t, 5*time.Second, time.Millisecond, fmt.Sprintf("an acknowledgment of %d", n), func() bool {
+						return slices.Equal(hub.acked(), want)
+					})
+				}
+				time.Sleep(20 * time.Millisecond) // a stray acknowledgment would come by now
+				if got := hub.acked(); !slices.Equal(got, want) {
+					t.Fatalf("after %d frames written: acknowledgments %v, want %v", i+1, got, want)
+				}
+			}
+		})
+	}
 }

@@ -62,7 +62,8 @@ func (s *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		}
 	}()
 	// upCtx, not ctx: the goroutine above reads ctx.
-	upCtx := metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped)
+	upCtx := metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped,
+		wiremsg.RelayBatchHeader, wiremsg.RelayBatchAcked)
 	tracing := s.stages.Recording()
 	if tracing {
 		upCtx = metadata.AppendToOutgoingContext(upCtx, obs.RelayTraceHeader, "1")
@@ -97,7 +98,11 @@ type watchRelay struct {
 	batched  bool
 	checked  bool      // batched and lag are known: the hub's header came with its first frame
 	lag      *relayLag // nil unless the hub stamps its batches
-	msg      wiremsg.Encoded
+	// acks: the hub waits for batches to be acknowledged once written (wiremsg.RelayBatchAcked), and every
+	// wiremsg.RelayAckEvery are; written counts the batches written, from gRPC's writer.
+	acks    bool
+	written atomic.Uint64
+	msg     wiremsg.Encoded
 }
 
 // relay sends the client the response or responses a hub's frame carries.
@@ -116,7 +121,14 @@ func (r *watchRelay) relay(frame any, send func(any) error) error {
 		receivedAt := r.lag.clock()
 		each = func(msg mem.Buffer, stamp uint64) error { return r.lag.relay(r, msg, stamp, receivedAt, send) }
 		relayed = new(relayedFrame)
-		written = func() { r.lag.frameWritten(relayed) }
+		written = func() {
+			r.lag.frameWritten(relayed)
+			if r.acks {
+				if n := r.written.Add(1); n%wiremsg.RelayAckEvery == 0 {
+					r.upstream.ack(n)
+				}
+			}
+		}
 	}
 	err := wiremsg.SplitHeldBatch(held.Buf, each, written)
 	if r.lag != nil {
@@ -136,6 +148,7 @@ func (r *watchRelay) relay(frame any, send func(any) error) error {
 func (r *watchRelay) readHeader() {
 	header, _ := r.upstream.Header()
 	r.batched, r.checked = wiremsg.RelayBatchPromised(header), true
+	r.acks = r.batched && wiremsg.RelayAcksPromised(header)
 	if bound, ok := wiremsg.RelayStampsPromised(header); ok && r.batched {
 		r.lag = newRelayLag(r.server, bound, r.upstream)
 	}

@@ -27,10 +27,11 @@ import (
 // relayed watchers under overload those held 63 MiB of a frontend's 110 MiB heap.
 const relayBatchBytes = 16<<10 - 5
 
-// useRelayBatches makes s send batches if its peer asked for them, stamped if it asked for stamps, and tells
-// the peer so in the response header (with the lag bound, for stamps); before anything is sent on s.
+// useRelayBatches makes s send batches if its peer asked for them, stamped if it asked for stamps, held to
+// its acknowledgments if it acknowledges them (relayflow.go), and tells the peer so in the response header
+// (with the lag bound, for stamps); before anything is sent on s.
 func (s *stream) useRelayBatches() {
-	batches, stamps := wiremsg.RelayBatchRequested(s.ctx)
+	batches, stamps, acks := wiremsg.RelayBatchRequested(s.ctx)
 	if !batches {
 		return
 	}
@@ -38,9 +39,15 @@ func (s *stream) useRelayBatches() {
 	if stamps {
 		header = metadata.Pairs(wiremsg.RelayBatchHeader, wiremsg.RelayBatchStamped,
 			wiremsg.RelayLagBoundHeader, s.hub.lag.bound.String())
+		if acks {
+			header.Append(wiremsg.RelayBatchHeader, wiremsg.RelayBatchAcked)
+		}
 	}
 	if s.srv.SetHeader(header) == nil {
 		s.batch, s.stamps = &wiremsg.Batch{Pool: &s.hub.relayBuffers}, stamps
+		if acks {
+			s.flow = newRelayFlow()
+		}
 	}
 }
 
@@ -97,6 +104,12 @@ func (s *stream) sendBatch() error {
 	msg := s.batch.Take()
 	if msg == nil {
 		return nil
+	}
+	if s.flow != nil {
+		if err := s.flow.await(s.ctx, s.closed); err != nil {
+			msg.Parts.Free()
+			return sendError{err}
+		}
 	}
 	if err := s.srv.SendMsg(msg); err != nil {
 		return sendError{err}

@@ -3,6 +3,7 @@ package watchhub
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -30,46 +31,13 @@ func TestRelayBatches(t *testing.T) {
 	const watchers = 50
 	const puts = 5
 
-	type frame struct {
-		responses []*pb.WatchResponse
-		bytes     int
-	}
-	open := func(ask bool) (grpc.ClientStream, <-chan frame, func() metadata.MD) {
+	open := func(ask bool) (grpc.ClientStream, <-chan rawFrame, func() metadata.MD) {
 		version := ""
 		if ask {
 			version = wiremsg.RelayBatchPlain
 		}
 		stream := openRawWatch(t, conn, version)
-		frames := make(chan frame, 1<<12)
-		go func() {
-			defer close(frames)
-			for {
-				var raw wiremsg.Raw
-				if err := stream.RecvMsg(&raw); err != nil {
-					return
-				}
-				header, _ := stream.Header()
-				f := frame{bytes: len(raw.Data)}
-				each := func(msg []byte, _ uint64) error {
-					resp := new(pb.WatchResponse)
-					if err := proto.Unmarshal(msg, resp); err != nil {
-						return err
-					}
-					f.responses = append(f.responses, resp)
-					return nil
-				}
-				if wiremsg.RelayBatchPromised(header) {
-					if err := wiremsg.SplitBatch(raw.Data, each); err != nil {
-						t.Errorf("frame: %v", err)
-						return
-					}
-				} else if err := each(raw.Data, 0); err != nil {
-					t.Errorf("frame: %v", err)
-					return
-				}
-				frames <- f
-			}
-		}()
+		frames := readFrames(t, stream, 1<<12)
 		return stream, frames, func() metadata.MD { md, _ := stream.Header(); return md }
 	}
 
@@ -87,7 +55,7 @@ func TestRelayBatches(t *testing.T) {
 	// the stream's responses until wantEvents events and wantCreated created, with the most a frame carried
 	// and the largest frame's bytes
 	largest := 0
-	collect := func(frames <-chan frame, wantEvents, wantCreated int) (all []*pb.WatchResponse, most int) {
+	collect := func(frames <-chan rawFrame, wantEvents, wantCreated int) (all []*pb.WatchResponse, most int) {
 		t.Helper()
 		deadline := time.After(20 * time.Second)
 		events, created := 0, 0
@@ -113,7 +81,7 @@ func TestRelayBatches(t *testing.T) {
 		return all, most
 	}
 	// the creates first, so that both streams see every put
-	waitCreated := func(frames <-chan frame) []*pb.WatchResponse {
+	waitCreated := func(frames <-chan rawFrame) []*pb.WatchResponse {
 		all, _ := collect(frames, 0, watchers)
 		return all
 	}
@@ -249,25 +217,13 @@ func TestRelayStamps(t *testing.T) {
 	}
 	open := func(version string) (grpc.ClientStream, <-chan stamped) {
 		stream := openRawWatch(t, conn, version)
+		frames := readFrames(t, stream, 64)
 		out := make(chan stamped, 64)
 		go func() {
 			defer close(out)
-			for {
-				var raw wiremsg.Raw
-				if err := stream.RecvMsg(&raw); err != nil {
-					return
-				}
-				err := wiremsg.SplitBatch(raw.Data, func(msg []byte, stamp uint64) error {
-					resp := new(pb.WatchResponse)
-					if err := proto.Unmarshal(msg, resp); err != nil {
-						return err
-					}
-					out <- stamped{resp, stamp}
-					return nil
-				})
-				if err != nil {
-					t.Errorf("frame: %v", err)
-					return
+			for f := range frames {
+				for i, resp := range f.responses {
+					out <- stamped{resp, f.stamps[i]}
 				}
 			}
 		}()
@@ -275,16 +231,7 @@ func TestRelayStamps(t *testing.T) {
 	}
 	next := func(from <-chan stamped) stamped {
 		t.Helper()
-		select {
-		case r, ok := <-from:
-			if !ok {
-				t.Fatal("stream ended")
-			}
-			return r
-		case <-time.After(10 * time.Second):
-			t.Fatal("no response within 10 s")
-		}
-		return stamped{}
+		return recvWithin(t, from, "response")
 	}
 	create := func(s grpc.ClientStream, id, start int64) {
 		t.Helper()
@@ -346,14 +293,77 @@ func TestRelayStamps(t *testing.T) {
 	}
 }
 
+// rawFrame is one frame of a raw Watch stream: its responses, their stamps (0 for none), and its size.
+type rawFrame struct {
+	responses []*pb.WatchResponse
+	stamps    []uint64
+	bytes     int
+}
+
+// readFrames reads stream's frames until it ends, into a channel of the given capacity: split into their
+// responses if the hub promised batches, else each one response.
+func readFrames(t *testing.T, stream grpc.ClientStream, capacity int) <-chan rawFrame {
+	frames := make(chan rawFrame, capacity)
+	go func() {
+		defer close(frames)
+		for {
+			var raw wiremsg.Raw
+			if err := stream.RecvMsg(&raw); err != nil {
+				return
+			}
+			header, _ := stream.Header()
+			f := rawFrame{bytes: len(raw.Data)}
+			each := func(msg []byte, stamp uint64) error {
+				resp := new(pb.WatchResponse)
+				if err := proto.Unmarshal(msg, resp); err != nil {
+					return err
+				}
+				f.responses, f.stamps = append(f.responses, resp), append(f.stamps, stamp)
+				return nil
+			}
+			var err error
+			if wiremsg.RelayBatchPromised(header) {
+				err = wiremsg.SplitBatch(raw.Data, each)
+			} else {
+				err = each(raw.Data, 0)
+			}
+			if err != nil {
+				t.Errorf("frame: %v", err)
+				return
+			}
+			frames <- f
+		}
+	}()
+	return frames
+}
+
+// recvWithin receives what comes next from a stream's reader goroutine (what names it), failing the test if the
+// stream ended or nothing came within 10 s.
+func recvWithin[T any](t *testing.T, from <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v, ok := <-from:
+		if !ok {
+			t.Fatal("stream ended")
+		}
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s within 10 s", what)
+	}
+	var zero T
+	return zero
+}
+
 // openRawWatch opens a Watch stream on conn that receives frames undecoded (wiremsg.Raw), asking for relay
-// batches of the given version ("" asks for none); it ends with the test.
-func openRawWatch(t *testing.T, conn *grpc.ClientConn, version string) grpc.ClientStream {
+// batches of the given versions ("" asks for none); it ends with the test.
+func openRawWatch(t *testing.T, conn *grpc.ClientConn, versions ...string) grpc.ClientStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	if version != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, version)
+	for _, version := range versions {
+		if version != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, wiremsg.RelayBatchHeader, version)
+		}
 	}
 	stream, err := conn.NewStream(ctx, &pb.Watch_ServiceDesc.Streams[0], pb.Watch_Watch_FullMethodName,
 		grpc.ForceCodecV2(wiremsg.NewCodec()))
@@ -361,4 +371,95 @@ func openRawWatch(t *testing.T, conn *grpc.ClientConn, version string) grpc.Clie
 		t.Fatal(err)
 	}
 	return stream
+}
+
+// TestRelayAcks: a hub whose frontend acknowledges batches sends only a few it has not had acknowledged, and
+// keeps the rest: with nothing acknowledged, two frames come of 40 puts of 4 KiB (14 frames' worth), and
+// each acknowledgment lets more come, until every event has come, in order. A burst of creates beyond its
+// control slots, sent while it waits, does not hold up the acknowledgments sent after them.
+func TestRelayAcks(t *testing.T) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(Config{})
+	conn := dialHub(t, h.Addr())
+	stream := openRawWatch(t, conn, wiremsg.RelayBatchStamped, wiremsg.RelayBatchAcked)
+	frames := readFrames(t, stream, 256)
+	next := func() []*pb.WatchResponse {
+		t.Helper()
+		return recvWithin(t, frames, "frame").responses
+	}
+	none := func() {
+		t.Helper()
+		select {
+		case f := <-frames:
+			t.Fatalf("a frame of %d responses came with the unacknowledged limit reached", len(f.responses))
+		case <-time.After(300 * time.Millisecond):
+		}
+	}
+	send := func(m any) {
+		t.Helper()
+		if err := stream.SendMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}})
+	if f := next(); len(f) != 1 || !f[0].Created {
+		t.Fatalf("first frame %v, want created", f)
+	}
+	if header, _ := stream.Header(); !wiremsg.RelayAcksPromised(header) {
+		t.Fatalf("header %v promises no acknowledgments", header)
+	}
+	var revs []int64
+	for i := range 40 {
+		revs = append(revs, env.put("k", strings.Repeat(string(rune('a'+i%26)), 4<<10)))
+	}
+	received, sent := 1, uint64(1) // the created response's frame is sent and not acknowledged
+	var got []int64
+	take := func(f []*pb.WatchResponse) {
+		for _, r := range f {
+			for _, ev := range r.Events {
+				got = append(got, ev.Kv.ModRevision)
+			}
+		}
+	}
+	for uint64(received) < relayFlowMinBatches {
+		take(next())
+		received++
+	}
+	none()
+	for len(got) < len(revs) {
+		sent = uint64(received)
+		send(wiremsg.RelayAck(sent))
+		take(next())
+		received++
+	}
+	if !slices.Equal(got, revs) {
+		t.Fatalf("events at %v, want %v", got, revs)
+	}
+
+	// A burst of creates while the sender waits for acknowledgments: the handler waits for control slots,
+	// which the sender frees as it writes, and the reader for the handler, so acknowledgments sent after the
+	// creates could not be read; the reader, once it waits, lets the sender go past the limit.
+	var more []int64
+	for range 20 {
+		more = append(more, env.put("k", strings.Repeat("m", 4<<10)))
+	}
+	for i := range 200 {
+		send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{
+			Key: []byte(fmt.Sprintf("c%d", i))}}})
+	}
+	got = got[:0]
+	for created := 0; created < 200 || len(got) < len(more); {
+		f := next()
+		received++
+		take(f)
+		for _, r := range f {
+			if r.Created {
+				created++
+			}
+		}
+		send(wiremsg.RelayAck(uint64(received)))
+	}
+	if !slices.Equal(got, more) {
+		t.Fatalf("events at %v, want %v", got, more)
+	}
 }

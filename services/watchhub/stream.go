@@ -128,7 +128,9 @@ type stream struct {
 	batch *wiremsg.Batch
 	// stamps: the frontend also asked for lag stamps (wiremsg.RelayBatchStamped), so every response in batch
 	// is stamped with the start of its watcher's lag (Hub.lagStamp). Sender only.
-	stamps  bool
+	stamps bool
+	// flow holds the sender to the frontend's acknowledgments (relayflow.go); nil unless it sends them.
+	flow    *relayFlow
 	scratch mem.BufferSlice // sender only: one response's buffers on their way into batch
 	stats   sendStats       // sender only: counts for the hub's metrics, flushed when the sender pauses
 }
@@ -265,11 +267,29 @@ func (s *stream) recvLoop() error {
 				readErr <- err
 				return
 			}
+			if s.flow != nil && req.RequestUnion == nil {
+				if n, ok := wiremsg.ReadRelayAck(req.ProtoReflect().GetUnknown()); ok {
+					s.flow.ack(n)
+					continue
+				}
+			}
+			r := received{req: req, at: time.Now()}
 			select {
-			case requests <- received{req: req, at: time.Now()}:
+			case requests <- r:
+				continue
+			default:
+			}
+			if s.flow != nil {
+				s.flow.setStuck(true)
+			}
+			select {
+			case requests <- r:
 			case <-s.closed:
 				readErr <- errStreamEnded
 				return
+			}
+			if s.flow != nil {
+				s.flow.setStuck(false)
 			}
 		}
 	}()
