@@ -230,8 +230,10 @@ type upstreamSends struct {
 	sending sync.Mutex // held for each send
 	mu      sync.Mutex // cancels, acks and flushing
 	cancels []int64
-	// ackTo is the latest acknowledgment queued, ackSent the latest sent.
+	// ackTo is the latest acknowledgment queued, ackSent the latest sent; none is queued once the send side
+	// is closed (the hub then expects none).
 	ackTo, ackSent uint64
+	sendClosed     bool
 	// flushing: a goroutine is on its way to send what is queued.
 	flushing bool
 }
@@ -248,6 +250,9 @@ func (u *upstreamSends) SendMsg(m any) error {
 func (u *upstreamSends) CloseSend() error {
 	u.sending.Lock()
 	defer u.sending.Unlock()
+	u.mu.Lock()
+	u.sendClosed = true
+	u.mu.Unlock()
 	_ = u.sendCancels() // the stream's error, if any, comes from its Recv
 	return u.ClientStream.CloseSend()
 }
@@ -262,6 +267,10 @@ func (u *upstreamSends) cancel(id int64) {
 // ack queues an acknowledgment of the first n batches, and sees that it is sent; it never waits for a send.
 func (u *upstreamSends) ack(n uint64) {
 	u.mu.Lock()
+	if u.sendClosed {
+		u.mu.Unlock()
+		return
+	}
 	u.ackTo = max(u.ackTo, n)
 	u.flushLocked()
 }

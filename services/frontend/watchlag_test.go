@@ -3,6 +3,7 @@ package frontend_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,57 @@ func TestRelayedWatchLagBound(t *testing.T) {
 	}
 	if n, _ := metricstest.Value(families, "cairn_frontend_watchers_lag_canceled_total"); n < 1 {
 		t.Errorf("the frontend canceled %v watches for lag; want at least 1 (their responses were late in its buffers)", n)
+	}
+}
+
+// TestRelayedWatchAfterHalfClose: a client that closes its side of a Watch stream after its requests (as etcd's
+// HTTP gateway does) goes on getting every event through a frontend, though the frontend, its side closed
+// too, can no longer acknowledge the hub's batches.
+func TestRelayedWatchAfterHalfClose(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Watchhubs: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient(strings.TrimPrefix(c.Endpoints()[0], "http://"),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stream, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+		CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || !resp.Created {
+		t.Fatalf("created: %v, %v", resp, err)
+	}
+	cli := c.Client(t)
+	const puts = 60 // 240 KiB of responses: many of the hub's 16 KiB batches
+	var revs []int64
+	for i := range puts {
+		resp, err := cli.Put(ctx, "k", strings.Repeat(fmt.Sprintf("%08d", i), 512))
+		if err != nil {
+			t.Fatal(err)
+		}
+		revs = append(revs, resp.Header.Revision)
+	}
+	var got []int64
+	for len(got) < puts {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", len(got), puts, err)
+		}
+		for _, ev := range resp.Events {
+			got = append(got, ev.Kv.ModRevision)
+		}
+	}
+	if !slices.Equal(got, revs) {
+		t.Fatalf("events at %v, want %v", got, revs)
 	}
 }

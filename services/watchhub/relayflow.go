@@ -34,9 +34,11 @@ const relayFlowWindow = 250 * time.Millisecond
 type relayFlow struct {
 	sent  atomic.Uint64 // batches sent; the sender's
 	acked atomic.Uint64 // batches the frontend acknowledged, from the request reader
-	// stuck: the request reader waits for the stream's handler to take a request, so an acknowledgment behind
-	// it cannot arrive; the sender then sends without waiting (as before acknowledgments), lest the handler
-	// wait on the sender (a create waits for a control slot, which the sender frees as it writes).
+	// stuck: no acknowledgment can arrive, and the sender sends without waiting (as before acknowledgments).
+	// Either the request reader waits for the stream's handler to take a request, and the handler may wait on
+	// the sender (a create waits for a control slot, which the sender frees as it writes); or the frontend has
+	// closed its side of the stream (its client half-closed, as etcd's gateway does after its requests), and
+	// its client still reads.
 	stuck atomic.Bool
 	wake  chan struct{} // signaled on an acknowledgment or when the reader is stuck
 	// Sender only: the acknowledgments of the current window (from ackedAt, ending at windowEnd) and the

@@ -264,6 +264,9 @@ func (s *stream) recvLoop() error {
 		for {
 			req, err := s.srv.Recv()
 			if err != nil {
+				if s.flow != nil {
+					s.flow.setStuck(true) // no acknowledgment can come now (a client that half-closed still reads)
+				}
 				readErr <- err
 				return
 			}
