@@ -29,17 +29,8 @@ func TestRelayedWatchLagBound(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Fixed windows (no BDP estimation), so that a client that does not read holds up the relay at 64 KiB.
-	conn, err := grpc.NewClient(strings.TrimPrefix(c.Endpoints()[0], "http://"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	stream := openWatch(ctx, t, c.Endpoints()[0],
 		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := pb.NewWatchClient(conn).Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const watchers, puts = 10, 100
 	create := func(id int64, key string) {
 		t.Helper()
@@ -138,16 +129,7 @@ func TestRelayedWatchAfterHalfClose(t *testing.T) {
 	c := clustertest.Start(t, clustertest.Options{Members: 1, Watchhubs: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	conn, err := grpc.NewClient(strings.TrimPrefix(c.Endpoints()[0], "http://"),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := pb.NewWatchClient(conn).Watch(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	stream := openWatch(ctx, t, c.Endpoints()[0])
 	if err := stream.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
 		CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}}); err != nil {
 		t.Fatal(err)
@@ -181,4 +163,21 @@ func TestRelayedWatchAfterHalfClose(t *testing.T) {
 	if !slices.Equal(got, revs) {
 		t.Fatalf("events at %v, want %v", got, revs)
 	}
+}
+
+// openWatch opens a raw Watch stream on endpoint (http://host:port) with dial options opts; its connection
+// closes when the test ends.
+func openWatch(ctx context.Context, t *testing.T, endpoint string, opts ...grpc.DialOption) pb.Watch_WatchClient {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"),
+		append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	stream, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }
