@@ -241,7 +241,7 @@ type upstreamSends struct {
 func (u *upstreamSends) SendMsg(m any) error {
 	u.sending.Lock()
 	defer u.sending.Unlock()
-	if err := u.sendCancels(); err != nil {
+	if err := u.sendQueued(); err != nil {
 		return err
 	}
 	return u.ClientStream.SendMsg(m)
@@ -253,7 +253,7 @@ func (u *upstreamSends) CloseSend() error {
 	u.mu.Lock()
 	u.sendClosed = true
 	u.mu.Unlock()
-	_ = u.sendCancels() // the stream's error, if any, comes from its Recv
+	_ = u.sendQueued() // the stream's error, if any, comes from its Recv
 	return u.ClientStream.CloseSend()
 }
 
@@ -284,13 +284,14 @@ func (u *upstreamSends) flushLocked() {
 		go func() {
 			u.sending.Lock()
 			defer u.sending.Unlock()
-			_ = u.sendCancels() // an error ends the stream, and the relay with it
+			_ = u.sendQueued() // an error ends the stream, and the relay with it
 		}()
 	}
 }
 
-// sendCancels sends the queued cancel requests, in order, and the latest acknowledgment; u.sending is held.
-func (u *upstreamSends) sendCancels() error {
+// sendQueued sends what is queued: the cancel requests, in order, and the latest acknowledgment; u.sending
+// is held.
+func (u *upstreamSends) sendQueued() error {
 	for {
 		u.mu.Lock()
 		ids := u.cancels
