@@ -96,7 +96,8 @@ func (s *stream) addToBatch(stamp uint64, parts ...mem.Buffer) error {
 	return nil
 }
 
-// sendBatch sends what the batch holds, if anything; the sender calls it before it waits for more work.
+// sendBatch sends what the batch holds, if anything; the sender calls it before it waits for more work. On a
+// stream held to acknowledgments it may wait for them first, and then sets s.flowWaited.
 func (s *stream) sendBatch() error {
 	if s.batch == nil {
 		return nil
@@ -106,10 +107,12 @@ func (s *stream) sendBatch() error {
 		return nil
 	}
 	if s.flow != nil {
-		if err := s.flow.await(s.ctx, s.closed); err != nil {
+		waited, err := s.flow.await(s.ctx, s.closed)
+		if err != nil {
 			msg.Parts.Free()
 			return sendError{err}
 		}
+		s.flowWaited = s.flowWaited || waited
 	}
 	if err := s.srv.SendMsg(msg); err != nil {
 		return sendError{err}

@@ -463,3 +463,55 @@ func TestRelayAcks(t *testing.T) {
 		t.Fatalf("events at %v, want %v", got, more)
 	}
 }
+
+// TestRelayWaitsBeforeTaking: a sender held to acknowledgments waits before it takes its queue, not after, so
+// what comes while it waits stays queued and goes out merged, one response per watcher, rather than partly
+// in a batch it took and wrote before it found it could not send it. Puts come one at a time, each reaching
+// the hub before the next, and are small, so that no batch fills and the sender sends one only when it has
+// written everything it took.
+func TestRelayWaitsBeforeTaking(t *testing.T) {
+	env := newTestEnv(t, 1)
+	h := env.startHub(Config{})
+	stream := openRawWatch(t, dialHub(t, h.Addr()), wiremsg.RelayBatchStamped, wiremsg.RelayBatchAcked)
+	frames := readFrames(t, stream, 64)
+	if err := stream.SendMsg(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{
+		CreateRequest: &pb.WatchCreateRequest{Key: []byte("k")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if f := recvWithin(t, frames, "created").responses; len(f) != 1 || !f[0].Created {
+		t.Fatalf("first frame %v, want created", f)
+	}
+	var revs, got []int64
+	for i := range 20 {
+		revs = append(revs, env.put("k", fmt.Sprintf("v%d", i)))
+		for deadline := time.Now().Add(10 * time.Second); h.headRev.Load() < revs[i]; time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("hub at revision %d, want %d", h.headRev.Load(), revs[i])
+			}
+		}
+	}
+	// The created response's frame and one more are all that may be unacknowledged.
+	for _, r := range recvWithin(t, frames, "second frame").responses {
+		for _, ev := range r.Events {
+			got = append(got, ev.Kv.ModRevision)
+		}
+	}
+	select {
+	case f := <-frames:
+		t.Fatalf("a third frame of %d responses came with nothing acknowledged", len(f.responses))
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := stream.SendMsg(wiremsg.RelayAck(relayFlowMinBatches)); err != nil {
+		t.Fatal(err)
+	}
+	rest := recvWithin(t, frames, "frame after the acknowledgment").responses
+	if len(rest) != 1 {
+		t.Fatalf("the events queued while the sender waited came in %d responses, want 1 (merged)", len(rest))
+	}
+	for _, ev := range rest[0].Events {
+		got = append(got, ev.Kv.ModRevision)
+	}
+	if !slices.Equal(got, revs) {
+		t.Fatalf("events at %v, want %v", got, revs)
+	}
+}

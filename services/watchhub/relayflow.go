@@ -93,20 +93,36 @@ func (f *relayFlow) limit(now time.Time) uint64 {
 	return max(relayFlowMinBatches, f.lastCount)
 }
 
-// await returns once another batch may be sent, or with ctx's error; sender only. It counts the batch as sent.
-func (f *relayFlow) await(ctx context.Context, closed <-chan struct{}) error {
-	for {
-		sent := f.sent.Load()
-		if sent-min(f.acked.Load(), sent) < f.limit(time.Now()) || f.stuck.Load() {
-			f.sent.Store(sent + 1)
-			return nil
-		}
+// open reports whether another batch may be sent now; sender only.
+func (f *relayFlow) open(now time.Time) bool {
+	sent := f.sent.Load()
+	return sent-min(f.acked.Load(), sent) < f.limit(now) || f.stuck.Load()
+}
+
+// wait returns once another batch may be sent, or with ctx's error, and reports whether it had to wait;
+// sender only. The sender waits here before it takes its queue, so that what its client has not taken stays
+// queued, where it merges and is checked against the lag bound when it is taken, rather than in a taken set
+// written batch by batch as acknowledgments come.
+func (f *relayFlow) wait(ctx context.Context, closed <-chan struct{}) (waited bool, err error) {
+	for !f.open(time.Now()) {
+		waited = true
 		select {
 		case <-f.wake:
 		case <-closed:
-			return errStreamEnded
+			return waited, errStreamEnded
 		case <-ctx.Done():
-			return ctx.Err()
+			return waited, ctx.Err()
 		}
 	}
+	return waited, nil
+}
+
+// await returns once another batch may be sent, or with ctx's error, and reports whether it had to wait;
+// sender only. It counts the batch as sent.
+func (f *relayFlow) await(ctx context.Context, closed <-chan struct{}) (waited bool, err error) {
+	waited, err = f.wait(ctx, closed)
+	if err == nil {
+		f.sent.Add(1)
+	}
+	return waited, err
 }

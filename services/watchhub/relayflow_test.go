@@ -8,66 +8,90 @@ import (
 )
 
 // TestRelayFlow: a stream sends relayFlowMinBatches unacknowledged batches and then waits for an
-// acknowledgment, for its reader being stuck, or for its end; the limit follows the acknowledgments of the last
-// window.
+// acknowledgment, for its reader being stuck, or for its end; wait waits alike without counting a batch; the
+// limit follows the acknowledgments of the last window.
 func TestRelayFlow(t *testing.T) {
 	ctx := t.Context()
-	awaits := func(f *relayFlow, closed chan struct{}) <-chan error {
-		done := make(chan error, 1)
-		go func() { done <- f.await(ctx, closed) }()
+	type result struct {
+		waited bool
+		err    error
+	}
+	call := func(f *relayFlow, closed chan struct{}, counts bool) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			if counts {
+				r.waited, r.err = f.await(ctx, closed)
+			} else {
+				r.waited, r.err = f.wait(ctx, closed)
+			}
+			done <- r
+		}()
 		return done
 	}
-	blocked := func(done <-chan error) {
+	awaits := func(f *relayFlow, closed chan struct{}) <-chan result { return call(f, closed, true) }
+	blocked := func(done <-chan result) {
 		t.Helper()
 		select {
-		case err := <-done:
-			t.Fatalf("await returned %v with the limit reached", err)
+		case r := <-done:
+			t.Fatalf("await returned %v with the limit reached", r.err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	returned := func(done <-chan error, want error) {
+	returned := func(done <-chan result, want error, waited bool) {
 		t.Helper()
 		select {
-		case err := <-done:
-			if !errors.Is(err, want) {
-				t.Fatalf("await = %v, want %v", err, want)
+		case r := <-done:
+			if !errors.Is(r.err, want) || r.waited != waited {
+				t.Fatalf("await = %v, waited %t; want %v, waited %t", r.err, r.waited, want, waited)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatal("await did not return")
 		}
 	}
+	sent := func(f *relayFlow, want uint64) {
+		t.Helper()
+		if got := f.sent.Load(); got != want {
+			t.Fatalf("sent %d, want %d", got, want)
+		}
+	}
 
 	f, closed := newRelayFlow(), make(chan struct{})
 	for range relayFlowMinBatches {
-		returned(awaits(f, closed), nil)
+		returned(awaits(f, closed), nil, false)
 	}
 	done := awaits(f, closed)
 	blocked(done)
 	f.ack(1)
-	returned(done, nil)
-	if got := f.sent.Load(); got != relayFlowMinBatches+1 {
-		t.Fatalf("sent %d, want %d", got, relayFlowMinBatches+1)
-	}
+	returned(done, nil, true)
+	sent(f, relayFlowMinBatches+1)
 	f.ack(1) // not news
+	done = call(f, closed, false)
+	blocked(done)
+	f.ack(2)
+	returned(done, nil, true)
+	sent(f, relayFlowMinBatches+1) // wait counts nothing
+	returned(call(f, closed, false), nil, false)
+	returned(awaits(f, closed), nil, false)
 	done = awaits(f, closed)
 	blocked(done)
 	f.setStuck(true)
-	returned(done, nil)
+	returned(done, nil, true)
 	f.setStuck(false)
 	done = awaits(f, closed)
 	blocked(done)
 	close(closed)
-	returned(done, errStreamEnded)
+	returned(done, errStreamEnded, true)
 
 	f = newRelayFlow()
 	cctx, cancel := context.WithCancel(ctx)
 	for range relayFlowMinBatches {
-		if err := f.await(cctx, nil); err != nil {
+		if _, err := f.await(cctx, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	go cancel()
-	if err := f.await(cctx, nil); !errors.Is(err, context.Canceled) {
+	if _, err := f.wait(cctx, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("await after cancel = %v", err)
 	}
 

@@ -68,9 +68,16 @@ const (
 	statsFlushInterval = time.Second
 )
 
-// flush writes everything queued, and sends the relay batch they went into.
+// flush writes everything queued, and sends the relay batch they went into. On a stream held to its
+// frontend's acknowledgments it first waits until another batch may be sent (relayFlow.wait), so that a backlog
+// waits in the queue rather than in what it took.
 func (s *stream) flush() error {
 	for {
+		if s.flow != nil {
+			if _, err := s.flow.wait(s.ctx, s.closed); err != nil {
+				return sendError{err}
+			}
+		}
 		taken := s.take()
 		if taken.len == 0 {
 			return s.sendBatch()
@@ -89,13 +96,16 @@ func (s *stream) flush() error {
 }
 
 // writeFrames writes the frames taken, in order. It reads the clock once per chunk of the outbox (up to
-// outboxChunkFrames frames): the lag checks of a chunk's frames use the reading taken before them, and their
-// delivery latency the one taken after them. So a latency is overstated by at most the time to write a chunk,
-// and a lag understated by as much. It returns the last reading.
+// outboxChunkFrames frames), and again after a wait for acknowledgments: the lag checks of a chunk's frames use
+// the reading taken before them, and their delivery latency the one taken after them. So a latency is overstated
+// by at most the time to write a chunk, and a lag understated by as much. It returns the last reading.
 func (s *stream) writeFrames(taken *outbox) (time.Time, error) {
 	now := time.Now()
 	for c := taken.head; c != nil; c = c.next {
 		for i := range c.n {
+			if s.flowWaited {
+				now, s.flowWaited = time.Now(), false
+			}
 			if err := s.write(&c.frames[i], now); err != nil {
 				return now, err
 			}

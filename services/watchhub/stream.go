@@ -130,9 +130,11 @@ type stream struct {
 	// is stamped with the start of its watcher's lag (Hub.lagStamp). Sender only.
 	stamps bool
 	// flow holds the sender to the frontend's acknowledgments (relayflow.go); nil unless it sends them.
-	flow    *relayFlow
-	scratch mem.BufferSlice // sender only: one response's buffers on their way into batch
-	stats   sendStats       // sender only: counts for the hub's metrics, flushed when the sender pauses
+	flow *relayFlow
+	// flowWaited: the sender waited for acknowledgments since it last read the clock for lag checks.
+	flowWaited bool
+	scratch    mem.BufferSlice // sender only: one response's buffers on their way into batch
+	stats      sendStats       // sender only: counts for the hub's metrics, flushed when the sender pauses
 }
 
 func newStream(h *Hub, srv pb.Watch_WatchServer) *stream {
