@@ -115,21 +115,12 @@ func (o *benchOptions) runBenchmark(cmd *cobra.Command, name string, op bench.Op
 	if err != nil {
 		return err
 	}
-	runner, err := bench.NewRunner(cfg)
-	if err != nil {
-		return err
-	}
 	ctx := cmd.Context()
-	tracing, err := startBenchTrace(ctx, o.trace, cmd.ErrOrStderr())
+	runner, tracing, end, err := o.startRunner(cmd, cfg)
 	if err != nil {
 		return err
 	}
-	defer tracing.stop(ctx)
-	tracing.awaitStack(ctx, cmd.ErrOrStderr())
-	if err := runner.Start(ctx); err != nil {
-		return err
-	}
-	defer runner.Stop(ctx)
+	defer end()
 	summary, runErr := runner.Run(ctx, name, op)
 	for key, value := range params {
 		summary.Params[key] = value
@@ -141,6 +132,29 @@ func (o *benchOptions) runBenchmark(cmd *cobra.Command, name string, op bench.Op
 		return err
 	}
 	return runErr
+}
+
+// startRunner makes a runner of cfg and starts it, after the run's tracing (--trace) and once the stack's
+// tracing is ready; end stops the runner and then the tracing.
+func (o *benchOptions) startRunner(cmd *cobra.Command, cfg bench.RunnerConfig) (runner *bench.Runner, tracing *benchTrace, end func(), err error) {
+	runner, err = bench.NewRunner(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx := cmd.Context()
+	tracing, err = startBenchTrace(ctx, o.trace, cmd.ErrOrStderr())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tracing.awaitStack(ctx, cmd.ErrOrStderr())
+	if err := runner.Start(ctx); err != nil {
+		tracing.stop(ctx)
+		return nil, nil, nil, err
+	}
+	return runner, tracing, func() {
+		runner.Stop(ctx)
+		tracing.stop(ctx)
+	}, nil
 }
 
 func (o *benchOptions) printSummary(cmd *cobra.Command, summary bench.Summary) error {

@@ -85,21 +85,12 @@ func (o *benchOptions) runWatchBenchmark(cmd *cobra.Command, name string, f watc
 	if err != nil {
 		return err
 	}
-	runner, err := bench.NewRunner(cfg)
-	if err != nil {
-		return err
-	}
 	ctx := cmd.Context()
-	tracing, err := startBenchTrace(ctx, o.trace, cmd.ErrOrStderr())
+	runner, tracing, end, err := o.startRunner(cmd, cfg)
 	if err != nil {
 		return err
 	}
-	defer tracing.stop(ctx)
-	tracing.awaitStack(ctx, cmd.ErrOrStderr())
-	if err := runner.Start(ctx); err != nil {
-		return err
-	}
-	defer runner.Stop(ctx)
+	defer end()
 	defer wb.Close()
 	if err := wb.Open(ctx, runner); err != nil {
 		return err
