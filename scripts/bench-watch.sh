@@ -5,6 +5,9 @@
 #   1 hub         watchhub-1 of a default `cairn up`, streams opened on it directly;
 #   2 hubs        both watchhubs, directly;
 #   frontends     the frontends of the same `cairn up` (the default path: relayed to the hubs).
+# The etcd and frontends rows' streams share the bench's 3 connections, one per member or frontend; the hub rows
+# open WATCH_CONNS connections to each hub (default 1: the issue's table). Each connection is one writer goroutine
+# at the server and one reader at the client, both serial, so one connection can cap a hub whatever its cores.
 # Shapes (SCALE multiplies the streams; 1 is the issue's size, for a 16-core machine):
 #   100,000 watchers (1,000 streams × 100), 10 puts/s;  20,000 watchers (200 streams × 100), 200 puts/s.
 # Prints events/s, p50/p99 event latency (put issued → event received), events received of expected, watchers
@@ -27,6 +30,7 @@ PUT_SECONDS=${PUT_SECONDS:-20}
 ROUNDS=${ROUNDS:-1}
 UP_FLAGS=${UP_FLAGS:-}
 SHAPES=${SHAPES:-"1000x100@10 200x100@200"} # streams x watchers-per-stream @ puts per second
+WATCH_CONNS=${WATCH_CONNS:-1}                 # client connections to each hub (the 1 hub and 2 hubs rows)
 TARGETS=" ${TARGETS:-etcd 1hub 2hubs frontends} "
 work=$(mktemp -d)
 # shellcheck source=lib/bench.sh
@@ -51,7 +55,7 @@ measure() {
 	streams=$(awk -v s="$streams" -v k="$SCALE" 'BEGIN { n = int(s * k + 0.5); print (n < 1 ? 1 : n) }')
 	local args=(bench --endpoints "$endpoints" --conns 3 --clients 3 --total $((rate * PUT_SECONDS)) --rate "$rate"
 		watch --streams "$streams" --watch-per-stream "$per" --val-size 32)
-	[[ -n $watch ]] && args+=(--watch-endpoints "$watch")
+	[[ -n $watch ]] && args+=(--watch-endpoints "$watch" --watch-conns "$WATCH_CONNS")
 	local before relay_before out
 	before=$(cpu_ticks "$@") relay_before=$(cpu_ticks "${relay[@]}")
 	local peak_file sampler

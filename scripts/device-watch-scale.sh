@@ -6,8 +6,8 @@
 #
 #   command: scripts/device-watch-scale.sh    carry: [".device"]    timeout_s: 600
 #
-# Stages (STAGES, default "table cores profile"), each skipped with a line saying so when the time left is
-# shorter than its estimate:
+# Stages (STAGES, default "table cores profile conns"), each skipped with a line saying so when the time left
+# is shorter than its estimate:
 #   table     the table: scripts/bench-watch.sh beside a 3-member etcd (etcd, 1 hub, 2 hubs, frontends),
 #             `cairn up --child-gomaxprocs $TABLE_PROCS` (16)
 #   cores     one hub against its cores: scripts/bench-hub-cores.sh, PROCS="$CORE_PROCS" (1 4 16)
@@ -18,6 +18,10 @@
 #             relay-mutex.pb.gz: on 2 cores a tenth of a relaying frontend's CPU was the grpc-ecosystem
 #             middleware's per-message counter, a label lookup per message, and its lock waiting, as a hub's,
 #             was on gRPC's control buffer)
+#   conns     one hub at 4 and 16 cores again, the 100,000-watcher shape, with the streams on 3 connections
+#             (WATCH_CONNS=3) instead of 1: in the table and the cores stage a hub's streams share one client
+#             connection where etcd's spread over three, and a connection's writer goroutine (server) and reader
+#             (client) are serial, so the "one hub does not use its cores" may be one connection's limit
 # Everything goes to $OUT (the device tool's folder; ./device-out elsewhere): summary.txt, the profile, and
 # logs.tar.gz with each stage's output and every process log of a stage that failed.
 #
@@ -27,7 +31,7 @@ cd "$(dirname "$0")/.."
 began=$SECONDS
 BUDGET=${BUDGET:-540}
 export SCALE=${SCALE:-1} PUT_SECONDS=${PUT_SECONDS:-10} ROUNDS=${ROUNDS:-1}
-TABLE_PROCS=${TABLE_PROCS:-16} CORE_PROCS=${CORE_PROCS:-1 4 16} STAGES=" ${STAGES:-table cores profile} "
+TABLE_PROCS=${TABLE_PROCS:-16} CORE_PROCS=${CORE_PROCS:-1 4 16} STAGES=" ${STAGES:-table cores profile conns} "
 out=${OUT:-$PWD/device-out}
 mkdir -p "$out"
 bins=$(mktemp -d)
@@ -111,5 +115,8 @@ profile_stack() ( # a subshell: its EXIT trap stops the stack
 	profile_run relay frontend-1
 )
 stage profile 100 profile_stack
+
+# conns: the cores stage's 100,000-watcher rows at 4 and 16 cores, with 3 connections to the hub.
+stage conns $((ROUNDS * 2 * (per_run + 8))) env PROCS="4 16" WATCH_CONNS=3 SHAPES="1000x100@10" scripts/bench-hub-cores.sh
 
 say "# done in $((SECONDS - began)) s"

@@ -27,6 +27,7 @@ func (f *watchFlags) register(cmd *cobra.Command, perStreamFlag string, perStrea
 	flags.IntVar(&f.cfg.ValSize, "val-size", 32, "Value size of put requests (at least 16: it carries the put's time)")
 	flags.BoolVar(&f.cfg.PrevKV, "prevkv", false, "PrevKV enabled on watch requests")
 	flags.StringSliceVar(&f.watchURLs, "watch-endpoints", nil, "Open the watch streams here (e.g. watchhubs) instead of on --endpoints")
+	flags.IntVar(&f.cfg.WatchConns, "watch-conns", 1, "Connections to each of --watch-endpoints; the streams take them in turn")
 	flags.StringSliceVar(&f.memoryURLs, "memory-metrics-urls", nil, "/metrics URLs of the servers holding the watchers, for heap bytes per watcher (with --enable-pprof on them, a GC runs first)")
 	flags.DurationVar(&f.eventTimeout, "event-timeout", time.Minute, "How long to wait for the last events after the puts")
 }

@@ -36,6 +36,11 @@ type WatchConfig struct {
 	// WatchEndpoints, when set, are dialled for the watch streams (e.g. watchhubs directly) while puts go to
 	// the runner's endpoints; by default streams use the runner's connections.
 	WatchEndpoints []string
+	// WatchConns is how many connections the streams open to each of WatchEndpoints [--watch-conns]; the
+	// streams take the connections in turn. Default 1. Each connection is one writer goroutine at the server
+	// and one reader at the client, both serial, so a single one caps what a server can deliver however many
+	// cores it has; the runner's --conns connections spread over --endpoints the same way.
+	WatchConns int
 	// MemoryURLs are /metrics URLs of the servers that hold the watchers (watchhubs, or etcd members): the
 	// growth of their go_memstats_heap_inuse_bytes from before the watchers are created to just after, over
 	// the watchers, is the memory per idle watcher (the servers' garbage not yet collected included).
@@ -51,6 +56,8 @@ func (c WatchConfig) Validate() error {
 		return fmt.Errorf("bench: want positive --streams and watchers per stream, got %d and %d", c.Streams, c.WatchersPerStream)
 	case c.ValSize < stampLen:
 		return fmt.Errorf("bench: --val-size %d is below %d (the value carries the put's time)", c.ValSize, stampLen)
+	case c.WatchConns < 0:
+		return fmt.Errorf("bench: negative --watch-conns (%d)", c.WatchConns)
 	}
 	return c.Keys.Validate()
 }
@@ -181,7 +188,9 @@ func (w *WatchBench) streamConns(runner *Runner) ([]*grpc.ClientConn, error) {
 		}
 		return conns, nil
 	}
-	for _, e := range w.cfg.WatchEndpoints {
+	// Endpoint after endpoint, so that streams taking the connections in turn spread evenly over the endpoints.
+	for i := range max(w.cfg.WatchConns, 1) * len(w.cfg.WatchEndpoints) {
+		e := w.cfg.WatchEndpoints[i%len(w.cfg.WatchEndpoints)]
 		conn, err := grpc.NewClient(strings.TrimPrefix(e, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1)))
 		if err != nil {

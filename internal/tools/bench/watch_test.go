@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,5 +109,74 @@ func TestFinishWaitsOnlyForWatchersNotCanceled(t *testing.T) {
 				t.Fatalf("Finish: %v, want an error with %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestWatchConnsSpreadStreams: with WatchEndpoints, the streams open WatchConns connections to each endpoint and
+// take them in turn; every event still arrives. Two proxies in front of one etcd stand for two hubs, and count
+// the connections made to each.
+func TestWatchConnsSpreadStreams(t *testing.T) {
+	cluster, _, ctx := startEtcd(t)
+	target := strings.TrimPrefix(cluster.Endpoints()[0], "http://")
+	var accepted [2]atomic.Int64
+	var endpoints []string
+	for i := range accepted {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = lis.Close() })
+		go func() {
+			for {
+				client, err := lis.Accept()
+				if err != nil {
+					return
+				}
+				accepted[i].Add(1)
+				server, err := net.Dial("tcp", target)
+				if err != nil {
+					_ = client.Close()
+					continue
+				}
+				t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
+				go func() { _, _ = io.Copy(server, client) }()
+				go func() { _, _ = io.Copy(client, server) }()
+			}
+		}()
+		endpoints = append(endpoints, lis.Addr().String())
+	}
+	if err := (WatchConfig{Streams: 1, WatchersPerStream: 1, ValSize: stampLen, Keys: KeySpace{KeySize: 8,
+		KeySpaceSize: 1}, WatchConns: -1}).Validate(); err == nil {
+		t.Fatal("negative WatchConns accepted")
+	}
+
+	w, err := NewWatchBench("watch", WatchConfig{Streams: 12, WatchersPerStream: 2, ValSize: stampLen,
+		Keys: KeySpace{KeySize: 8, KeySpaceSize: 1, Sequential: true}, WatchEndpoints: endpoints, WatchConns: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner, err := NewRunner(RunnerConfig{Endpoints: cluster.Endpoints(), Clients: 1, Conns: 1, Total: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer runner.Stop(ctx)
+	defer w.Close()
+	if err := w.Open(ctx, runner); err != nil {
+		t.Fatal(err)
+	}
+	for i := range accepted {
+		if got := accepted[i].Load(); got != 3 {
+			t.Fatalf("endpoint %d took %d connections, want 3", i, got)
+		}
+	}
+	if _, err := runner.Drive(ctx, w.Report(), w.Op()); err != nil {
+		t.Fatal(err)
+	}
+	stats, err := w.Finish(ctx)
+	if err != nil || stats.ReceivedEvents != 12*2*10 {
+		t.Fatalf("received %d events (%v), want %d", stats.ReceivedEvents, err, 12*2*10)
 	}
 }
