@@ -4,20 +4,31 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// DelayedProxy forwards each connection made to the address it returns on to target. What a client sends is
-// delivered delay after it was sent, in order; what target sends comes back at once. It stands for a link on
-// which one party's messages arrive late, such as a subscription that reaches a NATS server after another
-// client's publish. Its listener and connections close when the test ends.
-func DelayedProxy(t testing.TB, target string, delay time.Duration) string {
+// Proxy forwards each connection made to Addr on to a target, and counts them. What a client sends is
+// delivered delay after it was sent, in order (at once with no delay); what the target sends comes back at
+// once. Its listener and connections close when the test ends.
+type Proxy struct {
+	// Addr is where to connect.
+	Addr     string
+	accepted atomic.Int64
+}
+
+// Accepted is how many connections the proxy has accepted.
+func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
+
+// NewProxy starts a proxy to target; see Proxy.
+func NewProxy(t testing.TB, target string, delay time.Duration) *Proxy {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	p := &Proxy{Addr: lis.Addr().String()}
 	var mu sync.Mutex
 	var conns []net.Conn
 	t.Cleanup(func() {
@@ -34,6 +45,7 @@ func DelayedProxy(t testing.TB, target string, delay time.Duration) string {
 			if err != nil {
 				return
 			}
+			p.accepted.Add(1)
 			server, err := net.Dial("tcp", target)
 			if err != nil {
 				_ = client.Close()
@@ -43,10 +55,21 @@ func DelayedProxy(t testing.TB, target string, delay time.Duration) string {
 			conns = append(conns, client, server)
 			mu.Unlock()
 			go func() { _, _ = io.Copy(client, server) }()
-			go forwardLate(client, server, delay)
+			if delay > 0 {
+				go forwardLate(client, server, delay)
+			} else {
+				go func() { _, _ = io.Copy(server, client) }()
+			}
 		}
 	}()
-	return lis.Addr().String()
+	return p
+}
+
+// DelayedProxy is NewProxy's address: it stands for a link on which one party's messages arrive late, such as
+// a subscription that reaches a NATS server after another client's publish.
+func DelayedProxy(t testing.TB, target string, delay time.Duration) string {
+	t.Helper()
+	return NewProxy(t, target, delay).Addr
 }
 
 // forwardLate copies from to to, each read delay after it was read, until either side fails.

@@ -80,3 +80,39 @@ func TestDelayedProxy(t *testing.T) {
 		}
 	}
 }
+
+// TestProxyCounts: without a delay the proxy forwards both ways at once, and counts the connections.
+func TestProxyCounts(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	p := NewProxy(t, echo.Addr().String(), 0)
+	for i := range 2 {
+		c, err := net.Dial("tcp", p.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 1)
+		if _, err := c.Write([]byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, got); err != nil || got[0] != byte('a'+i) {
+			t.Fatalf("echo = %q, %v", got, err)
+		}
+		_ = c.Close()
+	}
+	if got := p.Accepted(); got != 2 {
+		t.Fatalf("accepted %d connections, want 2", got)
+	}
+}

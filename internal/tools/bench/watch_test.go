@@ -4,14 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/cairn-kv/cairn/internal/testing/loopbacktest"
 )
 
 // scriptedStream is a watch stream whose Recv returns resps in turn, then io.EOF.
@@ -118,33 +118,8 @@ func TestFinishWaitsOnlyForWatchersNotCanceled(t *testing.T) {
 func TestWatchConnsSpreadStreams(t *testing.T) {
 	cluster, _, ctx := startEtcd(t)
 	target := strings.TrimPrefix(cluster.Endpoints()[0], "http://")
-	var accepted [2]atomic.Int64
-	var endpoints []string
-	for i := range accepted {
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = lis.Close() })
-		go func() {
-			for {
-				client, err := lis.Accept()
-				if err != nil {
-					return
-				}
-				accepted[i].Add(1)
-				server, err := net.Dial("tcp", target)
-				if err != nil {
-					_ = client.Close()
-					continue
-				}
-				t.Cleanup(func() { _ = client.Close(); _ = server.Close() })
-				go func() { _, _ = io.Copy(server, client) }()
-				go func() { _, _ = io.Copy(client, server) }()
-			}
-		}()
-		endpoints = append(endpoints, lis.Addr().String())
-	}
+	proxies := []*loopbacktest.Proxy{loopbacktest.NewProxy(t, target, 0), loopbacktest.NewProxy(t, target, 0)}
+	endpoints := []string{proxies[0].Addr, proxies[1].Addr}
 	if err := (WatchConfig{Streams: 1, WatchersPerStream: 1, ValSize: stampLen, Keys: KeySpace{KeySize: 8,
 		KeySpaceSize: 1}, WatchConns: -1}).Validate(); err == nil {
 		t.Fatal("negative WatchConns accepted")
@@ -167,8 +142,8 @@ func TestWatchConnsSpreadStreams(t *testing.T) {
 	if err := w.Open(ctx, runner); err != nil {
 		t.Fatal(err)
 	}
-	for i := range accepted {
-		if got := accepted[i].Load(); got != 3 {
+	for i, p := range proxies {
+		if got := p.Accepted(); got != 3 {
 			t.Fatalf("endpoint %d took %d connections, want 3", i, got)
 		}
 	}
