@@ -105,19 +105,31 @@ type WatchBench struct {
 	// canceledReceived is what the canceled watchers had received when they were canceled.
 	canceledReceived atomic.Int64
 	created          atomic.Int64
-	received         atomic.Int64
 	firstPut         atomic.Int64 // Unix nanoseconds
-	lastEvent        atomic.Int64
 	createSec        float64
 	heapPerWatch     float64
 	streams          []*streamSamples
 }
 
-// streamSamples are one stream's event latencies, kept apart so that streams do not contend; Finish moves
-// them into the report.
+// streamSamples are one stream's event latencies and counts, kept apart so that streams do not contend (a
+// counter every stream's receiver adds to, once per response, is a cache line that every core takes in turn);
+// Finish sums the counts and moves the latencies into the report.
 type streamSamples struct {
 	mu        sync.Mutex
 	latencies []time.Duration
+	received  int64 // events received
+	lastEvent int64 // when the last one came, Unix nanoseconds
+}
+
+// receivedEvents sums the streams' events received, and returns when the last of them came.
+func (w *WatchBench) receivedEvents() (received, last int64) {
+	for _, samples := range w.streams {
+		samples.mu.Lock()
+		received += samples.received
+		last = max(last, samples.lastEvent)
+		samples.mu.Unlock()
+	}
+	return received, last
 }
 
 // NewWatchBench checks cfg; the report is named name.
@@ -239,11 +251,11 @@ func (w *WatchBench) receive(stream pb.Watch_WatchClient, samples *streamSamples
 			}
 			samples.latencies = append(samples.latencies, now.Sub(time.Unix(0, issued)))
 		}
-		samples.mu.Unlock()
 		if n := len(resp.Events); n > 0 {
-			w.received.Add(int64(n))
-			w.lastEvent.Store(now.UnixNano())
+			samples.received += int64(n)
+			samples.lastEvent = now.UnixNano()
 		}
+		samples.mu.Unlock()
 	}
 }
 
@@ -273,10 +285,12 @@ func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 		stats.ExpectedEvents += puts * w.watchersOnKey[k]
 	}
 	deadline := time.Now().Add(w.cfg.EventTimeout)
-	for w.received.Load() < w.awaited() && time.Now().Before(deadline) && ctx.Err() == nil {
+	received, lastEvent := w.receivedEvents()
+	for received < w.awaited() && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
+		received, lastEvent = w.receivedEvents()
 	}
-	stats.ReceivedEvents = w.received.Load()
+	stats.ReceivedEvents = received
 	stats.CanceledWatchers = w.canceled()
 	for _, samples := range w.streams {
 		samples.mu.Lock()
@@ -284,7 +298,7 @@ func (w *WatchBench) Finish(ctx context.Context) (WatchStats, error) {
 		samples.latencies = nil
 		samples.mu.Unlock()
 	}
-	if first, last := w.firstPut.Load(), w.lastEvent.Load(); last > first && first > 0 {
+	if first, last := w.firstPut.Load(), lastEvent; last > first && first > 0 {
 		stats.EventsPerSec = float64(stats.ReceivedEvents) / time.Duration(last-first).Seconds()
 	}
 	if stats.CanceledWatchers > 0 {
