@@ -17,7 +17,8 @@
 #             writer); then the same of frontend-1 with the watchers through the frontends (relay-cpu.pb.gz,
 #             relay-mutex.pb.gz: on 2 cores a tenth of a relaying frontend's CPU was the grpc-ecosystem
 #             middleware's per-message counter, a label lookup per message, and its lock waiting, as a hub's,
-#             was on gRPC's control buffer)
+#             was on gRPC's control buffer); and each run's bench client over the whole run (NAME-bench-cpu.pb.gz:
+#             is one connection's reader goroutine at the client the limit?)
 #   conns     one hub at 4 and 16 cores again, the 100,000-watcher shape, with the streams on 3 connections
 #             (WATCH_CONNS=3) instead of 1: in the table and the cores stage a hub's streams share one client
 #             connection where etcd's spread over three, and a connection's writer goroutine (server) and reader
@@ -100,7 +101,7 @@ profile_stack() ( # a subshell: its EXIT trap stops the stack
 		local name=$1 child=$2 metrics bench
 		shift 2
 		metrics=$(up_child metrics "$child")
-		"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 --total 300 --rate 10 \
+		"$CAIRN" bench --endpoints "$endpoints" --conns 3 --clients 3 --total 300 --rate 10 --cpu-profile "$out/$name-bench-cpu.pb.gz" \
 			watch --streams "$streams" --watch-per-stream 100 --val-size 32 "$@" >"$work/$name.out" 2>&1 &
 		bench=$!
 		sleep 8
@@ -109,7 +110,8 @@ profile_stack() ( # a subshell: its EXIT trap stops the stack
 		wait "$bench"
 		echo "$name ($child profiled):"
 		grep -E "Events:|Canceled:|50% in|99% in" "$work/$name.out"
-		echo "profiles: $(wc -c <"$out/$name-cpu.pb.gz") bytes in $name-cpu.pb.gz, $(wc -c <"$out/$name-mutex.pb.gz") in $name-mutex.pb.gz"
+		echo "profiles: $(wc -c <"$out/$name-cpu.pb.gz") bytes in $name-cpu.pb.gz, $(wc -c <"$out/$name-mutex.pb.gz") in $name-mutex.pb.gz," \
+			"$(wc -c <"$out/$name-bench-cpu.pb.gz") in $name-bench-cpu.pb.gz"
 	}
 	profile_run hub watchhub-1 --watch-endpoints "127.0.0.1:$(up_child api watchhub-1)"
 	profile_run relay frontend-1

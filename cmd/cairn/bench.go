@@ -4,6 +4,8 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +32,7 @@ type benchOptions struct {
 	requestTimeout time.Duration
 	user           string // USER:PASSWORD
 	trace          benchTraceOptions
+	cpuProfile     string // file for a CPU profile of the bench's own process
 }
 
 func newBenchCommand() *cobra.Command {
@@ -57,6 +60,7 @@ func newBenchCommand() *cobra.Command {
 	flags.DurationVar(&opts.requestTimeout, "request-timeout", 30*time.Second, "timeout of each request (counted as an error)")
 	flags.StringVar(&opts.user, "user", "", "username:password to authenticate every connection with (auth enabled)")
 	opts.trace.register(flags)
+	flags.StringVar(&opts.cpuProfile, "cpu-profile", "", "Write a CPU profile of this process (the load generator) over the run to this file (go tool pprof)")
 	cmd.AddCommand(
 		newBenchPutCommand(opts),
 		newBenchRangeCommand(opts),
@@ -135,25 +139,53 @@ func (o *benchOptions) runBenchmark(cmd *cobra.Command, name string, op bench.Op
 }
 
 // startRunner makes a runner of cfg and starts it, after the run's tracing (--trace) and once the stack's
-// tracing is ready; end stops the runner and then the tracing.
+// tracing is ready, and starts the CPU profile (--cpu-profile); end stops the profile, the runner and then the
+// tracing.
 func (o *benchOptions) startRunner(cmd *cobra.Command, cfg bench.RunnerConfig) (runner *bench.Runner, tracing *benchTrace, end func(), err error) {
 	runner, err = bench.NewRunner(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stopProfile, err := o.startCPUProfile()
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	ctx := cmd.Context()
 	tracing, err = startBenchTrace(ctx, o.trace, cmd.ErrOrStderr())
 	if err != nil {
+		stopProfile()
 		return nil, nil, nil, err
 	}
 	tracing.awaitStack(ctx, cmd.ErrOrStderr())
 	if err := runner.Start(ctx); err != nil {
+		stopProfile()
 		tracing.stop(ctx)
 		return nil, nil, nil, err
 	}
 	return runner, tracing, func() {
+		stopProfile()
 		runner.Stop(ctx)
 		tracing.stop(ctx)
+	}, nil
+}
+
+// startCPUProfile starts profiling this process into --cpu-profile, if given; stop ends the profile and
+// closes the file.
+func (o *benchOptions) startCPUProfile() (stop func(), err error) {
+	if o.cpuProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(o.cpuProfile)
+	if err != nil {
+		return nil, fmt.Errorf("bench: --cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("bench: --cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
 	}, nil
 }
 

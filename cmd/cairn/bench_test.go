@@ -2,12 +2,18 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cairn-kv/cairn/internal/testing/clustertest"
 	"github.com/cairn-kv/cairn/internal/testing/etcdreftest"
@@ -164,5 +170,52 @@ func TestBenchOverTLS(t *testing.T) {
 	if _, err := runCairn(t, "bench", "--endpoints", endpoint, "--cert", "/no/such.pem", "--key", "/no/such.key", "put"); err == nil ||
 		!strings.Contains(err.Error(), "--cacert, --cert, --key") {
 		t.Fatalf("missing certificate files: %v, want a --cert error", err)
+	}
+}
+
+// TestBenchCPUProfile: --cpu-profile writes a CPU profile of the run (gzipped, as runtime/pprof writes it); a
+// file that cannot be created fails the command before any request is sent.
+func TestBenchCPUProfile(t *testing.T) {
+	cluster := etcdreftest.StartCluster(t, 1)
+	endpoints := strings.Join(cluster.Endpoints(), ",")
+	check, err := clientv3.New(clientv3.Config{Endpoints: cluster.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer check.Close()
+	keys := func() int64 {
+		t.Helper()
+		resp, err := check.Get(t.Context(), "\x00", clientv3.WithFromKey(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+
+	_, err = runCairn(t, "bench", "--endpoints", endpoints, "--cpu-profile",
+		filepath.Join(t.TempDir(), "missing", "cpu.pb.gz"), "put", "--total", "10")
+	if err == nil || !strings.Contains(err.Error(), "--cpu-profile") {
+		t.Fatalf("bench with an uncreatable --cpu-profile = %v, want an error naming the flag", err)
+	}
+	if n := keys(); n != 0 {
+		t.Fatalf("the refused run wrote %d keys", n)
+	}
+
+	path := filepath.Join(t.TempDir(), "bench-cpu.pb.gz")
+	if _, err := runCairn(t, "bench", "--endpoints", endpoints, "--cpu-profile", path, "--output", "json",
+		"put", "--total", "200"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("profile is not gzipped: %v", err)
+	}
+	if data, err := io.ReadAll(gz); err != nil || len(data) == 0 {
+		t.Fatalf("profile: %d bytes, %v", len(data), err)
 	}
 }
