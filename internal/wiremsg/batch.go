@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -271,22 +272,27 @@ func SplitBatch(data []byte, each func(msg []byte, stamp uint64) error) error {
 	return splitBatch(data, func(start, end int, stamp uint64) error { return each(data[start:end], stamp) })
 }
 
+// Lender splits batches held in reference-counted buffers into messages it lends out (SplitHeldBatch), and
+// keeps the batches whose messages have all come back for the next. The zero Lender is ready, and one serves
+// any number of goroutines.
+type Lender struct{ batches sync.Pool }
+
 // SplitHeldBatch is SplitBatch for a batch in a reference-counted buffer (a Held message's): each gets a
 // reference to every message (no copy), which it must free or hand on to gRPC, even when it returns an error.
 // It consumes buf's reference, which it frees once every message's is freed.
 //
-// Each message is a buffer of its own (mem.NewBuffer, over buf's bytes), with its own reference count, and
-// buf is freed when the last of them is (heldBatch). Views of buf (mem.Buffer.Slice), or splits, would count
-// every message on buf's one count: the relay goroutine adds to it for each message and gRPC's writer, on
-// another core, takes from it as it writes each, so that count's cache line crossed between two cores twice per
-// message, 10% of a relaying frontend's CPU. A message in the last KiB of buf's capacity is a view after all
-// (gRPC does not count a buffer that small), and so is every message of a buffer that is not counted.
+// Each message is a buffer of its own over its part of buf, with a reference count of its own (lentMessage),
+// and buf is freed when the last of them is. The messages of a batch are made in one piece, which goes back to
+// the Lender then. gRPC's own buffers (mem.NewBuffer) each cost an object from a pool that gRPC's writer
+// fills, on its core, and the relay goroutine empties, on another; views of buf (mem.Buffer.Slice) would count
+// every message on buf's one count, which both goroutines write. Either way the count's cache line crossed
+// between the two cores twice per message: about 250 ns of gRPC's writer's time per message, against 90
+// (BenchmarkRelayFrame in services/frontend).
 //
-// written, if not nil, is called once every message lent out has been freed (gRPC frees one once it has
-// written it), from the goroutine that freed the last: gRPC's writer, or this one. It does not wait for the
-// views (the last KiB's messages, written after the others), and for a buffer that is not counted there is no
-// telling: then it is called before SplitHeldBatch returns.
-func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer, stamp uint64) error, written func()) error {
+// written, if not nil, is called once every message has been freed (gRPC frees one once it has written it),
+// from the goroutine that freed the last: gRPC's writer, or this one. For a buffer that is not counted there is
+// no telling: then it is called before SplitHeldBatch returns.
+func (l *Lender) SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer, stamp uint64) error, written func()) error {
 	data := buf.ReadOnlyData()
 	if _, plain := buf.(mem.SliceBuffer); plain || len(data) == 0 {
 		defer buf.Free()
@@ -295,46 +301,89 @@ func SplitHeldBatch(buf mem.Buffer, each func(msg mem.Buffer, stamp uint64) erro
 		}
 		return splitBatch(data, func(start, end int, stamp uint64) error { return each(buf.Slice(start, end), stamp) })
 	}
-	held := &heldBatch{buf: buf, written: written}
-	held.pending.Store(heldBias)
-	lent := int64(0)
+	n := 0
+	flaw := splitBatch(data, func(int, int, uint64) error { n++; return nil })
+	lent, _ := l.batches.Get().(*lentBatch)
+	if lent == nil {
+		lent = &lentBatch{home: l}
+	}
+	lent.buf, lent.written = buf, written
+	if cap(lent.msgs) < n {
+		lent.msgs = make([]lentMessage, n)
+	}
+	lent.msgs = lent.msgs[:n]
+	lent.pending.Store(lentBias)
+	i := 0
 	err := splitBatch(data, func(start, end int, stamp uint64) error {
-		if mem.IsBelowBufferPoolingThreshold(cap(data) - start) {
-			return each(buf.Slice(start, end), stamp)
-		}
-		held.scratch = data[start:end]
-		lent++
-		return each(mem.NewBuffer(&held.scratch, held), stamp)
+		m := &lent.msgs[i]
+		i++
+		m.SliceBuffer, m.batch = data[start:end:end], lent
+		m.refs.Store(1)
+		return each(m, stamp)
 	})
-	held.release(heldBias - lent)
+	lent.release(lentBias - int64(i))
+	if err == nil {
+		err = flaw
+	}
 	return err
 }
 
-// heldBias keeps a heldBatch's buffer while messages are still being lent out.
-const heldBias = 1 << 40
+// lentBias keeps a lentBatch's buffer while messages are still being lent out.
+const lentBias = 1 << 40
 
-// heldBatch is the buffer of a batch whose messages are lent out as buffers of their own; it is their
-// mem.BufferPool, and it frees the batch's buffer when the last of them comes back.
-type heldBatch struct {
+// lentBatch is a batch whose messages are lent out; it frees the batch's buffer when the last comes back, and
+// goes back to its Lender.
+type lentBatch struct {
+	home    *Lender
 	buf     mem.Buffer
 	written func()       // called when the last message comes back; may be nil
-	pending atomic.Int64 // messages lent out and not back, plus heldBias until the last is lent out
-	scratch []byte       // the message being lent out: mem.NewBuffer takes a *[]byte
+	pending atomic.Int64 // messages lent out and not back, plus lentBias until the last is lent out
+	msgs    []lentMessage
 }
 
-// Get is never called: a heldBatch only takes buffers back.
-func (h *heldBatch) Get(int) *[]byte { panic("wiremsg: heldBatch.Get") }
-
-// Put takes a lent message back (gRPC has freed it).
-func (h *heldBatch) Put(*[]byte) { h.release(1) }
-
-func (h *heldBatch) release(n int64) {
-	if h.pending.Add(-n) == 0 {
-		if h.written != nil {
-			h.written()
-		}
-		h.buf.Free()
+func (l *lentBatch) release(n int64) {
+	if l.pending.Add(-n) != 0 {
+		return
 	}
+	if l.written != nil {
+		l.written()
+	}
+	l.buf.Free()
+	clear(l.msgs)
+	l.buf, l.written, l.msgs = nil, nil, l.msgs[:0]
+	l.home.batches.Put(l)
+}
+
+// lentMessage is one message of a lentBatch: a mem.Buffer over its bytes (mem.SliceBuffer gives it the methods
+// gRPC reads it with) that counts its own references and gives itself back to its batch when the last is
+// freed. What mem.SplitUnsafe and Slice make of it counts nothing, so they must not outlive it; TrimFront cuts
+// its start off and keeps it counted.
+type lentMessage struct {
+	mem.SliceBuffer
+	refs  atomic.Int32
+	batch *lentBatch
+}
+
+// Ref adds a reference.
+func (m *lentMessage) Ref() { m.refs.Add(1) }
+
+// Free drops a reference; the last gives the message back to its batch.
+func (m *lentMessage) Free() {
+	if m.refs.Add(-1) == 0 {
+		m.batch.release(1)
+	}
+}
+
+// TrimFront returns msg without its first n bytes (at most msg.Len()), as the same reference: a message
+// SplitHeldBatch lent out stays counted, so its batch still knows when it is written.
+func TrimFront(msg mem.Buffer, n int) mem.Buffer {
+	if m, ok := msg.(*lentMessage); ok {
+		m.SliceBuffer = m.SliceBuffer[n:]
+		return m
+	}
+	head, rest := mem.SplitUnsafe(msg, n)
+	head.Free()
+	return rest
 }
 
 // splitBatch calls each with the bounds in data of every message of a batch, in order, with its stamp; it

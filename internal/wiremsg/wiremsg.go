@@ -20,7 +20,7 @@ type Raw struct{ Data []byte }
 func NewRaw() any { return new(Raw) }
 
 // Held is a message received as its wire bytes, undecoded, in a buffer of which the receiver holds one
-// reference: it frees it (Buf.Free), or hands it, or pieces of it (mem.SplitUnsafe, SplitHeldBatch), on to gRPC
+// reference: it frees it (Buf.Free), or hands it, or pieces of it (TrimFront, Lender.SplitHeldBatch), on to gRPC
 // in an Encoded, which frees them once written. A message that gRPC hands over in one piece is held in gRPC's
 // own receive buffer, uncopied; one in several pieces (it spanned HTTP/2 frames) is copied into one buffer,
 // from the pool of a codec made WithPool, which it goes back to when its last reference is freed. Either way a

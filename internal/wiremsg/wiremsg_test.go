@@ -225,7 +225,7 @@ func TestBatchStamps(t *testing.T) {
 		t.Fatalf("split %v (error %v), want %v", got, err, adds)
 	}
 	got = nil
-	err := SplitHeldBatch(mem.SliceBuffer(data), func(m mem.Buffer, stamp uint64) error {
+	err := new(Lender).SplitHeldBatch(mem.SliceBuffer(data), func(m mem.Buffer, stamp uint64) error {
 		defer m.Free()
 		return collect(m.ReadOnlyData(), stamp)
 	}, nil)
@@ -343,7 +343,7 @@ func TestHeldBatch(t *testing.T) {
 					t.Fatalf("a %d-byte batch took %d buffers from the pool, want 1", len(tc.batch), pool.gets)
 				}
 				var refs []mem.Buffer
-				err := SplitHeldBatch(held.Buf, func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil }, nil)
+				err := new(Lender).SplitHeldBatch(held.Buf, func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil }, nil)
 				if (err != nil) != (tc.whole < len(msgs)) || len(refs) != tc.whole {
 					t.Fatalf("%d messages passed on, error %v; want %d (an error: %v)", len(refs), err, tc.whole,
 						tc.whole < len(msgs))
@@ -375,9 +375,9 @@ func TestHeldBatch(t *testing.T) {
 }
 
 // TestHeldBatchLendsMessages: a full batch (16 KiB, in a buffer of that class, so that its last messages lie in
-// the last KiB of the buffer's capacity) lends out every message; its buffer goes back to its pool once, when
-// the last message is freed, whatever the order, and whichever goroutines free them. written is called once,
-// before the buffer goes back (when the messages lent out are back: the views may still be out).
+// the last KiB of the buffer's capacity, below gRPC's own counting threshold) lends out every message; its
+// buffer goes back to its pool once, when the last message is freed, whatever the order, and whichever
+// goroutines free them. written is called once, before the buffer goes back.
 func TestHeldBatchLendsMessages(t *testing.T) {
 	t.Parallel()
 	var b Batch
@@ -400,7 +400,7 @@ func TestHeldBatchLendsMessages(t *testing.T) {
 		copy(*buf, data)
 		var refs []mem.Buffer
 		var written atomic.Int32
-		err := SplitHeldBatch(mem.NewBuffer(buf, pool), func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil },
+		err := new(Lender).SplitHeldBatch(mem.NewBuffer(buf, pool), func(m mem.Buffer, _ uint64) error { refs = append(refs, m); return nil },
 			func() {
 				if pool.puts != 0 {
 					t.Error("written called after the buffer went back")
@@ -440,6 +440,82 @@ func TestHeldBatchLendsMessages(t *testing.T) {
 		if pool.puts != 1 {
 			t.Fatalf("concurrent %v: buffer put back %d times once every message was freed, want once", concurrent, pool.puts)
 		}
+	}
+}
+
+// TestLentMessagesCount: a lent message counts its references as gRPC takes and frees them (its send takes
+// one for the writer, the writer one for its reader), and its batch's buffer goes back only when every
+// reference of every message is freed. TrimFront cuts a message's start off and keeps it counted, on a lent
+// message and on a gRPC buffer alike. A Lender does not lend a batch's messages again while one is still out:
+// the next batch's are other buffers, and the first batch's message still reads as it did.
+func TestLentMessagesCount(t *testing.T) {
+	t.Parallel()
+	var b Batch
+	msgs := [][]byte{[]byte("carrier:first"), []byte("second"), bytes.Repeat([]byte{3}, 2000)}
+	for _, m := range msgs {
+		b.Add(mem.SliceBuffer(m))
+	}
+	data := b.Take().Parts.Materialize()
+	for _, m := range msgs {
+		b.Add(mem.SliceBuffer(bytes.ToUpper(m)))
+	}
+	other := b.Take().Parts.Materialize() // as long, other bytes
+	var lender Lender
+	split := func(data []byte, pool *recordingPool, written func()) []mem.Buffer {
+		buf := pool.Get(len(data))
+		copy(*buf, data)
+		var refs []mem.Buffer
+		if err := lender.SplitHeldBatch(mem.NewBuffer(buf, pool), func(m mem.Buffer, _ uint64) error {
+			refs = append(refs, m)
+			return nil
+		}, written); err != nil || len(refs) != len(msgs) {
+			t.Fatalf("%d messages (%v), want %d", len(refs), err, len(msgs))
+		}
+		return refs
+	}
+	pool := &recordingPool{}
+	written := 0
+	refs := split(data, pool, func() { written++ })
+	refs[0] = TrimFront(refs[0], len("carrier:"))
+	if got := string(refs[0].ReadOnlyData()); got != "first" {
+		t.Fatalf("trimmed message %q, want %q", got, "first")
+	}
+	for _, m := range refs {
+		m.Ref()  // the send's reference for the writer
+		m.Free() // the send's own
+		m.Ref()  // the writer's reader
+		m.Free() // the writer's item
+	}
+	for i, m := range refs {
+		if written != 0 || pool.puts != 0 {
+			t.Fatalf("with %d messages still read by the writer: written %d times, buffer back %d times; want neither",
+				len(refs)-i, written, pool.puts)
+		}
+		if i == len(refs)-1 {
+			next := split(other, &recordingPool{}, nil) // a batch split while one message of the first is out
+			if got := string(m.ReadOnlyData()); got != string(msgs[i]) {
+				t.Fatalf("a message still out reads %.20q after the next batch, want %.20q", got, msgs[i])
+			}
+			for _, n := range next {
+				n.Free()
+			}
+		}
+		m.Free() // the reader's, once written
+	}
+	if written != 1 || pool.puts != 1 {
+		t.Fatalf("every reference freed: written %d times, buffer back %d times; want once each", written, pool.puts)
+	}
+
+	grpcPool := &recordingPool{}
+	buf := grpcPool.Get(2000)
+	copy(*buf, bytes.Repeat([]byte("ab"), 1000))
+	trimmed := TrimFront(mem.NewBuffer(buf, grpcPool), 1990)
+	if got := string(trimmed.ReadOnlyData()); got != "ababababab" || grpcPool.puts != 0 {
+		t.Fatalf("a gRPC buffer trimmed: %q, back in its pool %d times; want %q, not back", got, grpcPool.puts, "ababababab")
+	}
+	trimmed.Free()
+	if grpcPool.puts != 1 {
+		t.Fatalf("a trimmed gRPC buffer freed: back in its pool %d times, want once", grpcPool.puts)
 	}
 }
 

@@ -72,6 +72,53 @@ var critical = []struct {
 	{"watch.event", "", []string{"watchhub.bus_receive", "watchhub.sequence", "watchhub.match", "watchhub.encode", "watchhub.send"}},
 }
 
+// TestTracedRelayKeepsDelivering: with every event sampled, each response a hub relays carries a trace
+// carrier, which the frontend cuts off before it sends the response on. Cut off, the response must still tell
+// its frame when it is written: the frontend acknowledges written frames, and a hub sends only two frames
+// ahead of its acknowledgments. So puts that each come in a frame of their own all reach the watcher. Their
+// values are 2 KiB, so that each frame arrives in a buffer gRPC counts (a smaller one is a plain slice, whose
+// frame is taken as written once relayed).
+func TestTracedRelayKeepsDelivering(t *testing.T) {
+	recorder := tracetest.NewSpanRecorder()
+	sampler, err := obs.NewSampler(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel := &obs.Telemetry{
+		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder), sdktrace.WithSampler(sampler)),
+		Propagator: propagation.TraceContext{},
+	}
+	c := clustertest.Start(t, clustertest.Options{Members: 1, Frontends: 1, Watchhubs: 1, Telemetry: tel})
+	client := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	watch := client.Watch(ctx, "traced", clientv3.WithCreatedNotify())
+	<-watch
+	for i := range 8 {
+		value := fmt.Sprintf("%d%s", i, strings.Repeat("v", 2<<10))
+		if _, err := client.Put(ctx, "traced", value); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case resp := <-watch:
+			if len(resp.Events) != 1 || string(resp.Events[0].Kv.Value) != value {
+				t.Fatalf("put %d: %d events (canceled %v), want its event", i, len(resp.Events), resp.Canceled)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("put %d: no event within 10 s", i)
+		}
+	}
+	relayed := 0
+	for _, s := range recorder.Ended() {
+		if s.Name() == "frontend.relay" {
+			relayed++
+		}
+	}
+	if relayed < 8 {
+		t.Fatalf("%d frontend.relay spans, want one per event (8): the responses were not traced", relayed)
+	}
+}
+
 // TestEveryStageIsTraced: on an in-process stack (3 members, a watchhub, a leasekeeper) sharing one span
 // recorder, a put, a linearizable get, the watch event of the put and a lease keep-alive each yield one
 // connected trace (the spans of the root's trace and of every trace linked to or from it) holding every stage of

@@ -34,7 +34,7 @@ import (
 // until gRPC's writer writes it, which takes as long as the client stream drains that much: seconds, when the
 // frontend is the bottleneck. So while frames it relayed are still unwritten, the relay checks a response's lag
 // plus that wait, as measured for its last frame written (from the end of its relay to gRPC's freeing its last
-// response, wiremsg.SplitHeldBatch's written), against the bound: a response that would be written past it is
+// response, wiremsg.Lender.SplitHeldBatch's written), against the bound: a response that would be written past it is
 // not sent. With nothing unwritten the new response waits behind nothing, however long the last one waited (a
 // client that paused and caught up). What waits after the write, in the client's flow-control window, is the
 // client's own pace, as straight from a hub.

@@ -36,7 +36,9 @@ type watchServer struct {
 	pb.UnimplementedWatchServer
 	// frames are the buffers the hubs' frames are received into (wiremsg.Held): each goes back once the client
 	// streams have written the last response it carries.
-	frames   wiremsg.Pool
+	frames wiremsg.Pool
+	// lender lends out the responses of the hubs' frames to the client streams (wiremsg.Lender).
+	lender   wiremsg.Lender
 	hubs     *rotation
 	stopping <-chan struct{}
 	auth     *authGate
@@ -130,7 +132,7 @@ func (r *watchRelay) relay(frame any, send func(any) error) error {
 			}
 		}
 	}
-	err := wiremsg.SplitHeldBatch(held.Buf, each, written)
+	err := r.server.lender.SplitHeldBatch(held.Buf, each, written)
 	if r.lag != nil {
 		r.lag.frameRelayed(relayed)
 	}
@@ -162,9 +164,7 @@ func (r *watchRelay) relayOne(msg mem.Buffer, send func(any) error) error {
 		var cut int
 		cut, relayed = r.server.traceRelay(msg.ReadOnlyData())
 		if cut > 0 {
-			var carrier mem.Buffer
-			carrier, msg = mem.SplitUnsafe(msg, cut)
-			carrier.Free()
+			msg = wiremsg.TrimFront(msg, cut)
 		}
 	}
 	r.msg.Parts = append(r.msg.Parts[:0], msg)
