@@ -340,7 +340,7 @@ func startDevLeasekeeper(ctx context.Context, d *devStack) error {
 	listenURL := "http://" + lis.Addr().String()
 	cfg := leasekeeper.Config{Name: d.do.name, ListenURL: listenURL, PeerURLs: []string{listenURL},
 		StorageEndpoints: []string{d.storageURL}, NATSURL: d.natsURL, NATSNkeySeedFile: d.seedFile(eventbus.RoleLeasekeeper),
-		RelaySecret: d.relaySecret}
+		SecretConfig: relayauth.SecretConfig{RelaySecret: d.relaySecret}}
 	k, err := leasekeeper.New(cfg, leasekeeper.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: lis, Internal: proc.internal})
 	if err != nil {
@@ -369,7 +369,7 @@ func startDevWatchhub(ctx context.Context, d *devStack) error {
 	proc := d.component("watchhub")
 	cfg := watchhub.Config{ListenURL: "http://" + lis.Addr().String(), StorageEndpoints: []string{d.storageURL},
 		NATSURL: d.natsURL, NATSNkeySeedFile: d.seedFile(eventbus.RoleWatchhub), MaxRequestBytes: d.do.maxRequestBytes,
-		RelaySecret: d.relaySecret, MaxWatchLag: d.do.raft.maxWatchLag}
+		SecretConfig: relayauth.SecretConfig{RelaySecret: d.relaySecret}, MaxWatchLag: d.do.raft.maxWatchLag}
 	hub, err := watchhub.New(cfg, watchhub.Deps{Logger: proc.logger, Telemetry: proc.telemetry,
 		Registry: proc.registry, Listener: lis, Keyring: d.keyring, Internal: proc.internal})
 	if err != nil {

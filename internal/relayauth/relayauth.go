@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -197,6 +198,29 @@ func ReadSecretFile(path string) (string, error) {
 		return "", fmt.Errorf("relayauth: relay secret file %s is empty", path)
 	}
 	return secret, nil
+}
+
+// SecretConfig is how a service is given the relay secret: the value (--relay-secret), or a file holding it
+// (--relay-secret-file), so that it shows on no command line; at most one. Each service's Config embeds it.
+type SecretConfig struct {
+	// RelaySecret is the secret itself (--relay-secret).
+	RelaySecret string
+	// RelaySecretFile holds the secret instead (--relay-secret-file; exclusive with RelaySecret).
+	RelaySecretFile string
+}
+
+// RegisterFlags registers --relay-secret, with usage saying what the service does with it, and
+// --relay-secret-file.
+func (c *SecretConfig) RegisterFlags(fs *flag.FlagSet, usage string) {
+	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, usage)
+	fs.StringVar(&c.RelaySecretFile, "relay-secret-file", c.RelaySecretFile, "File holding the relay secret "+
+		"(--relay-secret without showing it in ps; cairn up keeps it in DATA-DIR/relay-secret, cairn keys in "+
+		"DIR/relay-secret).")
+}
+
+// Resolve returns the secret c gives (ResolveSecret).
+func (c SecretConfig) Resolve() (string, error) {
+	return ResolveSecret(c.RelaySecret, c.RelaySecretFile)
 }
 
 // ResolveSecret is the relay secret a process was given: secret (--relay-secret) or the content of file

@@ -1,6 +1,7 @@
 package relayauth
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -59,6 +60,23 @@ func TestResolveSecret(t *testing.T) {
 			got, err := ResolveSecret(tt.secret, tt.file)
 			if (err != nil) != tt.wantErr || got != tt.want {
 				t.Errorf("ResolveSecret(%q, %q) = %q, %v; want %q (error %v)", tt.secret, tt.file, got, err, tt.want, tt.wantErr)
+			}
+			// The same through a service's flags.
+			var args []string
+			if tt.secret != "" {
+				args = append(args, "--relay-secret", tt.secret)
+			}
+			if tt.file != "" {
+				args = append(args, "--relay-secret-file="+tt.file)
+			}
+			var cfg SecretConfig
+			fs := flag.NewFlagSet("service", flag.ContinueOnError)
+			cfg.RegisterFlags(fs, "what the service does with it")
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := cfg.Resolve(); (err != nil) != tt.wantErr || got != tt.want {
+				t.Errorf("flags %q: Resolve() = %q, %v; want %q (error %v)", args, got, err, tt.want, tt.wantErr)
 			}
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/etcdcheck"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
@@ -86,12 +87,9 @@ type Config struct {
 	AuthTokenTTL uint
 	// BcryptCost is etcd's --bcrypt-cost for hashing passwords (4 to 31).
 	BcryptCost int
-	// RelaySecret is sent on every call relayed to a watchhub or leasekeeper, to prove it comes from a
-	// frontend (package relayauth; --relay-secret, the hubs' and keepers' own).
-	RelaySecret string
-	// RelaySecretFile holds the relay secret instead (--relay-secret-file; exclusive with RelaySecret),
-	// so that it shows on no command line.
-	RelaySecretFile string
+	// SecretConfig gives the relay secret, sent on every call relayed to a watchhub or leasekeeper to prove it
+	// comes from a frontend (package relayauth; the hubs' and keepers' own).
+	relayauth.SecretConfig
 }
 
 // Deps are what a frontend takes from the process that runs it: where it reports, and the listeners the
@@ -158,8 +156,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AuthToken, "auth-token", c.AuthToken, "Specify auth token specific options (simple, or jwt,pub-key=...,priv-key=...,sign-method=...).")
 	fs.UintVar(&c.AuthTokenTTL, "auth-token-ttl", c.AuthTokenTTL, "The lifetime in seconds of the auth token.")
 	fs.IntVar(&c.BcryptCost, "bcrypt-cost", c.BcryptCost, "Specify bcrypt algorithm cost factor for auth password hashing.")
-	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret sent to the watchhubs and leasekeepers to prove calls come from a frontend (their --relay-secret).")
-	fs.StringVar(&c.RelaySecretFile, "relay-secret-file", c.RelaySecretFile, "File holding the relay secret (--relay-secret without showing it in ps; cairn up keeps it in DATA-DIR/relay-secret, cairn keys in DIR/relay-secret).")
+	c.SecretConfig.RegisterFlags(fs, "Secret sent to the watchhubs and leasekeepers to prove calls come from a frontend (their --relay-secret).")
 }
 
 // Validate reports every unusable setting.

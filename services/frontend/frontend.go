@@ -72,7 +72,7 @@ func New(cfg Config, deps Deps) (*Frontend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("frontend config: %w", err)
 	}
-	relaySecret, err := relayauth.ResolveSecret(cfg.RelaySecret, cfg.RelaySecretFile)
+	relaySecret, err := cfg.SecretConfig.Resolve()
 	if err != nil {
 		return nil, fmt.Errorf("frontend config: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
 
@@ -86,12 +87,9 @@ type Config struct {
 	// AdminAddr is host:port for /metrics and /health of this keeper alone; empty serves none (`cairn
 	// leasekeeper` serves them on its --listen-metrics-urls, with Deps.Registry).
 	AdminAddr string
-	// RelaySecret is what the frontends send to prove they are (package relayauth): with authentication
-	// enabled, a plain keeper serves only callers that send it (--relay-secret).
-	RelaySecret string
-	// RelaySecretFile holds the relay secret instead (--relay-secret-file; exclusive with RelaySecret),
-	// so that it shows on no command line.
-	RelaySecretFile string
+	// SecretConfig gives the relay secret, what the frontends send to prove they are (package relayauth): with
+	// authentication enabled, a plain keeper serves only callers that send it.
+	relayauth.SecretConfig
 }
 
 // Deps are what a keeper takes from the process that runs it: where it reports, and the listener the caller
@@ -213,8 +211,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DeadlineExtension, "deadline-extension", c.DeadlineExtension, "Least time every lease has left after a takeover (etcd: the election timeout).")
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "Interval of lease table reconciliation with storage.")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "Timeout of one storage call.")
-	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
-	fs.StringVar(&c.RelaySecretFile, "relay-secret-file", c.RelaySecretFile, "File holding the relay secret (--relay-secret without showing it in ps; cairn up keeps it in DATA-DIR/relay-secret, cairn keys in DIR/relay-secret).")
+	c.SecretConfig.RegisterFlags(fs, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
 }
 
 // keeperID is the name plus a random suffix: each start is a new claimant.

@@ -93,7 +93,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("leasekeeper config: %w", err)
 	}
-	relaySecret, err := relayauth.ResolveSecret(cfg.RelaySecret, cfg.RelaySecretFile)
+	relaySecret, err := cfg.SecretConfig.Resolve()
 	if err != nil {
 		return nil, fmt.Errorf("leasekeeper config: %w", err)
 	}
@@ -125,7 +125,7 @@ func New(cfg Config, deps Deps) (*Keeper, error) {
 	k.pool = pool
 	k.guard.SetRefresh(k.readAuthEnabled)
 	if len(cfg.PeerURLs) > 0 {
-		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions(), k.peerDialer()); err != nil {
+		if k.peers, err = dialPeers(cfg.PeerURLs, k.peerDialOptions(relaySecret), k.peerDialer()); err != nil {
 			_ = pool.Close()
 			return nil, err
 		}

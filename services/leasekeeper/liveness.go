@@ -176,9 +176,10 @@ func (p *peers) close() {
 	}
 }
 
-// peerDialOptions reach the other keepers as the frontends do: the internal link's TLS and the relay secret.
-func (k *Keeper) peerDialOptions() []grpc.DialOption {
-	return []grpc.DialOption{k.deps.Internal.DialOption(), relayauth.DialOption(k.cfg.RelaySecret)}
+// peerDialOptions reach the other keepers as the frontends do: the internal link's TLS and the relay secret
+// (resolved: given, or read from its file).
+func (k *Keeper) peerDialOptions(relaySecret string) []grpc.DialOption {
+	return []grpc.DialOption{k.deps.Internal.DialOption(), relayauth.DialOption(relaySecret)}
 }
 
 // peerDialer makes the connections to the other keepers: the test dialer when there is one, else TCP.

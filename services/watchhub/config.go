@@ -12,6 +12,7 @@ import (
 	"github.com/cairn-kv/cairn/internal/config"
 	"github.com/cairn-kv/cairn/internal/eventbus"
 	"github.com/cairn-kv/cairn/internal/obs"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/seal"
 	"github.com/cairn-kv/cairn/internal/tlsconfig"
 )
@@ -82,12 +83,9 @@ type Config struct {
 	// AdminAddr is host:port for /metrics and /health of this hub alone; empty serves none (in-process users;
 	// `cairn watchhub` serves them on --listen-metrics-urls, as every service does).
 	AdminAddr string
-	// RelaySecret is what the frontends send to prove they are (package relayauth): with authentication
-	// enabled, a plain hub serves only callers that send it (--relay-secret).
-	RelaySecret string
-	// RelaySecretFile holds the relay secret instead (--relay-secret-file; exclusive with RelaySecret),
-	// so that it shows on no command line.
-	RelaySecretFile string
+	// SecretConfig gives the relay secret, what the frontends send to prove they are (package relayauth): with
+	// authentication enabled, a plain hub serves only callers that send it.
+	relayauth.SecretConfig
 }
 
 // Deps are what a hub takes from the process that runs it: where it reports, and the listener the caller
@@ -164,8 +162,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MaxWatchLag, "max-watch-lag", c.MaxWatchLag, "How far behind the head a watcher may fall (age of its oldest undelivered revision at the hub) before it is canceled with a reason, so that its client re-watches.")
 	fs.DurationVar(&c.StoragePollInterval, "storage-poll-interval", c.StoragePollInterval, "How often storage's revision is checked for records the bus did not deliver.")
 	fs.DurationVar(&c.StorageTimeout, "storage-timeout", c.StorageTimeout, "Timeout of one storage call.")
-	fs.StringVar(&c.RelaySecret, "relay-secret", c.RelaySecret, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
-	fs.StringVar(&c.RelaySecretFile, "relay-secret-file", c.RelaySecretFile, "File holding the relay secret (--relay-secret without showing it in ps; cairn up keeps it in DATA-DIR/relay-secret, cairn keys in DIR/relay-secret).")
+	c.SecretConfig.RegisterFlags(fs, "Secret the frontends send: with auth enabled and no --internal-* TLS, only callers sending it are served.")
 }
 
 // Validate reports every unusable setting, one config.FieldError each (named by its flag).

@@ -96,7 +96,7 @@ func New(cfg Config, deps Deps) (*Hub, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("watchhub config: %w", err)
 	}
-	relaySecret, err := relayauth.ResolveSecret(cfg.RelaySecret, cfg.RelaySecretFile)
+	relaySecret, err := cfg.SecretConfig.Resolve()
 	if err != nil {
 		return nil, fmt.Errorf("watchhub config: %w", err)
 	}

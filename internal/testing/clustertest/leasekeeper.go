@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/internal/testing/waittest"
 	"github.com/cairn-kv/cairn/services/leasekeeper"
 	"github.com/cairn-kv/cairn/services/storage"
@@ -95,7 +96,7 @@ func (l *Leasekeeper) Config() leasekeeper.Config {
 		storages = append(storages, m.StorageURL)
 	}
 	cfg := leasekeeper.Config{Name: l.Name, ListenURL: l.URL, StorageEndpoints: storages, NATSURL: l.cluster.bus.url(),
-		SubjectPrefix: busPrefix, RelaySecret: RelaySecret, PeerURLs: l.cluster.LeasekeeperURLs()}
+		SubjectPrefix: busPrefix, SecretConfig: relayauth.SecretConfig{RelaySecret: RelaySecret}, PeerURLs: l.cluster.LeasekeeperURLs()}
 	if l.cluster.opts.ConfigureLeasekeeper != nil {
 		l.cluster.opts.ConfigureLeasekeeper(&cfg)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cairn-kv/cairn/internal/eventbus"
+	"github.com/cairn-kv/cairn/internal/relayauth"
 	"github.com/cairn-kv/cairn/services/watchhub"
 )
 
@@ -88,7 +89,7 @@ func (w *Watchhub) Hub() *watchhub.Hub {
 // Config is the hub's configuration: every member's storage, the cluster's bus.
 func (w *Watchhub) Config() watchhub.Config {
 	cfg := watchhub.Config{ListenURL: w.URL, NATSURL: w.cluster.bus.url(), SubjectPrefix: busPrefix,
-		AdminAddr: "127.0.0.1:0", StoragePollInterval: 100 * time.Millisecond, RelaySecret: RelaySecret}
+		AdminAddr: "127.0.0.1:0", StoragePollInterval: 100 * time.Millisecond, SecretConfig: relayauth.SecretConfig{RelaySecret: RelaySecret}}
 	for _, m := range w.cluster.members {
 		cfg.StorageEndpoints = append(cfg.StorageEndpoints, m.StorageURL)
 	}
