@@ -171,7 +171,7 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 		stamp = s.hub.lagStamp(w, shared.arrived)
 	}
 	for i, part := range shared.boxed {
-		s.enc = encodedResponse{trace: carrier, watchID: w.idField.buffer(), part: part, stamp: stamp}
+		s.enc = encodedResponse{trace: carrier, watchID: w.idField.buffer(), part: part, stamp: stamp, lists: &s.lists}
 		if i == len(shared.boxed)-1 {
 			s.enc.more = more
 		}

@@ -120,6 +120,7 @@ type stream struct {
 	closed    chan struct{}
 	catchUp   []*watcher      // sender only
 	enc       encodedResponse // sender only: reused for every shared response (SendMsg encodes before returning)
+	lists     bufferLists     // sender only: the buffer lists of enc's messages (encode.go)
 	merger    runMerger       // sender only
 	// relayTrace: the peer is a frontend that records spans and asked for sampled events' trace carriers.
 	relayTrace bool
