@@ -88,3 +88,24 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 
 // Name is protobuf's: peers see a protobuf message.
 func (c Codec) Name() string { return c.proto.Name() }
+
+// BufferLists hands out the buffer lists (mem.BufferSlice) of one sender's messages, cut from arrays of
+// bufferListChunk buffers, where a list of its own per message was an allocation per message, and one that
+// gRPC's writer then read from wherever the allocator had put it. gRPC never writes to a list it is given (it
+// reads it, frees the buffers and drops it), and each list's capacity ends where it does, so neighbors stay
+// apart; an array is the collector's once every list cut from it is dropped. The zero BufferLists is ready; it
+// is one goroutine's.
+type BufferLists struct{ free mem.BufferSlice }
+
+// bufferListChunk is the buffers per array: 512 lists of a hub's watch ID and part, or 1,024 relayed responses.
+const bufferListChunk = 1024
+
+// Take returns an empty list with room for n buffers.
+func (l *BufferLists) Take(n int) mem.BufferSlice {
+	if cap(l.free) < n {
+		l.free = make(mem.BufferSlice, 0, max(n, bufferListChunk))
+	}
+	out := l.free[:0:n]
+	l.free = l.free[n:n]
+	return out
+}

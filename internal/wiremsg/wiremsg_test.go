@@ -581,3 +581,33 @@ func TestRelayAcks(t *testing.T) {
 		}
 	}
 }
+
+// TestBufferLists: the lists a sender's messages take are empty, hold exactly what they asked room for, and
+// never share an element: filling each, even past its room, leaves every other as it was filled, across the
+// arrays they are cut from.
+func TestBufferLists(t *testing.T) {
+	t.Parallel()
+	var lists BufferLists
+	var taken []mem.BufferSlice
+	for i := range 3 * bufferListChunk / 2 {
+		n := 1 + i%4
+		list := lists.Take(n)
+		if len(list) != 0 || cap(list) != n {
+			t.Fatalf("list %d: len %d cap %d, want 0 and %d", i, len(list), cap(list), n)
+		}
+		for j := range n {
+			list = append(list, mem.SliceBuffer(fmt.Sprintf("%d.%d", i, j)))
+		}
+		taken = append(taken, list)
+	}
+	for _, list := range taken {
+		_ = append(list, mem.SliceBuffer("past its room")) // must not reach the next list
+	}
+	for i, list := range taken {
+		for j, b := range list {
+			if got, want := string(b.ReadOnlyData()), fmt.Sprintf("%d.%d", i, j); got != want {
+				t.Fatalf("list %d element %d is %q, want %q", i, j, got, want)
+			}
+		}
+	}
+}

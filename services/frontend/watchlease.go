@@ -105,6 +105,7 @@ type watchRelay struct {
 	acks    bool
 	written atomic.Uint64
 	msg     wiremsg.Encoded
+	lists   wiremsg.BufferLists // each response's list of buffers, for gRPC
 }
 
 // relay sends the client the response or responses a hub's frame carries.
@@ -167,7 +168,7 @@ func (r *watchRelay) relayOne(msg mem.Buffer, send func(any) error) error {
 			msg = wiremsg.TrimFront(msg, cut)
 		}
 	}
-	r.msg.Parts = append(r.msg.Parts[:0], msg)
+	r.msg.Parts = append(r.lists.Take(1), msg)
 	err := send(&r.msg)
 	if r.msg.Parts != nil { // the codec never took it
 		r.msg.Parts.Free()

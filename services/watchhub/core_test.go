@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 func rev(n int64) revisionEvents {
@@ -349,9 +351,9 @@ func TestSharedEncodingDecodesAsTheResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newCodec()
-	var lists bufferLists
+	var lists wiremsg.BufferLists
 	for _, id := range []int64{0, 1, 300, 1 << 40, -1} {
-		for _, from := range []*bufferLists{nil, &lists} { // a list of its own, or one cut from a stream's
+		for _, from := range []*wiremsg.BufferLists{nil, &lists} { // a list of its own, or one cut from a stream's
 			out, err := c.Marshal(&encodedResponse{watchID: newWatchIDField(id), part: shared.boxed[0], lists: from})
 			if err != nil {
 				t.Fatal(err)
@@ -374,36 +376,6 @@ func TestSharedEncodingDecodesAsTheResponse(t *testing.T) {
 	var got pb.WatchResponse
 	if err := c.Unmarshal(out, &got); err != nil || got.WatchId != 5 || !got.Created {
 		t.Fatalf("plain response round trip = %v, %v", &got, err)
-	}
-}
-
-// TestBufferLists: the lists a stream's messages take are empty, hold exactly what they asked room for, and
-// never share an element: filling each, even past its room, leaves every other as it was filled, across the
-// arrays they are cut from.
-func TestBufferLists(t *testing.T) {
-	t.Parallel()
-	var lists bufferLists
-	var taken []mem.BufferSlice
-	for i := range 3 * bufferListChunk / 2 {
-		n := 1 + i%4
-		list := lists.take(n)
-		if len(list) != 0 || cap(list) != n {
-			t.Fatalf("list %d: len %d cap %d, want 0 and %d", i, len(list), cap(list), n)
-		}
-		for j := range n {
-			list = append(list, mem.SliceBuffer(fmt.Sprintf("%d.%d", i, j)))
-		}
-		taken = append(taken, list)
-	}
-	for _, list := range taken {
-		_ = append(list, mem.SliceBuffer("past its room")) // must not reach the next list
-	}
-	for i, list := range taken {
-		for j, b := range list {
-			if got, want := string(b.ReadOnlyData()), fmt.Sprintf("%d.%d", i, j); got != want {
-				t.Fatalf("list %d element %d is %q, want %q", i, j, got, want)
-			}
-		}
 	}
 }
 

@@ -93,27 +93,7 @@ type encodedResponse struct {
 	more    []*sharedResponse
 	stamp   uint64 // its lag stamp, on a stream that sends them (stream.stamps)
 	// lists gives the codec the list of buffers it returns for the message; nil: a list of its own.
-	lists *bufferLists
-}
-
-// bufferLists hands out the buffer lists (mem.BufferSlice) of one stream's messages, cut from arrays of
-// bufferListChunk buffers, where a list of its own per message was an allocation per message, and one that
-// gRPC's writer read from wherever the allocator had put it. gRPC never writes to a list it is given (it reads
-// it, frees the buffers and drops it), and each list's capacity ends where it does, so neighbors stay apart; an
-// array is the collector's once every list cut from it is dropped. Sender only.
-type bufferLists struct{ free mem.BufferSlice }
-
-// bufferListChunk is the buffers per array: 512 lists of a watch ID and a part.
-const bufferListChunk = 1024
-
-// take returns an empty list with room for n buffers.
-func (l *bufferLists) take(n int) mem.BufferSlice {
-	if cap(l.free) < n {
-		l.free = make(mem.BufferSlice, 0, max(n, bufferListChunk))
-	}
-	out := l.free[:0:n]
-	l.free = l.free[n:n]
-	return out
+	lists *wiremsg.BufferLists
 }
 
 // buffers is how many buffers r's message has.
@@ -169,7 +149,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 		if m.lists == nil {
 			return m.appendBuffers(make(mem.BufferSlice, 0, m.buffers())), nil
 		}
-		return m.appendBuffers(m.lists.take(m.buffers())), nil
+		return m.appendBuffers(m.lists.Take(m.buffers())), nil
 	case *wiremsg.Encoded:
 		out := m.Parts
 		m.Parts = nil // gRPC owns (and frees) the references now

@@ -118,10 +118,10 @@ type stream struct {
 	wake      chan struct{}
 	ctrlSlots chan struct{}
 	closed    chan struct{}
-	catchUp   []*watcher      // sender only
-	enc       encodedResponse // sender only: reused for every shared response (SendMsg encodes before returning)
-	lists     bufferLists     // sender only: the buffer lists of enc's messages (encode.go)
-	merger    runMerger       // sender only
+	catchUp   []*watcher          // sender only
+	enc       encodedResponse     // sender only: reused for every shared response (SendMsg encodes before returning)
+	lists     wiremsg.BufferLists // sender only: the buffer lists of enc's messages
+	merger    runMerger           // sender only
 	// relayTrace: the peer is a frontend that records spans and asked for sampled events' trace carriers.
 	relayTrace bool
 	// batch collects the responses written for a frontend that asked for relay batches (relaybatch.go); nil
