@@ -72,6 +72,20 @@ var critical = []struct {
 	{"watch.event", "", []string{"watchhub.bus_receive", "watchhub.sequence", "watchhub.match", "watchhub.encode", "watchhub.send"}},
 }
 
+// recordEverySpan returns telemetry that samples every operation and records every span in recorder.
+func recordEverySpan(t *testing.T) (*tracetest.SpanRecorder, *obs.Telemetry) {
+	t.Helper()
+	recorder := tracetest.NewSpanRecorder()
+	sampler, err := obs.NewSampler(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recorder, &obs.Telemetry{
+		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder), sdktrace.WithSampler(sampler)),
+		Propagator: propagation.TraceContext{},
+	}
+}
+
 // TestTracedRelayKeepsDelivering: with every event sampled, each response a hub relays carries a trace
 // carrier, which the frontend cuts off before it sends the response on. Cut off, the response must still tell
 // its frame when it is written: the frontend acknowledges written frames, and a hub sends only two frames
@@ -79,15 +93,7 @@ var critical = []struct {
 // values are 2 KiB, so that each frame arrives in a buffer gRPC counts (a smaller one is a plain slice, whose
 // frame is taken as written once relayed).
 func TestTracedRelayKeepsDelivering(t *testing.T) {
-	recorder := tracetest.NewSpanRecorder()
-	sampler, err := obs.NewSampler(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tel := &obs.Telemetry{
-		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder), sdktrace.WithSampler(sampler)),
-		Propagator: propagation.TraceContext{},
-	}
+	recorder, tel := recordEverySpan(t)
 	c := clustertest.Start(t, clustertest.Options{Members: 1, Frontends: 1, Watchhubs: 1, Telemetry: tel})
 	client := c.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -125,15 +131,7 @@ func TestTracedRelayKeepsDelivering(t *testing.T) {
 // requiredStages, and the stages on the critical path cover their parent's time within 10% (a time two stages
 // share counted once, a stage's time past its parent's end not counted).
 func TestEveryStageIsTraced(t *testing.T) {
-	recorder := tracetest.NewSpanRecorder()
-	sampler, err := obs.NewSampler(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tel := &obs.Telemetry{
-		Tracers:    sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder), sdktrace.WithSampler(sampler)),
-		Propagator: propagation.TraceContext{},
-	}
+	recorder, tel := recordEverySpan(t)
 	c := clustertest.Start(t, clustertest.Options{Members: 3, Frontends: 1, Watchhubs: 1, Leasekeepers: 1, Telemetry: tel,
 		ConfigureWatchhub: func(cfg *watchhub.Config) {
 			// The watch event's trace comes with its record over the bus; a revision the hub fills from storage
