@@ -89,23 +89,36 @@ func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 // Name is protobuf's: peers see a protobuf message.
 func (c Codec) Name() string { return c.proto.Name() }
 
-// BufferLists hands out the buffer lists (mem.BufferSlice) of one sender's messages, cut from arrays of
-// bufferListChunk buffers, where a list of its own per message was an allocation per message, and one that
-// gRPC's writer then read from wherever the allocator had put it. gRPC never writes to a list it is given (it
-// reads it, frees the buffers and drops it), and each list's capacity ends where it does, so neighbors stay
-// apart; an array is the collector's once every list cut from it is dropped. The zero BufferLists is ready; it
-// is one goroutine's.
-type BufferLists struct{ free mem.BufferSlice }
+// BufferLists hands out the buffer lists (mem.BufferSlice) of one sender's messages, cut from arrays, where a
+// list of its own per message was an allocation per message, and one that gRPC's writer then read from wherever
+// the allocator had put it. gRPC never writes to a list it is given (it reads it, frees the buffers and drops
+// it), and each list's capacity ends where it does, so neighbors stay apart; an array is the collector's once
+// every list cut from it is dropped. The arrays double from bufferListsFirst to bufferListsMost buffers while
+// the sender is busy; it calls Release when it pauses, so that an idle sender holds no array. The zero
+// BufferLists is ready; it is one goroutine's.
+type BufferLists struct {
+	free mem.BufferSlice
+	next int // the size of the next array
+}
 
-// bufferListChunk is the buffers per array: 512 lists of a hub's watch ID and part, or 1,024 relayed responses.
-const bufferListChunk = 1024
+// The sizes of BufferLists' arrays: the first of a busy spell, and the largest (512 lists of a hub's watch ID
+// and part, or 1,024 relayed responses).
+const (
+	bufferListsFirst = 64
+	bufferListsMost  = 1024
+)
 
 // Take returns an empty list with room for n buffers.
 func (l *BufferLists) Take(n int) mem.BufferSlice {
 	if cap(l.free) < n {
-		l.free = make(mem.BufferSlice, 0, max(n, bufferListChunk))
+		size := max(l.next, bufferListsFirst)
+		l.next = min(2*size, bufferListsMost)
+		l.free = make(mem.BufferSlice, 0, max(n, size))
 	}
 	out := l.free[:0:n]
 	l.free = l.free[n:n]
 	return out
 }
+
+// Release drops what is left of the current array, and the next array is the smallest again.
+func (l *BufferLists) Release() { l.free, l.next = nil, 0 }

@@ -584,21 +584,35 @@ func TestRelayAcks(t *testing.T) {
 
 // TestBufferLists: the lists a sender's messages take are empty, hold exactly what they asked room for, and
 // never share an element: filling each, even past its room, leaves every other as it was filled, across the
-// arrays they are cut from.
+// arrays they are cut from, and across a Release in the middle. The arrays grow from the smallest to the
+// largest while the sender is busy; after Release it holds none, and the next is the smallest again.
 func TestBufferLists(t *testing.T) {
 	t.Parallel()
 	var lists BufferLists
 	var taken []mem.BufferSlice
-	for i := range 3 * bufferListChunk / 2 {
+	var arrays []int // the size of each array lists were cut from, in order
+	for i := range 4 * bufferListsMost {
+		if i == 3*bufferListsMost {
+			lists.Release()
+			if lists.free != nil {
+				t.Fatal("a released BufferLists still holds an array")
+			}
+			arrays = append(arrays, 0) // marks the Release
+		}
 		n := 1 + i%4
+		fresh := cap(lists.free) < n
 		list := lists.Take(n)
-		if len(list) != 0 || cap(list) != n {
-			t.Fatalf("list %d: len %d cap %d, want 0 and %d", i, len(list), cap(list), n)
+		if fresh {
+			arrays = append(arrays, n+cap(lists.free))
 		}
-		for j := range n {
-			list = append(list, mem.SliceBuffer(fmt.Sprintf("%d.%d", i, j)))
-		}
-		taken = append(taken, list)
+		taken = append(taken, fill(list, i, n))
+	}
+	released := slices.Index(arrays, 0)
+	if released < 5 || !slices.Equal(arrays[:5], []int{bufferListsFirst, 2 * bufferListsFirst, 4 * bufferListsFirst,
+		8 * bufferListsFirst, bufferListsMost}) || slices.Max(arrays) != bufferListsMost ||
+		released+1 >= len(arrays) || arrays[released+1] != bufferListsFirst {
+		t.Fatalf("array sizes %v (0: the Release), want them doubling from %d to %d, and %d again after the Release",
+			arrays, bufferListsFirst, bufferListsMost, bufferListsFirst)
 	}
 	for _, list := range taken {
 		_ = append(list, mem.SliceBuffer("past its room")) // must not reach the next list
@@ -610,4 +624,15 @@ func TestBufferLists(t *testing.T) {
 			}
 		}
 	}
+}
+
+// fill fills list (empty, with room for n) with buffers naming list i and their place in it.
+func fill(list mem.BufferSlice, i, n int) mem.BufferSlice {
+	for j := range n {
+		list = append(list, mem.SliceBuffer(fmt.Sprintf("%d.%d", i, j)))
+	}
+	if len(list) != n || cap(list) != n {
+		panic(fmt.Sprintf("list %d: len %d cap %d after filling, want %d", i, len(list), cap(list), n))
+	}
+	return list
 }

@@ -105,7 +105,7 @@ type watchRelay struct {
 	acks    bool
 	written atomic.Uint64
 	msg     wiremsg.Encoded
-	lists   wiremsg.BufferLists // each response's list of buffers, for gRPC
+	lists   wiremsg.BufferLists // each response's list of buffers, for gRPC; released after each frame
 }
 
 // relay sends the client the response or responses a hub's frame carries.
@@ -114,6 +114,7 @@ func (r *watchRelay) relay(frame any, send func(any) error) error {
 		r.readHeader()
 	}
 	held := frame.(*wiremsg.Held)
+	defer r.lists.Release() // a relay waiting for its next frame holds no array
 	if !r.batched {
 		return r.relayOne(held.Buf, send)
 	}

@@ -46,6 +46,7 @@ func (s *stream) sendLoop() {
 			return
 		}
 		s.stats.flush(s.hub.metrics)
+		s.lists.Release()
 		select {
 		case <-s.wake:
 		case <-progress.C:
