@@ -123,7 +123,8 @@ func (f *Frontend) newGRPCServer() *grpc.Server {
 	pb.RegisterWatchServer(s, &watchServer{hubs: f.watch, stopping: f.stopping, auth: f.auth,
 		stages: f.tel.Stages("frontend", f.cfg.Name), canceledForLag: f.metrics.watchLagCanceled,
 		lagWarnings: &lagWarnings{logger: f.logger}, relayLag: f.metrics.watchRelayLag})
-	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader, auth: f.auth})
+	pb.RegisterLeaseServer(s, &leaseServer{keepers: f.lease, completeHeader: f.completeHeader, auth: f.auth,
+		handoverWait: f.cfg.RequestTimeout})
 	recipes := &recipes{client: f.self.Load, mint: f.auth.mint}
 	v3lockpb.RegisterLockServer(s, recipes)
 	v3electionpb.RegisterElectionServer(s, recipes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/cairn-kv/cairn/internal/obs"
 	"github.com/cairn-kv/cairn/internal/wiremsg"
@@ -207,6 +208,8 @@ type leaseServer struct {
 	// completeHeader fills what a keeper cannot know of a response header (cluster, member, raft term).
 	completeHeader func(*pb.ResponseHeader)
 	auth           *authGate
+	// handoverWait bounds how long a call waits for a keeper to be active when none is (--request-timeout).
+	handoverWait time.Duration
 }
 
 // withHeader is every etcd response.
@@ -222,7 +225,12 @@ func nextKeeper(err error) bool {
 		(s.Code() == codes.FailedPrecondition && strings.Contains(s.Message(), notActiveKeeper))
 }
 
-// onKeeper calls op on the keepers, the active one first.
+// onKeeper calls op on the keepers, the active one first. When none is active (a standby refused, or a keeper
+// was unreachable, at every one), it is a handover: the old keeper stepped down or died and a standby has not
+// claimed yet, which takes up to the keepers' --takeover-timeout. op is tried on them all again, after a pause,
+// until one answers or handoverWait has passed, as etcd holds a proposal through a leader election rather than
+// failing it; then the last keeper's error is returned. A refusal means the keeper did nothing, so asking again is
+// safe.
 func onKeeper[T any](s *leaseServer, ctx context.Context, op func(pb.LeaseClient) (T, error)) (T, error) {
 	var zero T
 	n := len(s.keepers.backends)
@@ -230,24 +238,46 @@ func onKeeper[T any](s *leaseServer, ctx context.Context, op func(pb.LeaseClient
 		return zero, errNoLeasekeeper
 	}
 	ctx = forwardedContext(ctx)
-	err := errNoLeasekeeper
-	start := int(s.active.Load())
-	for i := range n {
-		k := (start + i) % n
-		var resp T
-		if resp, err = op(pb.NewLeaseClient(s.keepers.backends[k].conn)); err == nil {
-			s.active.Store(int32(k))
-			if r, ok := any(resp).(withHeader); ok {
-				s.completeHeader(r.GetHeader())
+	var giveUp <-chan time.Time
+	pause := handoverPauseFirst
+	for {
+		err := errNoLeasekeeper
+		start := int(s.active.Load())
+		for i := range n {
+			k := (start + i) % n
+			var resp T
+			if resp, err = op(pb.NewLeaseClient(s.keepers.backends[k].conn)); err == nil {
+				s.active.Store(int32(k))
+				if r, ok := any(resp).(withHeader); ok {
+					s.completeHeader(r.GetHeader())
+				}
+				return resp, nil
 			}
-			return resp, nil
+			if !nextKeeper(err) || ctx.Err() != nil {
+				return zero, err
+			}
 		}
-		if !nextKeeper(err) || ctx.Err() != nil {
+		if giveUp == nil {
+			timer := time.NewTimer(s.handoverWait)
+			defer timer.Stop()
+			giveUp = timer.C
+		}
+		select {
+		case <-time.After(pause):
+			pause = min(2*pause, handoverPauseMost)
+		case <-giveUp:
+			return zero, err
+		case <-ctx.Done():
 			return zero, err
 		}
 	}
-	return zero, err
 }
+
+// The pauses between rounds of a call waiting out a keeper handover: the first, doubling up to the longest.
+const (
+	handoverPauseFirst = 25 * time.Millisecond
+	handoverPauseMost  = 200 * time.Millisecond
+)
 
 // LeaseGrant and LeaseRevoke carry the auth fence they were checked at (fencedLeaseContext), so storage refuses
 // the keeper's entry if the auth store changed since.

@@ -171,6 +171,64 @@ func TestWatchAndLeaseForwarding(t *testing.T) {
 	})
 }
 
+// TestLeaseWaitsOutKeeperHandover: while no keeper is active (the old one stepped down, no standby has claimed
+// yet), a lease call waits for one, as etcd holds a proposal through a leader election, and fails with the
+// keepers' refusal once --request-timeout has passed without one.
+func TestLeaseWaitsOutKeeperHandover(t *testing.T) {
+	keepers := []*fakeKeeper{{}, {}}
+	var keeperURLs []string
+	for _, k := range keepers {
+		u, _ := serveFake(t, func(s *grpc.Server) { pb.RegisterLeaseServer(s, k) })
+		keeperURLs = append(keeperURLs, u)
+	}
+	const requestTimeout = 2 * time.Second
+	c := clustertest.Start(t, clustertest.Options{Members: 1, ConfigureFrontend: func(cfg *frontend.Config) {
+		cfg.LeaseEndpoints, cfg.RequestTimeout = keeperURLs, requestTimeout
+	}})
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+
+	began := time.Now()
+	_, err := cli.Grant(ctx, 5)
+	if took := time.Since(began); status.Code(err) != codes.FailedPrecondition || took < requestTimeout || took > 3*requestTimeout {
+		t.Fatalf("grant with no active keeper: %v after %s; want the keepers' refusal after about %s", err, took, requestTimeout)
+	}
+
+	const handover = 300 * time.Millisecond
+	began = time.Now()
+	time.AfterFunc(handover, func() { keepers[1].active.Store(true) })
+	grant, err := cli.Grant(ctx, 5)
+	if took := time.Since(began); err != nil || grant.ID != 42 || took < handover {
+		t.Fatalf("grant during a handover: %v, %v after %s; want lease 42 once a keeper is active (after %s)", grant, err, took, handover)
+	}
+}
+
+// TestLeaseCallsRideOutKeeperCrash: on a stack with two keepers, lease calls made right after the active keeper
+// crashes (before the standby has claimed) wait for the takeover and succeed, and the lease granted before the
+// crash is still there.
+func TestLeaseCallsRideOutKeeperCrash(t *testing.T) {
+	c := clustertest.Start(t, clustertest.Options{Leasekeepers: 2})
+	active := c.ActiveLeasekeeper(10 * time.Second)
+	cli := c.Client(t)
+	ctx := ctxFor(t)
+	before, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	active.Crash()
+	began := time.Now()
+	after, err := cli.Grant(ctx, 60)
+	if err != nil {
+		t.Fatalf("grant right after the active keeper crashed: %v (after %s)", err, time.Since(began))
+	}
+	for _, id := range []clientv3.LeaseID{before.ID, after.ID} {
+		if ttl, err := cli.TimeToLive(ctx, id); err != nil || ttl.TTL <= 0 {
+			t.Fatalf("lease %x after the takeover: %v, %v", id, ttl, err)
+		}
+	}
+	t.Logf("the grant waited %s for the takeover", time.Since(began))
+}
+
 // TestStopEndsRelayedWatches: a frontend that stops ends its relayed Watch streams with Unavailable (clients
 // resume on another frontend) rather than waiting for them until its stop deadline.
 func TestStopEndsRelayedWatches(t *testing.T) {

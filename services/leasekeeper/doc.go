@@ -36,7 +36,8 @@
 // Active, and serves the next call after one confirmation. Only the expiry and checkpoint loops' timers run
 // while a lease is on the active keeper's clock. A standby answers every client call with
 // keeperclaim.ErrNotActive (FailedPrecondition "not the active leasekeeper"), and the frontend moves on to the
-// next keeper.
+// next keeper; when none is active (a handover), it asks them all again until one is or its --request-timeout
+// has passed.
 //
 // Failover without early expiry (etcd's lease checkpointing). The active keeper checkpoints each lease's
 // remaining TTL through the log every CheckpointInterval (in batches of CheckpointBatch, at most CheckpointRate
