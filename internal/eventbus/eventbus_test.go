@@ -171,7 +171,7 @@ func TestPublisherSurvivesServerRestart(t *testing.T) {
 	defer func() { _ = pub.Stop(context.Background()) }()
 
 	srv.Shutdown()
-	srv = startServer(t, port)
+	startServer(t, port)
 	subConn, err := Connect(url, "sub", quietLogger(), nil)
 	if err != nil {
 		t.Fatal(err)

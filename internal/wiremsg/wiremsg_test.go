@@ -64,7 +64,7 @@ func TestPool(t *testing.T) {
 	if cap(*again) != 4096 || len(*again) != 2500 {
 		t.Fatalf("Get(2500) after Put: len %d cap %d", len(*again), cap(*again))
 	}
-	notOurs := make([]byte, 10, 10)
+	notOurs := make([]byte, 10)
 	p.Put(&notOurs) // not a class size: dropped, not handed out as a 16-byte slice
 	if got := p.Get(9); cap(*got) != 16 {
 		t.Fatalf("Get(9) returned capacity %d", cap(*got))

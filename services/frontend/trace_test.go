@@ -370,7 +370,7 @@ func coveredTime(spans []interval) time.Duration {
 func stringAttribute(s sdktrace.ReadOnlySpan, key attribute.Key) string {
 	for _, a := range s.Attributes() {
 		if a.Key == key {
-			return a.Value.Emit()
+			return a.Value.String()
 		}
 	}
 	return ""

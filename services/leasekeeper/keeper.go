@@ -329,8 +329,3 @@ func (k *Keeper) stepDown() (uint64, bool) {
 	}
 	return epoch, holder
 }
-
-// storageCtx bounds one storage call.
-func (k *Keeper) storageCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, k.cfg.RequestTimeout)
-}

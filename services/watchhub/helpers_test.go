@@ -32,7 +32,6 @@ type testEnv struct {
 	storages []*testStorage
 	hubs     []*Hub
 	tel      *obs.Telemetry
-	writes   atomic.Int64
 	// publishAlways makes storages started from then on publish every record, not only those a hub has
 	// announced it wants (as Cairn's storages do).
 	publishAlways bool
@@ -301,10 +300,6 @@ func (rs *rawStream) send(req *pb.WatchRequest) {
 
 func (rs *rawStream) create(c *pb.WatchCreateRequest) {
 	rs.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: c}})
-}
-
-func (rs *rawStream) cancelWatch(id int64) {
-	rs.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
 }
 
 func (rs *rawStream) requestProgress() {

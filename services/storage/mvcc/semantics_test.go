@@ -110,8 +110,7 @@ func newResponse(req *pb.InternalRaftRequest) proto.Message {
 
 // normalizeHeaders drops the header fields storage leaves to the frontend (cluster, member, raft term).
 func normalizeHeaders(m proto.Message) {
-	var walk func(h *pb.ResponseHeader)
-	walk = func(h *pb.ResponseHeader) {
+	walk := func(h *pb.ResponseHeader) {
 		if h != nil {
 			h.ClusterId, h.MemberId, h.RaftTerm = 0, 0, 0
 		}
