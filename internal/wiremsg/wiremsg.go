@@ -5,6 +5,8 @@
 package wiremsg
 
 import (
+	"bytes"
+
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 )
@@ -96,15 +98,32 @@ func (c Codec) Name() string { return c.proto.Name() }
 // every list cut from it is dropped. The arrays double from bufferListsFirst to bufferListsMost buffers while
 // the sender is busy; it calls Release when it pauses, so that an idle sender holds no array. The zero
 // BufferLists is ready; it is one goroutine's.
+//
+// It also hands out copies of a message's few bytes of its own (a hub's watch ID field) as buffers (Copy), cut
+// from arrays the same way, so that gRPC's writer reads them beside each other, where the sender just wrote
+// them, rather than from where their source lives.
 type BufferLists struct {
-	free mem.BufferSlice
-	next int // the size of the next array
+	free   mem.BufferSlice
+	next   int // the size of the next array
+	copies []smallBuffer
+	nextC  int // the size of the next array of copies
 }
 
-// The sizes of BufferLists' arrays: the first of a busy spell, and the largest (512 lists of a hub's watch ID
-// and part, or 1,024 relayed responses).
+// SmallCopyMax is the most bytes Copy keeps in its arrays (a watch ID field of an ID below 2^49; so a copy
+// is 32 bytes, two to a cache line); a longer copy is a buffer of its own.
+const SmallCopyMax = 8
+
+// smallBuffer is a copy of up to SmallCopyMax bytes; its buf is over its bytes, and &buf is the gRPC buffer.
+type smallBuffer struct {
+	buf   mem.SliceBuffer
+	bytes [SmallCopyMax]byte
+}
+
+// The sizes of BufferLists' arrays: the first of a busy spell (small, since a sender that pauses drops its
+// arrays: a stream of one watcher takes 256 bytes of list and 512 of copies each time it wakes), and the
+// largest (512 lists of a hub's watch ID and part, or 1,024 relayed responses).
 const (
-	bufferListsFirst = 64
+	bufferListsFirst = 16
 	bufferListsMost  = 1024
 )
 
@@ -120,5 +139,23 @@ func (l *BufferLists) Take(n int) mem.BufferSlice {
 	return out
 }
 
-// Release drops what is left of the current array, and the next array is the smallest again.
-func (l *BufferLists) Release() { l.free, l.next = nil, 0 }
+// Copy returns a copy of b as a buffer, which stays as it is whatever later happens to b. gRPC may hold it as
+// long as it likes: like a list, it is never handed out again.
+func (l *BufferLists) Copy(b []byte) mem.Buffer {
+	if len(b) > SmallCopyMax {
+		c := mem.SliceBuffer(bytes.Clone(b))
+		return &c
+	}
+	if len(l.copies) == 0 {
+		size := max(l.nextC, bufferListsFirst)
+		l.nextC = min(2*size, bufferListsMost)
+		l.copies = make([]smallBuffer, size)
+	}
+	c := &l.copies[0]
+	l.copies = l.copies[1:]
+	c.buf = c.bytes[:copy(c.bytes[:], b)]
+	return &c.buf
+}
+
+// Release drops what is left of the current arrays, and the next arrays are the smallest again.
+func (l *BufferLists) Release() { *l = BufferLists{} }

@@ -607,13 +607,7 @@ func TestBufferLists(t *testing.T) {
 		}
 		taken = append(taken, fill(list, i, n))
 	}
-	released := slices.Index(arrays, 0)
-	if released < 5 || !slices.Equal(arrays[:5], []int{bufferListsFirst, 2 * bufferListsFirst, 4 * bufferListsFirst,
-		8 * bufferListsFirst, bufferListsMost}) || slices.Max(arrays) != bufferListsMost ||
-		released+1 >= len(arrays) || arrays[released+1] != bufferListsFirst {
-		t.Fatalf("array sizes %v (0: the Release), want them doubling from %d to %d, and %d again after the Release",
-			arrays, bufferListsFirst, bufferListsMost, bufferListsFirst)
-	}
+	checkArraySizes(t, arrays)
 	for _, list := range taken {
 		_ = append(list, mem.SliceBuffer("past its room")) // must not reach the next list
 	}
@@ -635,4 +629,59 @@ func fill(list mem.BufferSlice, i, n int) mem.BufferSlice {
 		panic(fmt.Sprintf("list %d: len %d cap %d after filling, want %d", i, len(list), cap(list), n))
 	}
 	return list
+}
+
+// TestBufferListsCopy: each copy reads as its source did when copied, whatever the source or later copies do,
+// across the arrays copies are cut from (doubling from the smallest to the largest), a Release, and copies too
+// long for the arrays.
+func TestBufferListsCopy(t *testing.T) {
+	t.Parallel()
+	var lists BufferLists
+	var copies []mem.Buffer
+	var want []string
+	var arrays []int // the size of each array of copies, in order; 0 marks the Release
+	source := make([]byte, SmallCopyMax+4)
+	for i := range 3 * bufferListsMost {
+		if i == 2*bufferListsMost {
+			lists.Release()
+			if lists.copies != nil {
+				t.Fatal("a released BufferLists still holds an array of copies")
+			}
+			arrays = append(arrays, 0)
+		}
+		n := i % (SmallCopyMax + 5) // 0 to SmallCopyMax+4 bytes
+		for j := range n {
+			source[j] = byte(i + j)
+		}
+		fresh := n <= SmallCopyMax && len(lists.copies) == 0
+		c := lists.Copy(source[:n])
+		if fresh {
+			arrays = append(arrays, 1+len(lists.copies))
+		}
+		copies, want = append(copies, c), append(want, string(source[:n]))
+		clear(source) // the source changes: the copy must not
+	}
+	for i, c := range copies {
+		if got := string(c.ReadOnlyData()); got != want[i] || c.Len() != len(want[i]) {
+			t.Fatalf("copy %d reads %q (Len %d), want %q", i, got, c.Len(), want[i])
+		}
+	}
+	checkArraySizes(t, arrays)
+}
+
+// checkArraySizes checks the sizes of the arrays a BufferLists cut, in order, with a 0 where it was released:
+// doubling from bufferListsFirst up to bufferListsMost, then bufferListsMost, and bufferListsFirst again after
+// the Release.
+func checkArraySizes(t *testing.T, arrays []int) {
+	t.Helper()
+	released := slices.Index(arrays, 0)
+	ok := released > 0 && released+1 < len(arrays) && arrays[0] == bufferListsFirst &&
+		arrays[released+1] == bufferListsFirst && slices.Max(arrays) == bufferListsMost
+	for i := 1; ok && i < released; i++ {
+		ok = arrays[i] == min(2*arrays[i-1], bufferListsMost)
+	}
+	if !ok {
+		t.Fatalf("array sizes %v (0: the Release), want them doubling from %d to %d, and %d again after the Release",
+			arrays, bufferListsFirst, bufferListsMost, bufferListsFirst)
+	}
 }

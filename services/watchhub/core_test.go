@@ -354,9 +354,14 @@ func TestSharedEncodingDecodesAsTheResponse(t *testing.T) {
 	var lists wiremsg.BufferLists
 	for _, id := range []int64{0, 1, 300, 1 << 40, -1} {
 		for _, from := range []*wiremsg.BufferLists{nil, &lists} { // a list of its own, or one cut from a stream's
-			out, err := c.Marshal(&encodedResponse{watchID: newWatchIDField(id), part: shared.boxed[0], lists: from})
+			field := new(watchIDField)
+			field.set(id)
+			out, err := c.Marshal(&encodedResponse{watchID: field.buffer(from), part: shared.boxed[0], lists: from})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if from != nil && len(field.field) <= wiremsg.SmallCopyMax { // copied (a longer one points at field)
+				field.set(id + 7) // the copy gRPC holds stays as it was marshalled
 			}
 			var got pb.WatchResponse
 			if err := proto.Unmarshal(out.Materialize(), &got); err != nil {
@@ -450,5 +455,5 @@ func TestConfig(t *testing.T) {
 func newWatchIDField(id int64) mem.Buffer {
 	f := new(watchIDField)
 	f.set(id)
-	return f.buffer()
+	return f.buffer(nil)
 }

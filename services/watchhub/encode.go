@@ -109,9 +109,12 @@ func (r *encodedResponse) buffers() int {
 }
 
 // watchIDField is a watcher's encoded watch_id field, made once per watcher and kept inside it: each response
-// the watcher is sent carries it (encodedResponse.watchID), and gRPC reads it twice per response (to size and
-// to write it). Kept in the watcher, next to what its sender reads anyway, it costs no memory of its own to
-// reach; a separate small allocation per watcher was a cache miss per response at 100,000 watchers.
+// the watcher is sent carries it (encodedResponse.watchID). Kept in the watcher, next to what its sender reads
+// anyway, it costs the sender no memory of its own to reach; a separate small allocation per watcher was a
+// cache miss per response at 100,000 watchers. gRPC's writer, the connection's one goroutine, reads it twice
+// per response (to size and to write it), long after the sender did and on another core: there it was a cache
+// miss per response too, so a direct stream hands gRPC a copy cut from its BufferLists, beside the copies of
+// the responses before it.
 type watchIDField struct {
 	bytes [1 + binary.MaxVarintLen64]byte // tag and varint
 	field mem.SliceBuffer                 // the encoded part of bytes; nil for ID 0, which protobuf omits
@@ -125,12 +128,16 @@ func (f *watchIDField) set(id int64) {
 	}
 }
 
-// buffer is the field as a buffer for gRPC, pointing into f (nil for ID 0).
-func (f *watchIDField) buffer() mem.Buffer {
-	if f.field == nil {
+// buffer is the field as a buffer for gRPC (nil for ID 0): a copy from lists, or one pointing into f when
+// lists is nil or the field is longer than lists copy beside each other (an ID of 2^49 or more).
+func (f *watchIDField) buffer(lists *wiremsg.BufferLists) mem.Buffer {
+	switch {
+	case f.field == nil:
 		return nil
+	case lists == nil || len(f.field) > wiremsg.SmallCopyMax:
+		return &f.field
 	}
-	return &f.field
+	return lists.Copy(f.field)
 }
 
 // codec is the gRPC codec of the hub's server: it writes encodedResponses without marshalling anything and

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/mem"
+
+	"github.com/cairn-kv/cairn/internal/wiremsg"
 )
 
 // sendError is a failed write to the client: the stream is over.
@@ -171,8 +173,12 @@ func (s *stream) writeShared(w *watcher, shared *sharedResponse, more []*sharedR
 	if s.stamps {
 		stamp = s.hub.lagStamp(w, shared.arrived)
 	}
+	var idLists *wiremsg.BufferLists // a relay batch copies the field itself (sendEncoded)
+	if s.batch == nil {
+		idLists = &s.lists
+	}
 	for i, part := range shared.boxed {
-		s.enc = encodedResponse{trace: carrier, watchID: w.idField.buffer(), part: part, stamp: stamp, lists: &s.lists}
+		s.enc = encodedResponse{trace: carrier, watchID: w.idField.buffer(idLists), part: part, stamp: stamp, lists: &s.lists}
 		if i == len(shared.boxed)-1 {
 			s.enc.more = more
 		}
