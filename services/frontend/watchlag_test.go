@@ -98,6 +98,11 @@ func TestRelayedWatchLagBound(t *testing.T) {
 	}
 	// The stream still serves: a new watch's event comes, and nothing more for the canceled ones.
 	create(watchers, "other")
+	// The put waits for the created response: a put applied before the hub creates the watch is before its
+	// start (the created header's revision), and its event is not the watch's.
+	if resp, err := stream.Recv(); err != nil || resp.WatchId != watchers || !resp.Created {
+		t.Fatalf("after every watch was canceled: %v, %v; want the new watch created", resp, err)
+	}
 	put, err := cli.Put(ctx, "other", "v")
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +114,9 @@ func TestRelayedWatchLagBound(t *testing.T) {
 		}
 		if resp.WatchId != watchers {
 			t.Fatalf("response %v after every watch was canceled", resp)
+		}
+		if resp.Canceled {
+			t.Fatalf("the new watch was canceled: %v", resp)
 		}
 		if len(resp.Events) > 0 {
 			if rev := resp.Events[0].Kv.ModRevision; rev != put.Header.Revision {
