@@ -126,7 +126,11 @@ func testPlainBusLockedDown(t *testing.T, s *upStack) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := s.client(t)
-	events := c.Watch(ctx, "forged/", clientv3.WithPrefix())
+	events := c.Watch(ctx, "forged/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	// The put waits for the created response: one applied before the hub creates the watch is not its event.
+	if resp := <-events; !resp.Created || resp.Canceled {
+		t.Fatalf("watch on forged/: %+v (err %v), want created", resp, resp.Err())
+	}
 	status, err := c.Put(ctx, "forged/before", "real")
 	if err != nil {
 		t.Fatal(err)

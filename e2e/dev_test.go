@@ -224,7 +224,11 @@ func TestDevWithOwnCertificates(t *testing.T) {
 	c := newClientTLS(t, []string{endpoint}, tlsConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	events := c.Watch(ctx, "own/", clientv3.WithPrefix())
+	events := c.Watch(ctx, "own/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	// The put waits for the created response: one applied before the hub creates the watch is not its event.
+	if resp := <-events; !resp.Created || resp.Canceled {
+		t.Fatalf("watch on own/: %+v (err %v), want created", resp, resp.Err())
+	}
 	if _, err := c.Put(ctx, "own/a", "1"); err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,11 @@ func testWatchAndLeaseTLS(t *testing.T, s *upStack) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c := s.client(t)
-	events := c.Watch(ctx, "tls/watched")
+	events := c.Watch(ctx, "tls/watched", clientv3.WithCreatedNotify())
+	// The put waits for the created response: one applied before the hub creates the watch is not its event.
+	if resp := <-events; !resp.Created || resp.Canceled {
+		t.Fatalf("watch on tls/watched: %+v (err %v), want created", resp, resp.Err())
+	}
 	if _, err := c.Put(ctx, "tls/watched", "v1"); err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,11 @@ func TestAuthRBAC(t *testing.T) {
 	if w, ok := <-denied; ok && !w.Canceled {
 		t.Fatalf("watch on a denied key: %+v, want canceled", w)
 	}
-	allowed := alice.Watch(wctx, "app/", clientv3.WithPrefix())
+	allowed := alice.Watch(wctx, "app/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	// The put waits for the created response: one applied before the hub creates the watch is not its event.
+	if w := <-allowed; !w.Created || w.Canceled {
+		t.Fatalf("alice's watch on app/: %+v (err %v), want created", w, w.Err())
+	}
 	_, err = root.Put(ctx, "app/y", "v")
 	mustOK("root puts", err)
 	select {

@@ -98,7 +98,11 @@ func TestLaggingWatcherIsCanceled(t *testing.T) {
 		t.Fatalf("created: %v %v", resp, err)
 	}
 	fast := newClient(t, h.Addr())
-	wch := fast.Watch(ctxT(t), "k", clientv3.WithPrefix())
+	wch := fast.Watch(ctxT(t), "k", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	// The puts wait for the created response: one applied before the hub creates the watch is not its event.
+	if resp := <-wch; !resp.Created {
+		t.Fatalf("fast watch: %+v (err %v), want created", resp, resp.Err())
+	}
 
 	value := strings.Repeat("x", 16<<10)
 	const writes = 200

@@ -301,7 +301,11 @@ func TestSlowStreamDoesNotHoldOthers(t *testing.T) {
 	waittest.Until(t, 5*time.Second, 5*time.Millisecond, "the slow watch registered", func() bool {
 		return testutil.ToFloat64(h.metrics.watchers[stateSynced]) == 1
 	})
-	wch := fast.Watch(ctxT(t), "k", clientv3.WithPrefix())
+	wch := fast.Watch(ctxT(t), "k", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	// The puts wait for the created response: one applied before the hub creates the watch is not its event.
+	if resp := <-wch; !resp.Created {
+		t.Fatalf("fast watch: %+v (err %v), want created", resp, resp.Err())
+	}
 	value := strings.Repeat("x", 16<<10)
 	const writes = 300
 	var first int64
