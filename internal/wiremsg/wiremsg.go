@@ -130,9 +130,7 @@ const (
 // Take returns an empty list with room for n buffers.
 func (l *BufferLists) Take(n int) mem.BufferSlice {
 	if cap(l.free) < n {
-		size := max(l.next, bufferListsFirst)
-		l.next = min(2*size, bufferListsMost)
-		l.free = make(mem.BufferSlice, 0, max(n, size))
+		l.free = make(mem.BufferSlice, 0, max(n, nextArraySize(&l.next)))
 	}
 	out := l.free[:0:n]
 	l.free = l.free[n:n]
@@ -147,14 +145,20 @@ func (l *BufferLists) Copy(b []byte) mem.Buffer {
 		return &c
 	}
 	if len(l.copies) == 0 {
-		size := max(l.nextC, bufferListsFirst)
-		l.nextC = min(2*size, bufferListsMost)
-		l.copies = make([]smallBuffer, size)
+		l.copies = make([]smallBuffer, nextArraySize(&l.nextC))
 	}
 	c := &l.copies[0]
 	l.copies = l.copies[1:]
 	c.buf = c.bytes[:copy(c.bytes[:], b)]
 	return &c.buf
+}
+
+// nextArraySize is the size of the next array of a busy spell, given the one after the last (*next, 0 at the
+// start of a spell), which it doubles up to bufferListsMost.
+func nextArraySize(next *int) int {
+	size := max(*next, bufferListsFirst)
+	*next = min(2*size, bufferListsMost)
+	return size
 }
 
 // Release drops what is left of the current arrays, and the next arrays are the smallest again.
