@@ -387,9 +387,15 @@ func TestPublisherBatchesWhatIsQueued(t *testing.T) {
 					t.Fatalf("meta %d = %+v, want its own index, revision, member and trace", i, m)
 				}
 			}
+			// Each expected message may still be on its way to this subscription (a 5 MiB one took over 100 ms
+			// under -race); once they are in, none more may come.
 			msgs := 0
 			for {
-				msg, err := raw.NextMsg(100 * time.Millisecond)
+				wait := 10 * time.Second
+				if msgs >= tt.wantMsgs {
+					wait = 100 * time.Millisecond
+				}
+				msg, err := raw.NextMsg(wait)
 				if err != nil {
 					break
 				}
